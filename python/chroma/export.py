@@ -1,0 +1,419 @@
+"""Export a fixed-shape PyTorch model to a Chroma ``.cgraph`` file.
+
+Usage::
+
+    from chroma.export import export
+    g = export(model.eval(), (torch.randn(4, 7),), "model.cgraph")
+    g.json   # graph description (dict), see docs/graph_format.md
+    g.blob   # weight data (bytes)
+
+Pipeline: ``torch.export.export(module, example_inputs)`` (non-strict) followed
+by ``ep.run_decompositions()`` (default table: the core ATen opset), then the
+FX graph is serialized. ``export`` does NOT call ``module.eval()``: export in
+the mode you want to compile (usually eval). Buffer mutations (e.g. BatchNorm
+running stats in train mode) are dropped with a warning.
+
+Supported torch: 2.13 (other versions >= 2.1 work with a warning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import math
+import operator
+import os
+import re
+import sys
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from . import graph_file
+
+__all__ = ["export", "ExportedGraph", "ExportError", "check_torch_version", "PRODUCER_VERSION",
+           "SUPPORTED_TORCH", "DTYPES"]
+
+PRODUCER_VERSION = "0.1.0"
+SUPPORTED_TORCH = (2, 13)
+MIN_TORCH = (2, 1)
+
+DTYPES: Dict[torch.dtype, str] = {
+    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+    torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
+    torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
+}
+_LAYOUTS = {torch.strided: "strided", torch.sparse_coo: "sparse_coo"}
+_MEMORY_FORMATS = {
+    torch.contiguous_format: "contiguous_format", torch.channels_last: "channels_last",
+    torch.channels_last_3d: "channels_last_3d", torch.preserve_format: "preserve_format",
+}
+_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+_THIS_FILE = os.path.realpath(__file__)
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.*)$')
+
+
+class ExportError(RuntimeError):
+    """The model cannot be exported to a Chroma graph (message says why)."""
+
+
+@dataclasses.dataclass
+class ExportedGraph:
+    """Result of :func:`export`: the graph JSON dict and the weight data blob."""
+
+    json: dict
+    blob: bytes
+
+    def write(self, path: str) -> None:
+        """Write this graph as a ``.cgraph`` file at ``path``."""
+        graph_file.write(path, self.json, self.blob)
+
+    def to_bytes(self) -> bytes:
+        """Return the ``.cgraph`` file contents."""
+        return graph_file.pack(self.json, self.blob)
+
+
+class _FunctionModule(torch.nn.Module):
+    """Wraps a plain function of tensors so torch.export can trace it."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _wrap_function(fn: Callable) -> torch.nn.Module:
+    """nn.Module calling ``fn``; its forward mimics fn's positional parameter
+    names so the graph inputs get the function's argument names.
+
+    torch (2.13) records node stack traces only from frames named ``forward``
+    (or registered "anchors"), so ``fn`` is registered as an anchor to get
+    source lines pointing into it (private API, skipped if absent).
+    """
+    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    if anchor is not None:
+        try:
+            anchor(fn)
+        except Exception:  # pragma: no cover - best effort only
+            pass
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if not params or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                         for p in params):
+        return _FunctionModule(fn)
+
+    class _Named(_FunctionModule):
+        def forward(self, *args):
+            return self.fn(*args)
+
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    _Named.forward.__signature__ = inspect.Signature(
+        [self_param] + [p.replace(default=inspect.Parameter.empty) for p in params])
+    return _Named(fn)
+
+
+def check_torch_version(version: str) -> None:
+    """Error if ``version`` < 2.1, warn if its major.minor is not 2.13."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if not m:
+        warnings.warn(f"chroma: cannot parse torch version {version!r}")
+        return
+    mm = (int(m.group(1)), int(m.group(2)))
+    if mm < MIN_TORCH:
+        raise ExportError(f"chroma requires torch >= 2.1 (found {version}); "
+                          f"supported version is 2.13")
+    if mm != SUPPORTED_TORCH:
+        warnings.warn(f"chroma is tested with torch 2.13; found {version}, proceeding")
+
+
+def _dtype_name(dtype: torch.dtype, what: str) -> str:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ExportError(f"{what} has unsupported dtype {dtype}; supported: "
+                          f"{', '.join(DTYPES.values())}") from None
+
+
+def _shape(t: Any, what: str) -> List[int]:
+    try:
+        return [int(d) for d in t.shape]
+    except (TypeError, ValueError):  # symbolic sizes
+        raise ExportError(f"{what} has a non-static shape {tuple(t.shape)}; "
+                          f"chroma needs fixed shapes") from None
+
+
+def source_of(node: torch.fx.Node) -> str:
+    """``"<file>:<line> in <func>: <code>"`` for the user's frame of ``node``.
+
+    Uses the last frame of ``node.meta["stack_trace"]`` outside the torch
+    package; if every frame is inside torch, the last frame. Frames of this
+    module (the function wrapper) are ignored. Returns ``""`` when no usable
+    stack trace is recorded.
+    """
+    lines = (node.meta.get("stack_trace") or "").splitlines()
+    frames = []
+    for i, line in enumerate(lines):
+        m = _FRAME_RE.match(line)
+        if m:
+            code = ""
+            if i + 1 < len(lines) and not _FRAME_RE.match(lines[i + 1]):
+                code = lines[i + 1].strip()
+            frames.append((m.group("file"), m.group("line"), m.group("func"), code))
+    # chroma's own function wrapper is never interesting
+    frames = [f for f in frames if os.path.realpath(f[0]) != _THIS_FILE]
+    if not frames:
+        return ""
+    user = [f for f in frames if not os.path.realpath(f[0]).startswith(_TORCH_DIR)]
+    file, line, func, code = (user or frames)[-1]
+    text = f"{os.path.basename(file)}:{line} in {func}"
+    return f"{text}: {code}" if code else text
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """Raw little-endian bytes of a tensor, contiguous, row-major."""
+    t = t.detach().cpu().contiguous()
+    if t.numel() == 0:
+        return b""
+    if sys.byteorder != "little" and t.element_size() > 1:
+        raise ExportError("chroma export requires a little-endian host")
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _check_inputs(example_inputs: Any) -> tuple:
+    if isinstance(example_inputs, list):
+        example_inputs = tuple(example_inputs)
+    if not isinstance(example_inputs, tuple):
+        raise ExportError(f"example_inputs must be a tuple of tensors, got "
+                          f"{type(example_inputs).__name__}")
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise ExportError(f"input {i} is a {type(x).__name__}, not a tensor; "
+                              f"chroma graphs take tensor inputs only")
+        _dtype_name(x.dtype, f"input {i}")
+    return example_inputs
+
+
+def _check_targets(graph: torch.fx.Graph) -> None:
+    """Raise one ExportError listing every node that is not an ATen op/getitem."""
+    bad = []
+    for n in graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        if n.op == "call_function":
+            t = n.target
+            if t is operator.getitem:
+                continue
+            if isinstance(t, torch._ops.OpOverload) and t.namespace == "aten":
+                continue
+            if isinstance(t, torch._ops.OperatorBase):
+                what = str(t)  # e.g. mylib.op.default
+            else:
+                what = getattr(t, "__qualname__", None) or str(t)
+                mod = getattr(t, "__module__", None)
+                what = f"{mod}.{what}" if mod else what
+        else:
+            what = f"{n.op} {n.target}"
+        bad.append(f"  - {what} (node {n.name}) at {source_of(n) or '<unknown source>'}")
+    if bad:
+        raise ExportError("the exported graph contains operations that are not "
+                          "ATen ops:\n" + "\n".join(bad))
+
+
+class _Serializer:
+    """Turns an (already decomposed) ExportedProgram into graph JSON + blob."""
+
+    def __init__(self, ep):
+        self.ep = ep
+        self.getitems: Dict[str, Tuple[str, int]] = {}  # getitem node -> (parent, k)
+
+    def ref(self, node: torch.fx.Node) -> dict:
+        if node.name in self.getitems:
+            parent, k = self.getitems[node.name]
+            return {"ref": parent, "index": k}
+        return {"ref": node.name}
+
+    def arg(self, a: Any, where: str) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return self.ref(a)
+        if isinstance(a, bool) or a is None:
+            return a
+        if isinstance(a, int):
+            return int(a)
+        if isinstance(a, float):
+            if math.isnan(a):
+                return {"float": "nan"}
+            if math.isinf(a):
+                return {"float": "inf" if a > 0 else "-inf"}
+            return {"float": a}
+        if isinstance(a, (list, tuple)):
+            return [self.arg(x, where) for x in a]
+        if isinstance(a, str):
+            return {"str": a}
+        if isinstance(a, torch.dtype):
+            return {"dtype": _dtype_name(a, where)}
+        if isinstance(a, torch.device):
+            return {"device": str(a)}
+        if isinstance(a, torch.layout) and a in _LAYOUTS:
+            return {"layout": _LAYOUTS[a]}
+        if isinstance(a, torch.memory_format) and a in _MEMORY_FORMATS:
+            return {"memory_format": _MEMORY_FORMATS[a]}
+        raise ExportError(f"{where} has an unsupported value {a!r} "
+                          f"(type {type(a).__name__})")
+
+    def weights(self) -> Tuple[list, bytes]:
+        from torch.export.graph_signature import InputKind
+        kinds = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+                 InputKind.CONSTANT_TENSOR: "constant"}
+        entries, blob, seen = [], bytearray(), {}
+        for spec in self.ep.graph_signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                continue
+            if spec.kind not in kinds:
+                raise ExportError(f"unsupported graph input {spec.arg} of kind "
+                                  f"{spec.kind.name}")
+            t = self.ep.state_dict.get(spec.target)
+            if t is None:
+                t = self.ep.constants.get(spec.target)
+            if not isinstance(t, torch.Tensor):
+                raise ExportError(f"weight {spec.target!r} is not a tensor")
+            dtype = _dtype_name(t.dtype, f"weight {spec.target!r}")
+            data = _tensor_bytes(t)
+            digest = hashlib.sha256(data).hexdigest()
+            key = (dtype, digest)
+            if key not in seen:  # deduplicate identical dtype+bytes
+                blob.extend(bytes(graph_file.align(len(blob)) - len(blob)))
+                seen[key] = len(blob)
+                blob.extend(data)
+            entries.append({"name": spec.arg.name, "source": spec.target,
+                            "kind": kinds[spec.kind], "dtype": dtype,
+                            "shape": _shape(t, f"weight {spec.target!r}"),
+                            "offset": seen[key], "nbytes": len(data),
+                            "sha256": digest})
+        return entries, bytes(blob)
+
+    def outputs_of(self, n: torch.fx.Node) -> list:
+        val = n.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else ([] if val is None else [val])
+        out = []
+        for k, v in enumerate(vals):
+            if isinstance(v, torch.Tensor):
+                what = f"output {k} of node {n.name}"
+                out.append({"dtype": _dtype_name(v.dtype, what), "shape": _shape(v, what)})
+            else:
+                out.append(None)  # non-tensor result slot: keeps indices aligned
+        return out
+
+    def nodes(self) -> list:
+        nodes = []
+        for n in self.ep.graph.nodes:
+            if n.op != "call_function":
+                continue
+            if n.target is operator.getitem:
+                parent, k = n.args
+                if parent.name in self.getitems or not isinstance(k, int):
+                    raise ExportError(f"unsupported nested getitem {n.name} "
+                                      f"at {source_of(n) or '<unknown source>'}")
+                self.getitems[n.name] = (parent.name, k)
+                continue
+            where = f"node {n.name} ({n.target})"
+            nodes.append({
+                "name": n.name,
+                "target": str(n.target),
+                "args": [self.arg(a, f"{where} arg {i}") for i, a in enumerate(n.args)],
+                "kwargs": {k: self.arg(v, f"{where} kwarg {k!r}")
+                           for k, v in n.kwargs.items()},
+                "outputs": self.outputs_of(n),
+                "source": source_of(n),
+            })
+        return nodes
+
+    def graph_outputs(self) -> Tuple[list, str]:
+        from torch.export.graph_signature import OutputKind, TensorArgument
+        spec = self.ep.call_spec.out_spec
+        if spec is None or spec.is_leaf():
+            structure = "single"
+        elif spec.type in (tuple, list) and all(c.is_leaf() for c in spec.children()):
+            structure = spec.type.__name__
+        else:
+            raise ExportError(
+                f"model output must be a tensor or a flat tuple/list of tensors; "
+                f"got a {getattr(spec.type, '__name__', spec.type)} structure: {spec}")
+        out_node = next(n for n in self.ep.graph.nodes if n.op == "output")
+        by_name = {n.name: n for n in out_node.args[0] if isinstance(n, torch.fx.Node)}
+        refs, mutated = [], []
+        user = [s for s in self.ep.graph_signature.output_specs
+                if s.kind == OutputKind.USER_OUTPUT]
+        for s in self.ep.graph_signature.output_specs:
+            if s.kind != OutputKind.USER_OUTPUT:
+                mutated.append(f"{s.kind.name} {s.target}")
+        for i, s in enumerate(user):
+            if not isinstance(s.arg, TensorArgument):
+                raise ExportError(f"output {i} is not a tensor "
+                                  f"({getattr(s.arg, 'value', s.arg)!r})")
+            refs.append(self.ref(by_name[s.arg.name]))
+        if mutated:
+            warnings.warn("chroma: the model mutates state during forward ("
+                          + ", ".join(mutated) + "); these updates are dropped. "
+                          "Did you forget model.eval()?")
+        return refs, structure
+
+
+def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: tuple,
+           path: Optional[str] = None) -> ExportedGraph:
+    """Export a model (or function of tensors) to a Chroma graph.
+
+    Args:
+        model_or_function: an ``nn.Module`` (its current train/eval mode is
+            kept: call ``.eval()`` first for inference) or a plain function
+            taking and returning tensors.
+        example_inputs: tuple of tensors; their shapes/dtypes are baked in.
+        path: if given, the ``.cgraph`` file is written there.
+
+    Returns: an :class:`ExportedGraph` (``.json``, ``.blob``, ``.write()``).
+    Raises: :class:`ExportError` if torch.export fails, inputs/outputs are not
+        tensors, a dtype is unsupported, or the graph holds non-ATen calls.
+    """
+    check_torch_version(torch.__version__)
+    example_inputs = _check_inputs(example_inputs)
+    module = model_or_function
+    if not isinstance(module, torch.nn.Module):
+        if not callable(module):
+            raise ExportError(f"expected an nn.Module or a function, got "
+                              f"{type(module).__name__}")
+        module = _wrap_function(module)
+    try:
+        with warnings.catch_warnings():  # torch-internal pytree deprecation noise
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            ep = torch.export.export(module, example_inputs, strict=False)
+            ep = ep.run_decompositions()
+    except Exception as e:
+        raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
+
+    _check_targets(ep.graph)
+    ser = _Serializer(ep)
+    weights, blob = ser.weights()
+    inputs = []
+    from torch.export.graph_signature import InputKind
+    user_specs = [s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    for i, (s, x) in enumerate(zip(user_specs, example_inputs)):
+        inputs.append({"name": s.arg.name, "dtype": _dtype_name(x.dtype, f"input {i}"),
+                       "shape": _shape(x, f"input {i}")})
+    nodes = ser.nodes()
+    outputs, structure = ser.graph_outputs()
+    graph = {
+        "format": graph_file.FORMAT_NAME, "version": graph_file.FORMAT_VERSION,
+        "producer": {"name": "chroma", "version": PRODUCER_VERSION,
+                     "torch": torch.__version__},
+        "inputs": inputs, "weights": weights, "nodes": nodes,
+        "outputs": outputs, "output_structure": structure,
+    }
+    result = ExportedGraph(json=graph, blob=blob)
+    if path is not None:
+        result.write(path)
+    return result
