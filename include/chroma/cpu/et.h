@@ -1,0 +1,353 @@
+// chroma::et: the header-only expression-template library that Chroma's generated CPU code
+// is written in.
+//
+// An expression is a tree of small structs whose shapes and strides are template
+// parameters. Leaves: Load (a strided view of a buffer), Lit (a scalar), Iota (an affine
+// function of the index). Inner nodes: Map<F, T, children...> applies an elementwise
+// functor from chroma/elementwise.def and converts to T. Nothing is evaluated until a
+// kernel (assign, reduce, gather, ...) walks its iteration space.
+//
+// Evaluation is row-wise: `e.row(idx)` fixes all indices but the last and returns a small
+// functor `r(j)` for the last one. With static strides the innermost loop compiles to
+// plain pointer arithmetic that the C++ compiler can vectorize; every temporary of the
+// fused chain stays in registers.
+//
+// Index convention: kernels pass `const int64_t* idx` holding one index per dimension of the
+// expression's own rank (rank-0 expressions are given rank 1 with extent 1 by the compiler).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "chroma/cpu/scalar.h"
+
+namespace chroma::et {
+
+template <int64_t... D> struct Shape {
+  static constexpr int kRank = sizeof...(D);
+  static constexpr int64_t kDims[sizeof...(D)] = {D...};
+  static constexpr int64_t kNumel = (int64_t{1} * ... * D);
+  static constexpr int64_t kLast = kDims[sizeof...(D) - 1];
+};
+
+template <int64_t... S> struct St {
+  static constexpr int kRank = sizeof...(S);
+  static constexpr int64_t kS[sizeof...(S)] = {S...};
+  static constexpr int64_t kLast = kS[sizeof...(S) - 1];
+  // Offset of all but the last index.
+  static inline int64_t outer(const int64_t* idx) {
+    int64_t o = 0;
+    for (int k = 0; k + 1 < kRank; ++k) o += idx[k] * kS[k];
+    return o;
+  }
+  static inline int64_t full(const int64_t* idx) { return outer(idx) + idx[kRank - 1] * kLast; }
+};
+
+// ---- leaves --------------------------------------------------------------------------------
+
+template <class T, class S, int64_t Off> struct Load {
+  const T* p;
+  struct Row {
+    const T* p;
+    T operator()(int64_t j) const { return p[j * S::kLast]; }
+  };
+  Row row(const int64_t* idx) const { return Row{p + Off + S::outer(idx)}; }
+  T at(const int64_t* idx) const { return p[Off + S::full(idx)]; }
+};
+template <class T, class S, int64_t Off> Load<T, S, Off> load(const void* p) { return {static_cast<const T*>(p)}; }
+
+template <class T> struct Lit {
+  T v;
+  struct Row {
+    T v;
+    T operator()(int64_t) const { return v; }
+  };
+  Row row(const int64_t*) const { return Row{v}; }
+  T at(const int64_t*) const { return v; }
+};
+template <class T> Lit<T> lit(T v) { return {v}; }
+
+// value = base + sum_k c_k * i_k, computed in double and converted to T (PyTorch's arange
+// computes in a wider type too).
+template <class T, int R> struct Iota {
+  double base;
+  double c[R];
+  struct Row {
+    double b, cl;
+    T operator()(int64_t j) const { return static_cast<T>(b + cl * static_cast<double>(j)); }
+  };
+  Row row(const int64_t* idx) const {
+    double b = base;
+    for (int k = 0; k + 1 < R; ++k) b += c[k] * static_cast<double>(idx[k]);
+    return Row{b, c[R - 1]};
+  }
+  T at(const int64_t* idx) const { return row(idx)(idx[R - 1]); }
+};
+
+// ---- elementwise ---------------------------------------------------------------------------
+
+namespace op {
+#define CHROMA_EW(name, arity, result, expr) \
+  struct name {                              \
+    template <class A, class B = A, class C = A> static auto apply([[maybe_unused]] A a, [[maybe_unused]] B b = B(), [[maybe_unused]] C c = C()) { return expr; } \
+  };
+#include "chroma/elementwise.def"
+#undef CHROMA_EW
+struct cast {};
+}  // namespace op
+
+template <class F, class T, class... E> struct Map {
+  std::tuple<E...> e;
+  template <class... R> struct Row {
+    std::tuple<R...> r;
+    T operator()(int64_t j) const {
+      if constexpr (std::is_same_v<F, op::cast>) return static_cast<T>(std::get<0>(r)(j));
+      else return std::apply([j](const auto&... x) { return static_cast<T>(F::apply(x(j)...)); }, r);
+    }
+  };
+  auto row(const int64_t* idx) const {
+    return std::apply([idx](const auto&... x) { return Row<decltype(x.row(idx))...>{{x.row(idx)...}}; }, e);
+  }
+  T at(const int64_t* idx) const {
+    if constexpr (std::is_same_v<F, op::cast>) return static_cast<T>(std::get<0>(e).at(idx));
+    else return std::apply([idx](const auto&... x) { return static_cast<T>(F::apply(x.at(idx)...)); }, e);
+  }
+};
+template <class F, class T, class... E> Map<F, T, E...> map(E... e) { return {{e...}}; }
+template <class T, class E> Map<op::cast, T, E> cast(E e) { return {{e}}; }
+
+// ---- destinations and loops ----------------------------------------------------------------
+
+template <class T, class S, int64_t Off> struct Out {
+  static constexpr int64_t kStrideLast = S::kLast;
+  T* p;
+  T* row(const int64_t* idx) const { return p + Off + S::outer(idx); }
+  T& at(const int64_t* idx) const { return p[Off + S::full(idx)]; }
+};
+template <class T, class S, int64_t Off> Out<T, S, Off> out(void* p) { return {static_cast<T*>(p)}; }
+
+// Calls f(idx) for every index of Sh with the last index left 0: one call per row.
+template <class Sh, class F> inline void for_rows(F&& f) {
+  constexpr int R = Sh::kRank;
+  int64_t idx[R] = {};
+  if constexpr (Sh::kNumel == 0) return;
+  for (;;) {
+    f(static_cast<const int64_t*>(idx));
+    int k = R - 2;
+    for (; k >= 0; --k) {
+      if (++idx[k] < Sh::kDims[k]) break;
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+// dst[i] = e[i] over Sh.
+template <class Sh, class D, class E> inline void assign(D d, E e) {
+  for_rows<Sh>([&](const int64_t* idx) {
+    auto r = e.row(idx);
+    auto* w = d.row(idx);
+    for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
+  });
+}
+
+// Calls f(idx) for every index of Sh (all dimensions).
+template <class Sh, class F> inline void for_each_index(F&& f) {
+  for_rows<Sh>([&](const int64_t* row) {
+    int64_t idx[Sh::kRank];
+    std::copy(row, row + Sh::kRank, idx);
+    for (int64_t j = 0; j < Sh::kLast; ++j) {
+      idx[Sh::kRank - 1] = j;
+      f(static_cast<const int64_t*>(idx));
+    }
+  });
+}
+
+// ---- reductions ----------------------------------------------------------------------------
+
+struct Sum {
+  template <class T> static T identity() { return T(0); }
+  template <class T> static T combine(T a, T b) { return ::chroma::scalar::add(a, b); }
+};
+struct Prod {
+  template <class T> static T identity() { return T(1); }
+  template <class T> static T combine(T a, T b) { return ::chroma::scalar::mul(a, b); }
+};
+struct Max {
+  template <class T> static T identity() {
+    if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  }
+  template <class T> static T combine(T a, T b) { return ::chroma::scalar::maximum(a, b); }
+};
+struct Min {
+  template <class T> static T identity() {
+    if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::max();
+  }
+  template <class T> static T combine(T a, T b) { return ::chroma::scalar::minimum(a, b); }
+};
+
+template <bool... M> struct Mask {
+  static constexpr bool kM[sizeof...(M)] = {M...};
+  static constexpr bool kLast = kM[sizeof...(M) - 1];
+};
+
+// Reduces E over the dimensions of Sh flagged in Mk into D. D is addressed with the input's
+// rank and stride 0 on reduced dimensions, so every input index maps to its output element.
+// A row reduced along the last dimension uses 8 partial accumulators, as vectorized
+// reductions do.
+template <class Sh, class Mk, class Op, class T, class D, class E> inline void reduce(D d, E e) {
+  constexpr int R = Sh::kRank;
+  auto first_visit = [](const int64_t* idx) {
+    for (int k = 0; k + 1 < R; ++k) if (Mk::kM[k] && idx[k] != 0) return false;
+    return true;
+  };
+  if constexpr (Sh::kNumel == 0) {
+    return;  // the compiler emits a fill for empty reductions
+  } else {
+  for_rows<Sh>([&](const int64_t* idx) {
+    auto r = e.row(idx);
+    if constexpr (Mk::kLast) {
+      constexpr int kLanes = 8;
+      T acc[kLanes];
+      for (int l = 0; l < kLanes; ++l) acc[l] = Op::template identity<T>();
+      int64_t j = 0;
+      for (; j + kLanes <= Sh::kLast; j += kLanes) {
+        for (int l = 0; l < kLanes; ++l) acc[l] = Op::combine(acc[l], static_cast<T>(r(j + l)));
+      }
+      for (; j < Sh::kLast; ++j) acc[0] = Op::combine(acc[0], static_cast<T>(r(j)));
+      T total = acc[0];
+      for (int l = 1; l < kLanes; ++l) total = Op::combine(total, acc[l]);
+      T* w = d.row(idx);
+      *w = first_visit(idx) ? total : Op::combine(*w, total);
+    } else {
+      T* w = d.row(idx);
+      if (first_visit(idx)) {
+        for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = static_cast<T>(r(j));
+      } else {
+        for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = Op::combine(w[j * D::kStrideLast], static_cast<T>(r(j)));
+      }
+    }
+  });
+  }
+}
+
+// Index of the first maximum (IsMax) or minimum along Axis; NaN counts as the extreme, as in
+// PyTorch. D is addressed like reduce's destination (stride 0 on Axis).
+template <class Sh, int Axis, bool IsMax, class D, class E> inline void arg_reduce(D d, E e) {
+  for_each_index<Sh>([&](const int64_t* idx) {
+    if (idx[Axis] != 0) return;
+    int64_t i[Sh::kRank];
+    std::copy(idx, idx + Sh::kRank, i);
+    auto best = e.at(i);
+    int64_t best_j = 0;
+    for (int64_t j = 1; j < Sh::kDims[Axis]; ++j) {
+      i[Axis] = j;
+      auto v = e.at(i);
+      if (::chroma::scalar::isnan_(best)) break;
+      const bool better = ::chroma::scalar::isnan_(v) || (IsMax ? v > best : v < best);
+      if (better) { best = v; best_j = j; }
+    }
+    d.at(idx) = best_j;
+  });
+}
+
+// ---- indexing ------------------------------------------------------------------------------
+
+// index_select: out[o] = src[o[:Axis], idx[o[Axis:Axis+IR]], o[Axis+IR:]]. Returns false and
+// stores the offending index in *bad when an index is outside [0, SrcDim).
+template <class OutSh, int Axis, int IR, int64_t SrcDim, class D, class S, class I>
+inline bool gather(D d, S s, I ix, int64_t* bad) {
+  constexpr int RO = OutSh::kRank;
+  constexpr int RS = RO - IR + 1;
+  bool ok = true;
+  for_each_index<OutSh>([&](const int64_t* o) {
+    if (!ok) return;
+    const int64_t v = static_cast<int64_t>(ix.at(o + Axis));
+    if (v < 0 || v >= SrcDim) { *bad = v; ok = false; return; }
+    int64_t si[RS > 0 ? RS : 1];
+    for (int k = 0; k < Axis; ++k) si[k] = o[k];
+    si[Axis] = v;
+    for (int k = Axis + 1; k < RS; ++k) si[k] = o[k + IR - 1];
+    d.at(o) = s.at(si);
+  });
+  return ok;
+}
+
+// torch.gather: out[o] = src[o with o[Axis] = idx[o]].
+template <class Sh, int Axis, int64_t SrcDim, class D, class S, class I>
+inline bool gather_elements(D d, S s, I ix, int64_t* bad) {
+  bool ok = true;
+  for_each_index<Sh>([&](const int64_t* o) {
+    if (!ok) return;
+    const int64_t v = static_cast<int64_t>(ix.at(o));
+    if (v < 0 || v >= SrcDim) { *bad = v; ok = false; return; }
+    int64_t si[Sh::kRank];
+    std::copy(o, o + Sh::kRank, si);
+    si[Axis] = v;
+    d.at(o) = s.at(si);
+  });
+  return ok;
+}
+
+// Top-k along Axis of the input shape Sh. Ties go to the lower index; NaN is the largest.
+template <class Sh, int Axis, int64_t K, bool Largest, class T, class DV, class DI, class E>
+inline void topk(DV dv, DI di, E e) {
+  std::vector<std::pair<T, int64_t>> buf(static_cast<size_t>(Sh::kDims[Axis]));
+  auto before = [](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
+    const bool an = ::chroma::scalar::isnan_(a.first), bn = ::chroma::scalar::isnan_(b.first);
+    if (an || bn) {
+      if (an && bn) return a.second < b.second;
+      return Largest ? an : bn;
+    }
+    if (a.first != b.first) return Largest ? a.first > b.first : a.first < b.first;
+    return a.second < b.second;
+  };
+  for_each_index<Sh>([&](const int64_t* idx) {
+    if (idx[Axis] != 0) return;
+    int64_t i[Sh::kRank];
+    std::copy(idx, idx + Sh::kRank, i);
+    for (int64_t j = 0; j < Sh::kDims[Axis]; ++j) {
+      i[Axis] = j;
+      buf[static_cast<size_t>(j)] = {static_cast<T>(e.at(i)), j};
+    }
+    std::partial_sort(buf.begin(), buf.begin() + K, buf.end(), before);
+    for (int64_t j = 0; j < K; ++j) {
+      i[Axis] = j;
+      dv.at(i) = buf[static_cast<size_t>(j)].first;
+      di.at(i) = buf[static_cast<size_t>(j)].second;
+    }
+  });
+}
+
+// ---- matrix products -----------------------------------------------------------------------
+
+// Portable C = op(A) op(B) (row-major, beta = 0), the `blas=False` path and the integer path.
+// Accumulates in T; i-k-j order so the inner loop streams rows of B and C.
+template <class T>
+inline void gemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                     const T* b, int64_t ldb, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    T* ci = c + i * ldc;
+    for (int64_t j = 0; j < n; ++j) ci[j] = T(0);
+    for (int64_t p = 0; p < k; ++p) {
+      const T av = ta ? a[p * lda + i] : a[i * lda + p];
+      if (!tb) {
+        const T* bp = b + p * ldb;
+        for (int64_t j = 0; j < n; ++j) ci[j] += av * bp[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) ci[j] += av * b[j * ldb + p];
+      }
+    }
+  }
+}
+
+}  // namespace chroma::et

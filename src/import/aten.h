@@ -1,0 +1,67 @@
+// The ATen handler table: maps each ATen target ("aten.add.Tensor") onto IR primitives,
+// directly or by decomposition. Handlers are grouped by op family, one file each
+// (aten_elementwise.cpp, aten_shape.cpp, aten_reduce.cpp, aten_linalg.cpp, aten_index.cpp).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "import/builder.h"
+
+namespace chroma {
+
+using json = nlohmann::json;
+
+// One exported ATen call: its positional args and kwargs in the graph file's ARG encoding
+// (docs/graph_format.md), plus accessors that decode them with errors naming the argument.
+class Call {
+ public:
+  Call(const json& node, Builder& b, const std::unordered_map<std::string, std::vector<Value>>& values);
+  const std::string& target() const { return target_; }
+  // Positional arg `i`, else kwarg `name`; nullptr when absent or None.
+  const json* get(size_t i, const char* name) const;
+  bool has(size_t i, const char* name) const { return get(i, name) != nullptr; }
+
+  Value tensor(size_t i, const char* name) const;
+  std::vector<Value> tensors(size_t i, const char* name) const;        // list of tensors
+  std::vector<std::optional<Value>> opt_tensors(size_t i, const char* name) const;  // list with None
+  bool is_tensor(size_t i, const char* name) const;
+  int64_t int_(size_t i, const char* name) const;
+  int64_t int_or(size_t i, const char* name, int64_t dflt) const;
+  double float_or(size_t i, const char* name, double dflt) const;
+  bool bool_or(size_t i, const char* name, bool dflt) const;
+  Scalar scalar(size_t i, const char* name) const;
+  std::vector<int64_t> ints(size_t i, const char* name) const;
+  std::optional<DType> dtype(size_t i, const char* name) const;
+  std::string str_or(size_t i, const char* name, const std::string& dflt) const;
+  Operand operand(size_t i, const char* name) const;  // tensor or scalar
+  // Output `k` type as recorded by the exporter.
+  TensorType out_type(size_t k = 0) const;
+
+  [[noreturn]] void fail(const std::string& msg) const;
+  Builder& b;
+
+ private:
+  const json& node_;
+  std::string target_;
+  const std::unordered_map<std::string, std::vector<Value>>& values_;
+  Value ref(const json& j, const char* name) const;
+};
+
+using Handler = std::function<std::vector<Value>(Call&)>;
+using HandlerTable = std::map<std::string, Handler>;
+
+void register_aten_elementwise(HandlerTable& t);
+void register_aten_shape(HandlerTable& t);
+void register_aten_reduce(HandlerTable& t);
+void register_aten_linalg(HandlerTable& t);
+void register_aten_index(HandlerTable& t);
+
+// All handlers, built once.
+const HandlerTable& aten_handlers();
+
+}  // namespace chroma

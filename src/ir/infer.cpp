@@ -1,0 +1,223 @@
+// Shape and dtype rules for each IR primitive. Each rule checks its inputs and attributes
+// and throws CompileError with a message naming what does not fit. Dispatch goes through a
+// table generated from ops.def, so a new op without a rule does not compile.
+#include <algorithm>
+#include <array>
+
+#include "ir/graph.h"
+
+namespace chroma {
+namespace {
+
+using Types = std::vector<TensorType>;
+using Inputs = std::vector<Value>;
+
+[[noreturn]] void fail(const std::string& msg) { throw CompileError(msg); }
+
+void expect_arity(const OpInfo& info, const Inputs& in) {
+  if (info.arity >= 0 && static_cast<int>(in.size()) != info.arity) {
+    fail("expects " + std::to_string(info.arity) + " inputs, got " + std::to_string(in.size()));
+  }
+}
+
+Types infer_Input(const Graph&, const Inputs&, const Attrs& a) { return {TensorType{a.dtype, a.ints}}; }
+Types infer_Constant(const Graph&, const Inputs&, const Attrs& a) { return {TensorType{a.dtype, a.ints}}; }
+Types infer_Full(const Graph&, const Inputs&, const Attrs& a) { return {TensorType{a.dtype, a.ints}}; }
+
+Types infer_Iota(const Graph&, const Inputs&, const Attrs& a) {
+  if (a.coeffs.size() != a.ints.size()) fail("needs one coefficient per dimension");
+  return {TensorType{a.dtype, a.ints}};
+}
+
+Types infer_Map(const Graph& g, const Inputs& in, const Attrs& a) {
+  if (a.ew == EwOp::kCount) fail("has no elementwise operation");
+  const EwInfo& ew = ew_info(a.ew);
+  if (static_cast<int>(in.size()) != ew.arity) {
+    fail(std::string(ew.name) + " expects " + std::to_string(ew.arity) + " operands, got " +
+         std::to_string(in.size()));
+  }
+  // Operands carry the output shape (broadcasts are explicit Expand nodes) and, except
+  // where's condition, one dtype (promotions are explicit Cast nodes).
+  const size_t first_value = a.ew == EwOp::k_where ? 1 : 0;
+  const TensorType& t0 = g.type(in[first_value]);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const TensorType& t = g.type(in[i]);
+    if (t.shape != t0.shape) fail(std::string(ew.name) + ": operand shapes differ: " + t0.str() + " vs " + t.str());
+    if (i >= first_value && t.dtype != t0.dtype) {
+      fail(std::string(ew.name) + ": operand dtypes differ: " + t0.str() + " vs " + t.str());
+    }
+  }
+  if (a.ew == EwOp::k_where && g.type(in[0]).dtype != DType::kBool) fail("where: condition must be bool");
+  if (ew.result == EwResult::kFloat && !is_float(t0.dtype)) {
+    fail(std::string(ew.name) + " needs floating-point operands, got " + t0.str());
+  }
+  DType out = ew.result == EwResult::kBool ? DType::kBool : t0.dtype;
+  return {TensorType{out, t0.shape}};
+}
+
+Types infer_Cast(const Graph& g, const Inputs& in, const Attrs& a) {
+  return {TensorType{a.dtype, g.type(in[0]).shape}};
+}
+
+Types infer_Permute(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (static_cast<int64_t>(a.ints.size()) != t.rank()) fail("permutation rank differs from input " + t.str());
+  std::vector<bool> seen(a.ints.size(), false);
+  Shape out;
+  for (int64_t p : a.ints) {
+    if (p < 0 || p >= t.rank() || seen[static_cast<size_t>(p)]) fail("invalid permutation " + shape_str(a.ints));
+    seen[static_cast<size_t>(p)] = true;
+    out.push_back(t.shape[static_cast<size_t>(p)]);
+  }
+  return {TensorType{t.dtype, out}};
+}
+
+Types infer_Expand(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (static_cast<int64_t>(a.ints.size()) != t.rank()) fail("expand must keep the rank: " + t.str() + " to " + shape_str(a.ints));
+  for (size_t i = 0; i < a.ints.size(); ++i) {
+    if (t.shape[i] != a.ints[i] && t.shape[i] != 1) fail("cannot expand " + t.str() + " to " + shape_str(a.ints));
+  }
+  return {TensorType{t.dtype, a.ints}};
+}
+
+Types infer_Slice(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (a.axis < 0 || a.axis >= t.rank()) fail("slice axis out of range for " + t.str());
+  const int64_t dim = t.shape[static_cast<size_t>(a.axis)];
+  if (a.step <= 0 || a.start < 0 || a.end < a.start || a.end > dim) {
+    fail("invalid slice [" + std::to_string(a.start) + ":" + std::to_string(a.end) + ":" +
+         std::to_string(a.step) + "] of a dimension of size " + std::to_string(dim));
+  }
+  Shape out = t.shape;
+  out[static_cast<size_t>(a.axis)] = (a.end - a.start + a.step - 1) / a.step;
+  return {TensorType{t.dtype, out}};
+}
+
+Types infer_Reshape(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (numel(a.ints) != t.numel()) fail("cannot reshape " + t.str() + " to " + shape_str(a.ints));
+  return {TensorType{t.dtype, a.ints}};
+}
+
+Types infer_Reduce(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  Shape out;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    bool reduced = std::find(a.ints.begin(), a.ints.end(), d) != a.ints.end();
+    if (!reduced) out.push_back(t.shape[static_cast<size_t>(d)]);
+    else if (a.keepdim) out.push_back(1);
+  }
+  for (int64_t ax : a.ints) {
+    if (ax < 0 || ax >= t.rank()) fail("reduction axis " + std::to_string(ax) + " out of range for " + t.str());
+  }
+  return {TensorType{t.dtype, out}};
+}
+
+Types infer_ArgReduce(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (a.axis < 0 || a.axis >= t.rank()) fail("axis out of range for " + t.str());
+  if (t.shape[static_cast<size_t>(a.axis)] == 0) fail("cannot take argmax/argmin of an empty dimension");
+  Shape out;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (d != a.axis) out.push_back(t.shape[static_cast<size_t>(d)]);
+    else if (a.keepdim) out.push_back(1);
+  }
+  return {TensorType{DType::kI64, out}};
+}
+
+Types infer_MatMul(const Graph& g, const Inputs& in, const Attrs&) {
+  const TensorType& x = g.type(in[0]);
+  const TensorType& y = g.type(in[1]);
+  if (x.rank() < 2 || x.rank() != y.rank()) fail("operands must have equal rank >= 2: " + x.str() + " @ " + y.str());
+  if (x.dtype != y.dtype) fail("operand dtypes differ: " + x.str() + " @ " + y.str());
+  const size_t r = static_cast<size_t>(x.rank());
+  if (x.shape[r - 1] != y.shape[r - 2]) fail("inner dimensions differ: " + x.str() + " @ " + y.str());
+  Shape out(x.shape.begin(), x.shape.end() - 2);
+  for (size_t i = 0; i + 2 < r; ++i) {
+    if (x.shape[i] != y.shape[i]) fail("batch dimensions differ: " + x.str() + " @ " + y.str());
+  }
+  out.push_back(x.shape[r - 2]);
+  out.push_back(y.shape[r - 1]);
+  return {TensorType{x.dtype, out}};
+}
+
+Types infer_Gather(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& src = g.type(in[0]);
+  const TensorType& idx = g.type(in[1]);
+  if (idx.dtype != DType::kI64) fail("indices must be int64, got " + idx.str());
+  if (a.axis < 0 || a.axis >= src.rank()) fail("axis out of range for " + src.str());
+  Shape out(src.shape.begin(), src.shape.begin() + a.axis);
+  out.insert(out.end(), idx.shape.begin(), idx.shape.end());
+  out.insert(out.end(), src.shape.begin() + a.axis + 1, src.shape.end());
+  return {TensorType{src.dtype, out}};
+}
+
+Types infer_GatherElements(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& src = g.type(in[0]);
+  const TensorType& idx = g.type(in[1]);
+  if (idx.dtype != DType::kI64) fail("indices must be int64, got " + idx.str());
+  if (src.rank() != idx.rank()) fail("index rank differs from source: " + idx.str() + " vs " + src.str());
+  if (a.axis < 0 || a.axis >= src.rank()) fail("axis out of range for " + src.str());
+  for (int64_t d = 0; d < src.rank(); ++d) {
+    if (d != a.axis && idx.shape[static_cast<size_t>(d)] > src.shape[static_cast<size_t>(d)]) {
+      fail("index " + idx.str() + " is larger than source " + src.str() + " off the gather axis");
+    }
+  }
+  return {TensorType{src.dtype, idx.shape}};
+}
+
+Types infer_Concat(const Graph& g, const Inputs& in, const Attrs& a) {
+  if (in.empty()) fail("needs at least one input");
+  TensorType out = g.type(in[0]);
+  if (a.axis < 0 || a.axis >= out.rank()) fail("axis out of range for " + out.str());
+  out.shape[static_cast<size_t>(a.axis)] = 0;
+  for (const Value& v : in) {
+    const TensorType& t = g.type(v);
+    if (t.rank() != out.rank() || t.dtype != out.dtype) fail("inputs differ in rank or dtype: " + t.str());
+    for (int64_t d = 0; d < t.rank(); ++d) {
+      if (d != a.axis && t.shape[static_cast<size_t>(d)] != out.shape[static_cast<size_t>(d)]) {
+        fail("input " + t.str() + " does not match the others off the concatenation axis");
+      }
+    }
+    out.shape[static_cast<size_t>(a.axis)] += t.shape[static_cast<size_t>(a.axis)];
+  }
+  return {out};
+}
+
+Types infer_TopK(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (a.axis < 0 || a.axis >= t.rank()) fail("axis out of range for " + t.str());
+  if (a.k < 0 || a.k > t.shape[static_cast<size_t>(a.axis)]) {
+    fail("k=" + std::to_string(a.k) + " out of range for " + t.str());
+  }
+  Shape out = t.shape;
+  out[static_cast<size_t>(a.axis)] = a.k;
+  return {TensorType{t.dtype, out}, TensorType{DType::kI64, out}};
+}
+
+using Rule = Types (*)(const Graph&, const Inputs&, const Attrs&);
+constexpr std::array<Rule, static_cast<size_t>(Op::kCount)> kRules = {{
+#define CHROMA_OP(name, cls, arity, outs) &infer_##name,
+#include "ir/ops.def"
+#undef CHROMA_OP
+}};
+
+}  // namespace
+
+std::vector<TensorType> infer_types(const Graph& g, Op op, const std::vector<Value>& inputs, const Attrs& attrs) {
+  const OpInfo& info = op_info(op);
+  expect_arity(info, inputs);
+  for (const Value& v : inputs) {
+    (void)g.type(v);
+  }
+  Types t = kRules[static_cast<size_t>(op)](g, inputs, attrs);
+  for (const TensorType& tt : t) {
+    for (int64_t d : tt.shape) {
+      if (d < 0) fail("negative dimension in " + tt.str());
+    }
+  }
+  return t;
+}
+
+}  // namespace chroma
