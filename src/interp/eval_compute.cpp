@@ -1,0 +1,223 @@
+// Reference kernels for the primitives that compute new values from many inputs: Reduce,
+// ArgReduce, MatMul, TopK.
+//
+// Accumulation: float types accumulate in double; integer types accumulate in uint64_t, so
+// overflow wraps modulo 2^64 (well defined) before the final conversion to the dtype, like
+// the wrap-around PyTorch's integer kernels show in practice.
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <type_traits>
+
+#include "interp/kernels.h"
+
+namespace chroma::interp {
+namespace {
+
+// The accumulator type for sums and products of T.
+template <class T>
+using Acc = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
+
+template <class T> T reduce_row(ReduceKind kind, const T* row, int64_t count) {
+  switch (kind) {
+    case ReduceKind::kSum: {
+      if constexpr (std::is_same_v<T, bool>) {
+        for (int64_t j = 0; j < count; ++j) {
+          if (row[j]) return true;
+        }
+        return false;
+      } else {
+        Acc<T> acc = 0;
+        for (int64_t j = 0; j < count; ++j) acc += static_cast<Acc<T>>(row[j]);
+        return static_cast<T>(acc);
+      }
+    }
+    case ReduceKind::kProd: {
+      if constexpr (std::is_same_v<T, bool>) {
+        for (int64_t j = 0; j < count; ++j) {
+          if (!row[j]) return false;
+        }
+        return true;
+      } else {
+        Acc<T> acc = 1;
+        for (int64_t j = 0; j < count; ++j) acc *= static_cast<Acc<T>>(row[j]);
+        return static_cast<T>(acc);
+      }
+    }
+    case ReduceKind::kMax:
+    case ReduceKind::kMin: {
+      const bool is_max = kind == ReduceKind::kMax;
+      T best = row[0];
+      if (is_nan(best)) return best;
+      for (int64_t j = 1; j < count; ++j) {
+        const T v = row[j];
+        if (is_nan(v)) return v;
+        if (is_max ? best < v : v < best) best = v;
+      }
+      return best;
+    }
+  }
+  throw CompileError("internal: unknown reduction");
+}
+
+// Strict weak order for TopK: a comes before b. NaN is the largest value; equal values keep
+// index order.
+template <class T> bool topk_before(T va, int64_t ia, T vb, int64_t ib, bool largest) {
+  const bool na = is_nan(va), nb = is_nan(vb);
+  if (na != nb) return largest ? na : nb;
+  if (!na && va != vb) return largest ? vb < va : va < vb;
+  return ia < ib;
+}
+
+}  // namespace
+
+Tensors eval_Reduce(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const Shape& shape = x.type.shape;
+  const Shape strides = contiguous_strides(shape);
+  std::vector<bool> reduced(shape.size(), false);
+  for (int64_t ax : n.attrs.ints) {
+    if (ax < 0 || ax >= x.type.rank()) throw CompileError("reduction axis " + std::to_string(ax) + " out of range");
+    reduced[static_cast<size_t>(ax)] = true;
+  }
+  // View the input as [kept dims..., reduced dims...] so each output element reduces one
+  // contiguous row of `count` elements.
+  Shape view_shape, view_strides, red_shape, red_strides;
+  bool reordered = false, seen_reduced = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (reduced[d]) {
+      red_shape.push_back(shape[d]);
+      red_strides.push_back(strides[d]);
+      seen_reduced = true;
+    } else {
+      view_shape.push_back(shape[d]);
+      view_strides.push_back(strides[d]);
+      if (seen_reduced) reordered = true;
+    }
+  }
+  const int64_t count = numel(red_shape);
+  if (count == 0 && (n.attrs.reduce == ReduceKind::kMax || n.attrs.reduce == ReduceKind::kMin)) {
+    throw CompileError("cannot take the " + std::string(reduce_name(n.attrs.reduce)) + " of an empty set of elements");
+  }
+  view_shape.insert(view_shape.end(), red_shape.begin(), red_shape.end());
+  view_strides.insert(view_strides.end(), red_strides.begin(), red_strides.end());
+  const Tensor dense = reordered ? materialize(x, view_shape, view_strides, 0) : x;
+  OutBuffer out(n.type());
+  const int64_t out_count = n.type().numel();
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = dense.data<T>();
+    T* o = out.data<T>();
+    for (int64_t i = 0; i < out_count; ++i) o[i] = reduce_row<T>(n.attrs.reduce, p + i * count, count);
+  });
+  return {out.finish()};
+}
+
+Tensors eval_ArgReduce(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const size_t axis = static_cast<size_t>(n.attrs.axis);
+  const Shape& shape = x.type.shape;
+  const int64_t outer = extent(shape, 0, axis);
+  const int64_t dim = shape[axis];
+  const int64_t inner = extent(shape, axis + 1, shape.size());
+  if (dim == 0) throw CompileError("cannot take argmax/argmin of an empty dimension");
+  if (n.attrs.reduce != ReduceKind::kMax && n.attrs.reduce != ReduceKind::kMin) {
+    throw CompileError("ArgReduce supports max and min only");
+  }
+  const bool is_max = n.attrs.reduce == ReduceKind::kMax;
+  OutBuffer out(n.type());
+  int64_t* o = out.data<int64_t>();
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = x.data<T>();
+    for (int64_t a = 0; a < outer; ++a) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* row = p + a * dim * inner + i;
+        T best = row[0];
+        int64_t best_j = 0;
+        for (int64_t j = 1; j < dim && !is_nan(best); ++j) {
+          const T v = row[j * inner];
+          if (is_nan(v) || (is_max ? best < v : v < best)) {
+            best = v;
+            best_j = j;
+          }
+        }
+        o[a * inner + i] = best_j;
+      }
+    }
+  });
+  return {out.finish()};
+}
+
+Tensors eval_MatMul(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const Tensor& y = in[1];
+  const size_t r = x.type.shape.size();
+  const int64_t batch = extent(x.type.shape, 0, r - 2);
+  const int64_t m = x.type.shape[r - 2];
+  const int64_t k = x.type.shape[r - 1];
+  const int64_t nn = y.type.shape[r - 1];
+  OutBuffer out(n.type());
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Acc<T>;
+    const T* xp = x.data<T>();
+    const T* yp = y.data<T>();
+    T* o = out.data<T>();
+    std::vector<A> acc(static_cast<size_t>(nn));
+    for (int64_t b = 0; b < batch; ++b) {
+      const T* xb = xp + b * m * k;
+      const T* yb = yp + b * k * nn;
+      for (int64_t i = 0; i < m; ++i) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t l = 0; l < k; ++l) {
+          const A xv = static_cast<A>(xb[i * k + l]);
+          const T* yrow = yb + l * nn;
+          for (int64_t j = 0; j < nn; ++j) acc[static_cast<size_t>(j)] += xv * static_cast<A>(yrow[j]);
+        }
+        T* orow = o + (b * m + i) * nn;
+        for (int64_t j = 0; j < nn; ++j) orow[j] = convert<T>(acc[static_cast<size_t>(j)]);
+      }
+    }
+  });
+  return {out.finish()};
+}
+
+Tensors eval_TopK(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const size_t axis = static_cast<size_t>(n.attrs.axis);
+  const Shape& shape = x.type.shape;
+  const int64_t outer = extent(shape, 0, axis);
+  const int64_t dim = shape[axis];
+  const int64_t inner = extent(shape, axis + 1, shape.size());
+  const int64_t k = n.attrs.k;
+  if (k < 0 || k > dim) throw CompileError("k=" + std::to_string(k) + " out of range for " + x.type.str());
+  const bool largest = n.attrs.largest;
+  OutBuffer values(n.type(0));
+  OutBuffer indices(n.type(1));
+  int64_t* oi = indices.data<int64_t>();
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = x.data<T>();
+    T* ov = values.data<T>();
+    std::vector<T> row(static_cast<size_t>(dim));
+    std::vector<int64_t> order(static_cast<size_t>(dim));
+    for (int64_t a = 0; a < outer; ++a) {
+      for (int64_t i = 0; i < inner; ++i) {
+        for (int64_t j = 0; j < dim; ++j) row[static_cast<size_t>(j)] = p[(a * dim + j) * inner + i];
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t u, int64_t v) {
+          return topk_before(row[static_cast<size_t>(u)], u, row[static_cast<size_t>(v)], v, largest);
+        });
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t src = order[static_cast<size_t>(j)];
+          ov[(a * k + j) * inner + i] = row[static_cast<size_t>(src)];
+          oi[(a * k + j) * inner + i] = src;
+        }
+      }
+    }
+  });
+  return {values.finish(), indices.finish()};
+}
+
+}  // namespace chroma::interp
