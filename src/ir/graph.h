@@ -113,6 +113,7 @@ class Graph {
   std::vector<Value> outputs;
   std::string output_structure = "single";  // "single" | "tuple" | "list"
   std::vector<ConstantData> constants;
+  int64_t folded_constants = 0;  // nodes replaced by constants so far (constant folding)
 
   // Where this node came from, for error messages: "node 'addmm' (model.py:12 ...)".
   std::string describe(int32_t id) const;

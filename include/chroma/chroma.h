@@ -1,0 +1,61 @@
+/* Chroma artifact C ABI.
+ *
+ * Every compiled artifact's shared library (`<artifact>/model.so`) exports these functions,
+ * so a C or C++ program can run the model without Python:
+ *
+ *   char err[512];
+ *   chroma_program* p = chroma_open("build/mlp", err, sizeof err);   // maps weights.bin
+ *   if (!p) { fprintf(stderr, "%s\n", err); return 1; }
+ *   const void* in[] = {x};  void* out[] = {y};
+ *   if (chroma_run(p, in, out, err, sizeof err) != CHROMA_OK) ...
+ *   chroma_close(p);
+ *
+ * Inputs and outputs are dense row-major arrays of the dtypes and shapes the accessors
+ * report. chroma_open checks the ABI version, the weights file's size and its SHA-256
+ * against the digest compiled into the library, and says what does not match.
+ * A program is not thread-safe: one chroma_run at a time per chroma_program.
+ */
+#ifndef CHROMA_CHROMA_H_
+#define CHROMA_CHROMA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHROMA_ABI_VERSION 1
+
+enum {
+  CHROMA_OK = 0,
+  CHROMA_ERR_INVALID = 1, /* bad argument, missing or corrupt artifact file */
+  CHROMA_ERR_INDEX = 2,   /* an index input was out of range */
+  CHROMA_ERR_MEMORY = 3
+};
+
+typedef struct chroma_program chroma_program;
+
+int chroma_abi_version(void);
+/* Loads the artifact in `dir`; returns NULL and writes a message to err on failure. */
+chroma_program* chroma_open(const char* dir, char* err, size_t err_len);
+void chroma_close(chroma_program* p);
+int chroma_run(chroma_program* p, const void* const* inputs, void* const* outputs, char* err, size_t err_len);
+
+int chroma_num_inputs(void);
+int chroma_num_outputs(void);
+const char* chroma_input_name(int i);
+const char* chroma_input_dtype(int i);   /* "float32", "int64", "bool", ... */
+int chroma_input_rank(int i);
+const int64_t* chroma_input_shape(int i);
+const char* chroma_output_dtype(int i);
+int chroma_output_rank(int i);
+const int64_t* chroma_output_shape(int i);
+/* Digest of the generated source this library was built from (matches manifest.json). */
+const char* chroma_source_digest(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHROMA_CHROMA_H_ */

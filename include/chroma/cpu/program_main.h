@@ -1,0 +1,160 @@
+// Entry points of a compiled artifact's library: the C ABI (chroma/chroma.h) and the Python
+// extension module `chroma_model`, both in the same shared library.
+//
+// Included once, at the end of the generated program.cpp, after it defined namespace
+// chroma_gen { kInputs, kOutputs, kKernels, kArenaBytes, kWeightsBytes, kWeightsSha256,
+// kSourceDigest, kUsesBlas, run_kernels() }.
+//
+// The Python half references the CPython API through weak symbols: inside a Python process
+// they resolve to the interpreter, elsewhere they stay null and are never called, so the
+// same library loads in a plain C/C++ program that has no libpython.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "chroma/chroma.h"
+#include "chroma/cpu/runtime.h"
+#include "chroma/detail/sha256.h"
+
+#if CHROMA_WITH_BLAS
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+struct chroma_program {
+  const uint8_t* weights = nullptr;
+  size_t weights_len = 0;
+  uint8_t* arena = nullptr;
+};
+
+namespace chroma_gen_detail {
+
+inline void set_err(char* err, size_t len, const std::string& msg) {
+  if (err && len) std::snprintf(err, len, "%s", msg.c_str());
+}
+
+inline chroma_program* open_program(const char* dir, std::string* why) {
+  auto* p = new (std::nothrow) chroma_program();
+  if (!p) {
+    *why = "out of memory";
+    return nullptr;
+  }
+  const std::string path = std::string(dir) + "/weights.bin";
+  if (chroma_gen::kWeightsBytes > 0) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) {
+      *why = "cannot open " + path + ": " + std::strerror(errno);
+      delete p;
+      return nullptr;
+    }
+    struct stat st{};
+    ::fstat(fd, &st);
+    if (static_cast<int64_t>(st.st_size) != chroma_gen::kWeightsBytes) {
+      *why = path + " has " + std::to_string(st.st_size) + " bytes, this library expects " +
+             std::to_string(chroma_gen::kWeightsBytes) + " (truncated or from another build)";
+      ::close(fd);
+      delete p;
+      return nullptr;
+    }
+    void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) {
+      *why = "cannot map " + path;
+      delete p;
+      return nullptr;
+    }
+    p->weights = static_cast<const uint8_t*>(m);
+    p->weights_len = static_cast<size_t>(st.st_size);
+    const std::string digest = chroma::detail::sha256_hex(p->weights, p->weights_len);
+    if (digest != chroma_gen::kWeightsSha256) {
+      *why = path + " is corrupt or from another build: SHA-256 " + digest + ", expected " + chroma_gen::kWeightsSha256;
+      ::munmap(const_cast<uint8_t*>(p->weights), p->weights_len);
+      delete p;
+      return nullptr;
+    }
+  }
+  if (chroma_gen::kArenaBytes > 0) {
+    p->arena = static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>((chroma_gen::kArenaBytes + 63) / 64 * 64)));
+    if (!p->arena) {
+      *why = "cannot allocate the " + std::to_string(chroma_gen::kArenaBytes) + "-byte arena";
+      if (p->weights) ::munmap(const_cast<uint8_t*>(p->weights), p->weights_len);
+      delete p;
+      return nullptr;
+    }
+  }
+#if CHROMA_WITH_BLAS
+  openblas_set_num_threads(1);
+#endif
+  return p;
+}
+
+inline int run_program(chroma_program* p, const void* const* in, void* const* out, std::string* why) {
+  chroma::rt::Ctx cx{in, out, p->weights, p->arena};
+  const int rc = chroma_gen::run_kernels(cx);
+  if (rc == CHROMA_ERR_INDEX) {
+    const chroma::rt::KernelInfo& k = chroma_gen::kKernels[cx.err_kernel];
+    *why = "index " + std::to_string(cx.err_value) + " is out of range for dimension " + std::to_string(k.axis) +
+           " of size " + std::to_string(k.dim_size) + " in node '" + k.node + "'" +
+           (k.source[0] ? std::string(" at ") + k.source : std::string());
+  } else if (rc) {
+    *why = "kernel failed";
+  }
+  return rc;
+}
+
+}  // namespace chroma_gen_detail
+
+extern "C" {
+
+__attribute__((visibility("default"))) int chroma_abi_version(void) { return CHROMA_ABI_VERSION; }
+
+__attribute__((visibility("default"))) chroma_program* chroma_open(const char* dir, char* err, size_t err_len) {
+  std::string why;
+  chroma_program* p = chroma_gen_detail::open_program(dir ? dir : ".", &why);
+  if (!p) chroma_gen_detail::set_err(err, err_len, why);
+  return p;
+}
+
+__attribute__((visibility("default"))) void chroma_close(chroma_program* p) {
+  if (!p) return;
+  if (p->weights) ::munmap(const_cast<uint8_t*>(p->weights), p->weights_len);
+  std::free(p->arena);
+  delete p;
+}
+
+__attribute__((visibility("default"))) int chroma_run(chroma_program* p, const void* const* inputs, void* const* outputs,
+                                                      char* err, size_t err_len) {
+  if (!p) {
+    chroma_gen_detail::set_err(err, err_len, "chroma_run: program is NULL");
+    return CHROMA_ERR_INVALID;
+  }
+  std::string why;
+  const int rc = chroma_gen_detail::run_program(p, inputs, outputs, &why);
+  if (rc) chroma_gen_detail::set_err(err, err_len, why);
+  return rc;
+}
+
+__attribute__((visibility("default"))) int chroma_num_inputs(void) { return chroma_gen::kNumInputs; }
+__attribute__((visibility("default"))) int chroma_num_outputs(void) { return chroma_gen::kNumOutputs; }
+__attribute__((visibility("default"))) const char* chroma_input_name(int i) { return chroma_gen::kInputs[i].name; }
+__attribute__((visibility("default"))) const char* chroma_input_dtype(int i) { return chroma_gen::kInputs[i].dtype; }
+__attribute__((visibility("default"))) int chroma_input_rank(int i) { return chroma_gen::kInputs[i].rank; }
+__attribute__((visibility("default"))) const int64_t* chroma_input_shape(int i) { return chroma_gen::kInputs[i].shape; }
+__attribute__((visibility("default"))) const char* chroma_output_dtype(int i) { return chroma_gen::kOutputs[i].dtype; }
+__attribute__((visibility("default"))) int chroma_output_rank(int i) { return chroma_gen::kOutputs[i].rank; }
+__attribute__((visibility("default"))) const int64_t* chroma_output_shape(int i) { return chroma_gen::kOutputs[i].shape; }
+__attribute__((visibility("default"))) const char* chroma_source_digest(void) { return chroma_gen::kSourceDigest; }
+
+}  // extern "C"
+
+#if CHROMA_WITH_PYTHON
+#include "chroma/cpu/python_module.h"
+#endif

@@ -1,0 +1,139 @@
+// The `chroma_model` Python extension half of an artifact library (see program_main.h).
+// It needs only the CPython API and the buffer protocol (NumPy arrays provide it); shape and
+// dtype checks with friendly messages live in the Python package (chroma/program.py), this
+// layer re-checks byte sizes so a mistake can never write out of bounds.
+#pragma once
+
+#include <Python.h>
+
+// Weak references: null outside a Python process, never called there.
+#pragma weak PyModuleDef_Init
+#pragma weak PyCapsule_New
+#pragma weak PyCapsule_GetPointer
+#pragma weak PyCapsule_IsValid
+#pragma weak PyErr_SetString
+#pragma weak PyExc_ValueError
+#pragma weak PyExc_IndexError
+#pragma weak PyExc_RuntimeError
+#pragma weak PyExc_TypeError
+#pragma weak PyObject_GetBuffer
+#pragma weak PyBuffer_Release
+#pragma weak PyTuple_Size
+#pragma weak PyTuple_GetItem
+#pragma weak PyList_Size
+#pragma weak PyList_GetItem
+#pragma weak PyUnicode_AsUTF8
+#pragma weak PyUnicode_FromString
+#pragma weak PyLong_FromLong
+#pragma weak PyEval_SaveThread
+#pragma weak PyEval_RestoreThread
+#pragma weak _Py_Dealloc
+#pragma weak _Py_NoneStruct
+#pragma weak PyModule_AddFunctions
+
+#include <vector>
+
+namespace chroma_gen_py {
+
+inline void capsule_free(PyObject* cap) {
+  auto* p = static_cast<chroma_program*>(PyCapsule_GetPointer(cap, "chroma_program"));
+  chroma_close(p);
+}
+
+inline PyObject* py_open(PyObject*, PyObject* args) {
+  if (PyTuple_Size(args) != 1) {
+    PyErr_SetString(PyExc_TypeError, "open(directory) takes one argument");
+    return nullptr;
+  }
+  const char* dir = PyUnicode_AsUTF8(PyTuple_GetItem(args, 0));
+  if (!dir) return nullptr;
+  std::string why;
+  chroma_program* p = chroma_gen_detail::open_program(dir, &why);
+  if (!p) {
+    PyErr_SetString(PyExc_ValueError, why.c_str());
+    return nullptr;
+  }
+  return PyCapsule_New(p, "chroma_program", capsule_free);
+}
+
+struct Buffers {
+  std::vector<Py_buffer> views;
+  ~Buffers() {
+    for (Py_buffer& b : views) PyBuffer_Release(&b);
+  }
+};
+
+inline bool get_buffers(PyObject* list, const chroma::rt::IoSpec* specs, int n, bool writable, const char* what,
+                        Buffers* out) {
+  if (PyList_Size(list) != n) {
+    PyErr_SetString(PyExc_ValueError, (std::string(what) + ": expected " + std::to_string(n) + " arrays").c_str());
+    return false;
+  }
+  out->views.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Py_buffer view;
+    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(PyList_GetItem(list, i), &view, flags) != 0) return false;
+    out->views.push_back(view);
+    if (view.len != specs[i].nbytes) {
+      PyErr_SetString(PyExc_ValueError, (std::string(what) + " " + std::to_string(i) + " has " + std::to_string(view.len) +
+                                         " bytes, expected " + std::to_string(specs[i].nbytes)).c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+inline PyObject* py_run(PyObject*, PyObject* args) {
+  if (PyTuple_Size(args) != 3) {
+    PyErr_SetString(PyExc_TypeError, "run(program, inputs, outputs) takes three arguments");
+    return nullptr;
+  }
+  auto* p = static_cast<chroma_program*>(PyCapsule_GetPointer(PyTuple_GetItem(args, 0), "chroma_program"));
+  if (!p) return nullptr;
+  Buffers ins, outs;
+  if (!get_buffers(PyTuple_GetItem(args, 1), chroma_gen::kInputs, chroma_gen::kNumInputs, false, "input", &ins)) return nullptr;
+  if (!get_buffers(PyTuple_GetItem(args, 2), chroma_gen::kOutputs, chroma_gen::kNumOutputs, true, "output", &outs)) return nullptr;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (Py_buffer& b : ins.views) in_ptrs.push_back(b.buf);
+  for (Py_buffer& b : outs.views) out_ptrs.push_back(b.buf);
+  in_ptrs.push_back(nullptr);
+  out_ptrs.push_back(nullptr);
+  std::string why;
+  PyThreadState* ts = PyEval_SaveThread();
+  const int rc = chroma_gen_detail::run_program(p, in_ptrs.data(), out_ptrs.data(), &why);
+  PyEval_RestoreThread(ts);
+  if (rc == CHROMA_ERR_INDEX) {
+    PyErr_SetString(PyExc_IndexError, why.c_str());
+    return nullptr;
+  }
+  if (rc) {
+    PyErr_SetString(PyExc_RuntimeError, why.c_str());
+    return nullptr;
+  }
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
+inline PyObject* py_source_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kSourceDigest); }
+inline PyObject* py_abi_version(PyObject*, PyObject*) { return PyLong_FromLong(CHROMA_ABI_VERSION); }
+
+inline PyMethodDef kMethods[] = {
+    {"open", py_open, METH_VARARGS, "open(directory) -> program handle; maps and verifies weights.bin"},
+    {"run", py_run, METH_VARARGS, "run(program, inputs, outputs): inputs/outputs are lists of C-contiguous buffers"},
+    {"source_digest", py_source_digest, METH_NOARGS, "digest of the generated source"},
+    {"abi_version", py_abi_version, METH_NOARGS, "the C ABI version"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+inline PyModuleDef_Slot kSlots[] = {{0, nullptr}};
+
+inline PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "chroma_model", "A Chroma-compiled model", 0, kMethods, kSlots,
+                              nullptr, nullptr, nullptr};
+
+}  // namespace chroma_gen_py
+
+extern "C" __attribute__((visibility("default"))) PyObject* PyInit_chroma_model(void) {
+  return PyModuleDef_Init(&chroma_gen_py::kModule);
+}

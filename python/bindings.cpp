@@ -1,0 +1,42 @@
+// chroma._compiler: the C++ compiler exposed to the Python package.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "import/importer.h"
+#include "pipeline.h"
+
+namespace nb = nanobind;
+
+NB_MODULE(_compiler, m) {
+  m.doc() = "Chroma's C++ compiler: graph file -> artifact directory";
+  static nb::exception<chroma::CompileError> compile_error(m, "CompileError", PyExc_RuntimeError);
+  m.def(
+      "compile_graph",
+      [](const std::string& graph, const std::string& out, const std::string& target, bool blas,
+         const std::string& include_dir, const std::string& python_include, const std::string& cache_dir, int jobs,
+         int max_depth) {
+        chroma::CompileOptions o;
+        o.target = target;
+        o.blas = blas;
+        o.include_dir = include_dir;
+        o.python_include = python_include;
+        o.cache_dir = cache_dir;
+        o.jobs = jobs;
+        o.max_expression_depth = max_depth;
+        nb::gil_scoped_release release;
+        return chroma::compile_graph_file(graph, out, o);
+      },
+      nb::arg("graph"), nb::arg("out"), nb::arg("target") = "cpu", nb::arg("blas") = true, nb::arg("include_dir"),
+      nb::arg("python_include") = "", nb::arg("cache_dir") = "", nb::arg("jobs") = 0, nb::arg("max_depth") = 32,
+      "Compiles a .cgraph file into an artifact directory; returns the manifest JSON text.");
+  m.def(
+      "dump_graph",
+      [](const std::string& graph, const std::string& stage, int max_depth) {
+        return chroma::dump_graph_file(graph, stage, max_depth);
+      },
+      nb::arg("graph"), nb::arg("stage") = "optimized", nb::arg("max_depth") = 32,
+      "The IR of a graph file after 'import' or 'optimized', or the 'lowered' kernels and plan.");
+  m.def("supported_aten_targets", &chroma::supported_aten_targets);
+  m.attr("__version__") = CHROMA_VERSION;
+}

@@ -1,0 +1,62 @@
+"""chroma.compile: export with torch, then compile with the C++ compiler and load."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import tempfile
+from typing import Any, Optional
+
+from .program import Program, load
+
+__all__ = ["compile", "include_dir", "default_cache_dir"]
+
+
+def include_dir() -> str:
+    """The header-only runtime library the generated code includes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "include"), os.path.join(here, "..", "..", "include")):
+        if os.path.isfile(os.path.join(cand, "chroma", "cpu", "et.h")):
+            return os.path.abspath(cand)
+    raise RuntimeError("chroma's runtime headers are missing from the installation (chroma/include)")
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("CHROMA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "chroma")
+
+
+def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
+                  cache_dir: Optional[str] = None, max_depth: int = 32) -> Program:
+    """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
+    from . import _compiler
+
+    os.makedirs(out, exist_ok=True)
+    _compiler.compile_graph(
+        graph_path, out, target=target, blas=blas, include_dir=include_dir(),
+        python_include=sysconfig.get_paths()["include"],
+        cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth)
+    return load(out)
+
+
+def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
+            blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32) -> Program:  # noqa: A001
+    """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
+
+    out:       artifact directory (a new temporary directory when None)
+    target:    "cpu"
+    blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
+    jobs:      parallel compiler processes (0: one per core)
+    cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it)
+    max_depth: deepest fused expression before it is written to a buffer
+    """
+    from .export import export
+
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    if out is None:
+        out = tempfile.mkdtemp(prefix="chroma-")
+    os.makedirs(out, exist_ok=True)
+    graph = export(model_or_function, tuple(example_inputs))
+    gpath = os.path.join(out, "graph.cgraph")
+    graph.write(gpath)
+    return compile_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)

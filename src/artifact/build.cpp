@@ -1,0 +1,188 @@
+#include "artifact/build.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "chroma/detail/sha256.h"
+#include "ir/graph.h"
+
+extern char** environ;
+
+namespace chroma {
+namespace fs = std::filesystem;
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Digest of the header library, so editing a header invalidates cached builds.
+std::string headers_digest(const std::string& include_dir) {
+  chroma::detail::Sha256 h;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(include_dir)) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) {
+    const std::string rel = fs::relative(p, include_dir).string();
+    const std::string body = read_text(p);
+    h.update(rel.data(), rel.size());
+    h.update(body.data(), body.size());
+  }
+  return h.hex_digest();
+}
+
+struct Job {
+  pid_t pid = -1;
+  std::string name, log;
+};
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw CompileError("cannot run the C++ compiler '" + argv[0] + "': " + std::strerror(rc));
+  return pid;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+}  // namespace
+
+BuildResult build_library(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
+                          const std::string& out_dir, const BuildOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BuildResult r;
+  std::string cxx = opts.compiler;
+  if (const char* env = std::getenv("CXX"); env && *env && opts.compiler == "c++") cxx = env;
+  std::vector<std::string> flags = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off",
+                                    "-march=native", "-w", "-I" + opts.include_dir};
+  if (!opts.python_include.empty()) {
+    flags.push_back("-DCHROMA_WITH_PYTHON=1");
+    flags.push_back("-I" + opts.python_include);
+  }
+  flags.insert(flags.end(), opts.extra_flags.begin(), opts.extra_flags.end());
+  std::vector<std::string> link = {cxx, "-shared", "-o"};
+
+  chroma::detail::Sha256 key;
+  for (const auto& [name, body] : files) {
+    key.update(name.data(), name.size());
+    key.update(body.data(), body.size());
+  }
+  const std::string cmd = cxx + " " + join(flags) + (opts.blas ? " -lopenblas" : "");
+  key.update(cmd.data(), cmd.size());
+  const std::string hd = headers_digest(opts.include_dir);
+  key.update(hd.data(), hd.size());
+  r.cache_key = key.hex_digest();
+  r.command = cmd;
+  r.library_path = (fs::path(out_dir) / "model.so").string();
+
+  const bool tty = isatty(2);
+  fs::path cached;
+  if (!opts.cache_dir.empty()) {
+    cached = fs::path(opts.cache_dir) / "build" / (r.cache_key + ".so");
+    if (fs::exists(cached)) {
+      // Copy then rename: a new inode, so a process that has the old library loaded keeps
+      // its mapping intact and a later dlopen of this path loads the new file.
+      const std::string tmp = r.library_path + ".tmp";
+      fs::copy_file(cached, tmp, fs::copy_options::overwrite_existing);
+      fs::rename(tmp, r.library_path);
+      r.cached = true;
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    }
+  }
+
+  const fs::path obj_dir = fs::path(out_dir) / ".build";
+  fs::create_directories(obj_dir);
+  int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<Job> running;
+  std::vector<std::string> objects;
+  size_t next = 0, done = 0;
+  std::string failure;
+  auto wait_one = [&]() {
+    int status = 0;
+    const pid_t pid = ::wait(&status);
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (running[i].pid != pid) continue;
+      ++done;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && failure.empty()) {
+        failure = "compiling " + running[i].name + " failed:\n" + read_text(running[i].log);
+      }
+      if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done, files.size(), running[i].name.c_str());
+      running.erase(running.begin() + static_cast<long>(i));
+      return;
+    }
+  };
+  while (next < files.size() || !running.empty()) {
+    while (next < files.size() && static_cast<int>(running.size()) < jobs && failure.empty()) {
+      const std::string& name = files[next].first;
+      const std::string src = (fs::path(src_dir) / name).string();
+      const std::string obj = (obj_dir / (name + ".o")).string();
+      std::vector<std::string> argv = {cxx};
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      argv.insert(argv.end(), {"-c", src, "-o", obj});
+      Job j;
+      j.name = name;
+      j.log = (obj_dir / (name + ".log")).string();
+      j.pid = spawn(argv, j.log);
+      running.push_back(j);
+      objects.push_back(obj);
+      ++next;
+    }
+    if (running.empty()) break;
+    wait_one();
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  if (!failure.empty()) throw CompileError("building the generated code: " + failure);
+  std::vector<std::string> argv = link;
+  const std::string tmp_lib = r.library_path + ".tmp";
+  argv.push_back(tmp_lib);
+  argv.insert(argv.end(), objects.begin(), objects.end());
+  if (opts.blas) argv.push_back("-lopenblas");
+  const std::string log = (obj_dir / "link.log").string();
+  pid_t pid = spawn(argv, log);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) throw CompileError("linking the generated code failed:\n" + read_text(log));
+  fs::rename(tmp_lib, r.library_path);
+  fs::remove_all(obj_dir);
+  if (!cached.empty()) {
+    std::error_code ec;
+    fs::create_directories(cached.parent_path(), ec);
+    const fs::path tmp = cached.string() + ".tmp" + std::to_string(::getpid());
+    fs::copy_file(r.library_path, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(tmp, cached, ec);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace chroma

@@ -1,0 +1,38 @@
+// Builds generated source into a shared library with the system C++ compiler.
+//
+// Each source file compiles in its own process, `jobs` at a time; objects link into one
+// library. Results are cached by content: the key is the SHA-256 of every source file, the
+// compiler command and flags, and the header library's contents, so an unchanged model
+// never rebuilds (the library is copied from the cache). Progress goes to stderr when it is
+// a terminal.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace chroma {
+
+struct BuildOptions {
+  std::string compiler = "c++";        // $CXX when set
+  std::string include_dir;             // chroma's header-only runtime (contains chroma/cpu/et.h)
+  std::string python_include;          // CPython headers ("" builds without the Python module)
+  std::string cache_dir;               // "" disables the cache
+  bool blas = true;
+  int jobs = 0;                        // 0: one per core
+  std::vector<std::string> extra_flags;
+};
+
+struct BuildResult {
+  std::string library_path;
+  bool cached = false;
+  double seconds = 0;
+  std::string command;                 // one compile command, for the manifest
+  std::string cache_key;
+};
+
+// Writes nothing but `out_dir/model.so` (and the object files under a temporary directory).
+BuildResult build_library(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
+                          const std::string& out_dir, const BuildOptions& opts);
+
+}  // namespace chroma

@@ -1,0 +1,323 @@
+#include "codegen/cpu/emit.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "chroma/detail/sha256.h"
+
+namespace chroma {
+namespace {
+
+std::string ctype(DType t) { return std::string(dtype_ctype(t)); }
+
+std::string int_list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string double_lit(double d) {
+  if (std::isnan(d)) return "std::numeric_limits<double>::quiet_NaN()";
+  if (std::isinf(d)) return d > 0 ? "std::numeric_limits<double>::infinity()" : "-std::numeric_limits<double>::infinity()";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", d);
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string scalar_lit(const Scalar& s, DType t) {
+  const std::string c = ctype(t);
+  if (s.is_int) {
+    if (s.i == INT64_MIN) return "static_cast<" + c + ">(INT64_MIN)";
+    return "static_cast<" + c + ">(INT64_C(" + std::to_string(s.i) + "))";
+  }
+  return "static_cast<" + c + ">(" + double_lit(s.f) + ")";
+}
+
+// Rank-0 iteration spaces run as rank 1 with extent 1.
+std::vector<int64_t> norm_shape(const Shape& s) { return s.empty() ? Shape{1} : s; }
+template <class T> std::vector<T> norm_strides(const std::vector<T>& s) { return s.empty() ? std::vector<T>{T{}} : s; }
+
+class Emitter {
+ public:
+  Emitter(const Program& p, const CpuCodegenOptions& o) : p_(p), o_(o) {}
+
+  std::string ptr(int32_t buf, bool mut) const {
+    const Buffer& b = p_.buffers[static_cast<size_t>(buf)];
+    switch (b.region) {
+      case Region::kInput: return "cx.in[" + std::to_string(b.slot) + "]";
+      case Region::kOutput: return "cx.out[" + std::to_string(b.slot) + "]";
+      case Region::kConstant:
+        return std::string(mut ? "const_cast<void*>" : "") + "(static_cast<const void*>(cx.weights + " + std::to_string(b.offset) + "))";
+      case Region::kArena: return "static_cast<void*>(cx.arena + " + std::to_string(b.offset) + ")";
+    }
+    return "nullptr";
+  }
+
+  std::string expr(const Expr& e) const {
+    switch (e.kind) {
+      case Expr::kLoad:
+        return "et::load<" + ctype(e.dtype) + ", et::St<" + int_list(norm_strides(e.layout.strides)) + ">, " +
+               std::to_string(e.layout.offset) + ">(" + ptr(e.buffer, false) + ")";
+      case Expr::kLiteral:
+        return "et::lit<" + ctype(e.dtype) + ">(" + scalar_lit(e.literal, e.dtype) + ")";
+      case Expr::kIota: {
+        std::vector<double> c = norm_strides(e.affine.strides);
+        std::string s = "et::Iota<" + ctype(e.dtype) + ", " + std::to_string(c.size()) + ">{" + double_lit(e.affine.offset) + ", {";
+        for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + double_lit(c[i]);
+        return s + "}}";
+      }
+      case Expr::kCast:
+        return "et::cast<" + ctype(e.dtype) + ">(" + expr(e.children[0]) + ")";
+      case Expr::kMap: {
+        std::string s = "et::map<et::op::" + std::string(ew_info(e.ew).name) + ", " + ctype(e.dtype) + ">(";
+        for (size_t i = 0; i < e.children.size(); ++i) s += (i ? ", " : "") + expr(e.children[i]);
+        return s + ")";
+      }
+    }
+    return "";
+  }
+
+  std::string out(int32_t buf, const Layout& l) const {
+    const Buffer& b = p_.buffers[static_cast<size_t>(buf)];
+    return "et::out<" + ctype(b.type.dtype) + ", et::St<" + int_list(norm_strides(l.strides)) + ">, " +
+           std::to_string(l.offset) + ">(" + ptr(buf, true) + ")";
+  }
+
+  static std::string shape_t(const Shape& s) { return "et::Shape<" + int_list(norm_shape(s)) + ">"; }
+
+  std::string kernel_body(size_t ki) const {
+    const Kernel& k = p_.kernels[ki];
+    std::ostringstream o;
+    switch (k.kind) {
+      case Kernel::kAssign:
+        o << "  et::assign<" << shape_t(k.shape) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      "
+          << expr(k.inputs[0]) << ");\n";
+        break;
+      case Kernel::kConcat:
+        for (size_t i = 0; i < k.inputs.size(); ++i) {
+          if (numel(k.out_layouts[i].shape) == 0) continue;
+          o << "  et::assign<" << shape_t(k.out_layouts[i].shape) << ">(" << out(k.outputs[i], k.out_layouts[i])
+            << ",\n      " << expr(k.inputs[i]) << ");\n";
+        }
+        break;
+      case Kernel::kReduce: {
+        static const char* kOps[] = {"et::Sum", "et::Prod", "et::Max", "et::Min"};
+        std::vector<bool> mask(norm_shape(k.shape).size(), false);
+        for (int64_t a : k.attrs.ints) mask[static_cast<size_t>(a)] = true;
+        std::string m;
+        for (size_t i = 0; i < mask.size(); ++i) m += std::string(i ? ", " : "") + (mask[i] ? "true" : "false");
+        const Buffer& b = p_.buffers[static_cast<size_t>(k.outputs[0])];
+        o << "  et::reduce<" << shape_t(k.shape) << ", et::Mask<" << m << ">, " << kOps[static_cast<int>(k.attrs.reduce)]
+          << ", " << ctype(b.type.dtype) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0])
+          << ");\n";
+        break;
+      }
+      case Kernel::kArgReduce:
+        o << "  et::arg_reduce<" << shape_t(k.shape) << ", " << k.attrs.axis << ", "
+          << (k.attrs.reduce == ReduceKind::kMax ? "true" : "false") << ">(" << out(k.outputs[0], k.out_layouts[0])
+          << ",\n      " << expr(k.inputs[0]) << ");\n";
+        break;
+      case Kernel::kTopK: {
+        const Buffer& b = p_.buffers[static_cast<size_t>(k.outputs[0])];
+        o << "  et::topk<" << shape_t(k.shape) << ", " << k.attrs.axis << ", " << k.attrs.k << ", "
+          << (k.attrs.largest ? "true" : "false") << ", " << ctype(b.type.dtype) << ">("
+          << out(k.outputs[0], k.out_layouts[0]) << ", " << out(k.outputs[1], k.out_layouts[1]) << ",\n      "
+          << expr(k.inputs[0]) << ");\n";
+        break;
+      }
+      case Kernel::kGather:
+      case Kernel::kGatherElements: {
+        const Expr& src = k.inputs[0];
+        const Expr& idx = k.inputs[1];
+        const Shape src_shape = src.shape();
+        const int64_t axis = k.attrs.axis;
+        const int64_t dim = src_shape[static_cast<size_t>(axis)];
+        Layout ol = k.out_layouts[0];
+        Shape os = k.shape;
+        Expr ix = idx;
+        int64_t ir = static_cast<int64_t>(idx.shape().size());
+        if (k.kind == Kernel::kGather && ir == 0) {
+          // A scalar index: iterate with an inserted extent-1 dimension at the axis.
+          os.insert(os.begin() + axis, 1);
+          ol.shape = os;
+          ol.strides.insert(ol.strides.begin() + axis, 0);
+          ir = 1;
+        }
+        o << "  int64_t bad = 0;\n  if (!et::" << (k.kind == Kernel::kGather ? "gather<" : "gather_elements<") << shape_t(os)
+          << ", " << axis << ", ";
+        if (k.kind == Kernel::kGather) o << ir << ", ";
+        o << dim << ">(" << out(k.outputs[0], ol) << ",\n      " << expr(src) << ",\n      " << expr(ix)
+          << ", &bad)) return cx.index_error(" << ki << ", bad);\n";
+        break;
+      }
+      case Kernel::kMatMul:
+        o << matmul(k);
+        break;
+    }
+    return o.str();
+  }
+
+  std::string matmul(const Kernel& k) const {
+    const Expr& a = k.inputs[0];
+    const Expr& b = k.inputs[1];
+    const Buffer& c = p_.buffers[static_cast<size_t>(k.outputs[0])];
+    const size_t r = k.shape.size();
+    const int64_t m = k.shape[r - 2], n = k.shape[r - 1], kk = a.layout.shape[r - 1];
+    const std::string t = ctype(c.type.dtype);
+    auto op = [](const Layout& l, bool* trans, int64_t* ld) {
+      const size_t rr = l.shape.size();
+      if (l.strides[rr - 1] == 1) {
+        *trans = false;
+        *ld = l.strides[rr - 2];
+      } else {
+        *trans = true;
+        *ld = l.strides[rr - 1];
+      }
+    };
+    bool ta = false, tb = false;
+    int64_t lda = 0, ldb = 0;
+    op(a.layout, &ta, &lda);
+    op(b.layout, &tb, &ldb);
+    std::ostringstream o;
+    o << "  const " << t << "* A = static_cast<const " << t << "*>(" << ptr(a.buffer, false) << ") + " << a.layout.offset << ";\n";
+    o << "  const " << t << "* B = static_cast<const " << t << "*>(" << ptr(b.buffer, false) << ") + " << b.layout.offset << ";\n";
+    o << "  " << t << "* C = static_cast<" << t << "*>(" << ptr(k.outputs[0], true) << ");\n";
+    if (numel(k.shape) == 0) return o.str() + "  (void)A; (void)B; (void)C;\n";
+    const Shape cs = contiguous_strides(k.shape);
+    std::string ao = "", bo = "", co = "";
+    std::string indent = "  ";
+    for (size_t d = 0; d + 2 < r; ++d) {
+      const std::string i = "b" + std::to_string(d);
+      o << indent << "for (int64_t " << i << " = 0; " << i << " < " << k.shape[d] << "; ++" << i << ") {\n";
+      indent += "  ";
+      ao += " + " + i + " * " + std::to_string(a.layout.strides[d]);
+      bo += " + " + i + " * " + std::to_string(b.layout.strides[d]);
+      co += " + " + i + " * " + std::to_string(cs[d]);
+    }
+    const bool use_blas = o_.blas && (c.type.dtype == DType::kF32 || c.type.dtype == DType::kF64) && kk > 0;
+    if (use_blas) {
+      o << indent << (c.type.dtype == DType::kF32 ? "cblas_sgemm" : "cblas_dgemm") << "(CblasRowMajor, "
+        << (ta ? "CblasTrans" : "CblasNoTrans") << ", " << (tb ? "CblasTrans" : "CblasNoTrans") << ", " << m << ", " << n
+        << ", " << kk << ", 1, A" << ao << ", " << lda << ", B" << bo << ", " << ldb << ", 0, C" << co << ", " << n << ");\n";
+    } else {
+      o << indent << "et::gemm_ref<" << t << ">(" << (ta ? "true" : "false") << ", " << (tb ? "true" : "false") << ", " << m
+        << ", " << n << ", " << kk << ", A" << ao << ", " << lda << ", B" << bo << ", " << ldb << ", C" << co << ", " << n
+        << ");\n";
+    }
+    for (size_t d = 0; d + 2 < r; ++d) {
+      indent.resize(indent.size() - 2);
+      o << indent << "}\n";
+    }
+    return o.str();
+  }
+
+  std::string prelude() const {
+    std::string s = "// Generated by Chroma " CHROMA_VERSION ". Do not edit: recompile the model instead.\n";
+    s += "#include <cstdint>\n#include <limits>\n";
+    if (o_.blas) s += "#include <cblas.h>\n";
+    s += "#include \"chroma/cpu/et.h\"\n#include \"chroma/cpu/runtime.h\"\n\n";
+    return s;
+  }
+
+  GeneratedSource run(const std::string& weights_sha, int64_t weights_bytes) {
+    GeneratedSource g;
+    const size_t nk = p_.kernels.size();
+    const size_t per = static_cast<size_t>(std::max(1, o_.kernels_per_file));
+    for (size_t f = 0; f * per < nk || (f == 0 && nk == 0); ++f) {
+      std::ostringstream o;
+      o << prelude() << "namespace chroma_gen {\nnamespace et = ::chroma::et;\n\n";
+      for (size_t ki = f * per; ki < std::min(nk, (f + 1) * per); ++ki) {
+        const Kernel& k = p_.kernels[ki];
+        o << "// k" << ki << ": " << k.label;
+        if (!k.source.empty()) o << "\n//   from " << k.source;
+        o << "\nint k" << ki << "(::chroma::rt::Ctx& cx) {\n" << kernel_body(ki) << "  return 0;\n}\n\n";
+      }
+      o << "}  // namespace chroma_gen\n";
+      char name[32];
+      std::snprintf(name, sizeof name, "kernels_%03zu.cpp", f);
+      g.files.emplace_back(name, o.str());
+    }
+    g.files.emplace_back("program.cpp", main_file(weights_sha, weights_bytes));
+    chroma::detail::Sha256 h;
+    for (const auto& [n, c] : g.files) {
+      h.update(n.data(), n.size());
+      h.update(c.data(), c.size());
+    }
+    g.digest = h.hex_digest();
+    // The digest is embedded in program.cpp after hashing: replace the placeholder.
+    auto& main = g.files.back().second;
+    const std::string ph = "@SOURCE_DIGEST@";
+    main.replace(main.find(ph), ph.size(), g.digest);
+    return g;
+  }
+
+  static std::string c_str(const std::string& s) {
+    std::string r = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') r += '\\';
+      if (ch == '\n') {
+        r += "\\n";
+        continue;
+      }
+      r += ch;
+    }
+    return r + "\"";
+  }
+
+  std::string io_table(const char* name, const std::vector<int32_t>& ids, bool inputs) const {
+    std::ostringstream o;
+    o << "inline constexpr ::chroma::rt::IoSpec " << name << "[" << std::max<size_t>(1, ids.size()) << "] = {\n";
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Buffer& b = p_.buffers[static_cast<size_t>(ids[i])];
+      const std::string nm = inputs ? p_.input_names[i] : "output" + std::to_string(i);
+      o << "    {" << c_str(nm) << ", \"" << dtype_name(b.type.dtype) << "\", " << b.type.rank() << ", {"
+        << int_list(b.type.shape) << "}, " << b.type.nbytes() << "},\n";
+    }
+    if (ids.empty()) o << "    {\"\", \"\", 0, {}, 0},\n";
+    o << "};\n";
+    return o.str();
+  }
+
+  std::string main_file(const std::string& weights_sha, int64_t weights_bytes) const {
+    std::ostringstream o;
+    o << "// Generated by Chroma " CHROMA_VERSION ": the program's tables, kernel sequence and entry points.\n";
+    o << "#define CHROMA_WITH_BLAS " << (o_.blas ? 1 : 0) << "\n";
+    o << "#include <cstdint>\n#include \"chroma/cpu/runtime.h\"\n\nnamespace chroma_gen {\n\n";
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) o << "int k" << ki << "(::chroma::rt::Ctx& cx);\n";
+    o << "\ninline constexpr int kNumInputs = " << p_.inputs.size() << ";\n";
+    o << "inline constexpr int kNumOutputs = " << p_.outputs.size() << ";\n";
+    o << io_table("kInputs", p_.inputs, true) << io_table("kOutputs", p_.outputs, false);
+    o << "inline constexpr int64_t kArenaBytes = " << p_.arena_bytes << ";\n";
+    o << "inline constexpr int64_t kWeightsBytes = " << weights_bytes << ";\n";
+    o << "inline constexpr const char* kWeightsSha256 = \"" << weights_sha << "\";\n";
+    o << "inline constexpr const char* kSourceDigest = \"@SOURCE_DIGEST@\";\n";
+    o << "inline constexpr ::chroma::rt::KernelInfo kKernels[" << std::max<size_t>(1, p_.kernels.size()) << "] = {\n";
+    for (const Kernel& k : p_.kernels) {
+      int64_t dim = 0;
+      if (k.kind == Kernel::kGather || k.kind == Kernel::kGatherElements) dim = k.inputs[0].shape()[static_cast<size_t>(k.attrs.axis)];
+      o << "    {" << c_str(k.label) << ", " << c_str(k.name) << ", " << c_str(k.source) << ", " << dim << ", "
+        << k.attrs.axis << "},\n";
+    }
+    if (p_.kernels.empty()) o << "    {\"\", \"\", \"\", 0, 0},\n";
+    o << "};\n\nint run_kernels(::chroma::rt::Ctx& cx) {\n";
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) o << "  if (int rc = k" << ki << "(cx)) return rc;\n";
+    o << "  (void)cx;\n  return 0;\n}\n\n}  // namespace chroma_gen\n\n#include \"chroma/cpu/program_main.h\"\n";
+    return o.str();
+  }
+
+ private:
+  const Program& p_;
+  const CpuCodegenOptions& o_;
+};
+
+}  // namespace
+
+GeneratedSource generate_cpu(const Program& p, const std::string& weights_sha256, int64_t weights_bytes,
+                             const CpuCodegenOptions& opts) {
+  return Emitter(p, opts).run(weights_sha256, weights_bytes);
+}
+
+}  // namespace chroma

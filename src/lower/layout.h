@@ -1,0 +1,29 @@
+// Layout algebra: views as metadata. A Layout maps an index of `shape` to an element
+// offset `offset + sum_k strides[k] * i_k` (strides in elements, 0 for broadcast dims).
+// Every view op of the IR is a function Layout -> Layout; reshape may fail when the
+// source strides cannot express the new shape (the caller then materializes a copy).
+// The same algebra applies, with double coefficients, to Iota leaves.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace chroma {
+
+template <class T> struct BasicLayout {
+  Shape shape;
+  std::vector<T> strides;
+  T offset{};
+  bool operator==(const BasicLayout&) const = default;
+};
+using Layout = BasicLayout<int64_t>;
+
+Layout contiguous_layout(const Shape& shape, int64_t offset = 0);
+bool is_contiguous(const Layout& l);
+
+// Applies view node `n` (Permute, Expand, Slice or Reshape) to a layout of its input.
+template <class T> std::optional<BasicLayout<T>> apply_view(const Node& n, const BasicLayout<T>& in);
+
+}  // namespace chroma

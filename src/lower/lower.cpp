@@ -1,0 +1,512 @@
+// Lowering: fusion decisions, kernel construction, memory planning.
+//
+// Design. The input graph is optimized IR in topological order. Three classes of nodes:
+//  * leaves (Input, Constant) own buffers;
+//  * deferred nodes (Map, Cast, Full, Iota and the views) become expression trees inside
+//    whichever kernel consumes them; views are pushed down to the leaves as layouts;
+//  * kernel nodes (Reduce, ArgReduce, MatMul, Gather, GatherElements, Concat, TopK) always
+//    write buffers.
+// A deferred Map/Cast is written to a buffer (an Assign kernel) only when
+//  (a) two or more operations read it (views are transparent: a view's readers count as
+//      readers of its source), or
+//  (b) it is a graph output, or
+//  (c) its expression would nest deeper than LowerOptions::max_expression_depth, or
+//  (d) a consumer needs memory the expression cannot provide: a matrix-product operand
+//      whose layout BLAS cannot address, or a reshape the source layout cannot express.
+// Full and Iota are leaves of no cost and are never materialized by (a).
+//
+// Buffers of temporaries live from their producing kernel to their last reader; the
+// ArenaPlanner packs them into one arena. Graph outputs are written in place.
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "lower/program.h"
+#include "memory/planner.h"
+
+namespace chroma {
+
+Shape Expr::shape() const {
+  switch (kind) {
+    case kLoad: return layout.shape;
+    case kIota: return affine.shape;
+    case kLiteral: return {};
+    default: {
+      for (const Expr& c : children) {
+        if (c.kind != kLiteral) return c.shape();
+      }
+      return {};
+    }
+  }
+}
+
+int Expr::depth() const {
+  int d = 0;
+  for (const Expr& c : children) d = std::max(d, c.depth());
+  return children.empty() ? 0 : d + 1;
+}
+
+namespace {
+
+class Lowerer {
+ public:
+  Lowerer(const Graph& g, const LowerOptions& o) : g_(g), opts_(o), mat_(g.size(), false), depth_(g.size(), 0) {}
+
+  Program run() {
+    p_.constants = g_.constants;
+    p_.output_structure = g_.output_structure;
+    for (const GraphInput& in : g_.inputs) p_.input_names.push_back(in.name);
+    decide();
+    for (size_t i = 0; i < g_.size(); ++i) visit(static_cast<int32_t>(i));
+    finish_outputs();
+    plan_memory();
+    return std::move(p_);
+  }
+
+ private:
+  const Graph& g_;
+  LowerOptions opts_;
+  Program p_;
+  std::vector<bool> mat_;
+  std::vector<int> depth_;
+  std::map<Value, int32_t> buffer_of_;
+  std::map<Value, int32_t> output_slot_;  // first graph-output position of a value
+  std::vector<int32_t> fused_into_;        // scratch: nodes inlined into the kernel being built
+
+  // ---- decisions ---------------------------------------------------------------------------
+
+  void decide() {
+    // Effective readers, views transparent: computed backwards.
+    std::vector<int> readers(g_.size(), 0);
+    std::vector<std::vector<int32_t>> consumers(g_.size());
+    for (size_t i = 0; i < g_.size(); ++i) {
+      for (Value v : g_.nodes()[i].inputs) consumers[static_cast<size_t>(v.node)].push_back(static_cast<int32_t>(i));
+    }
+    for (size_t k = 0; k < g_.outputs.size(); ++k) {
+      output_slot_.emplace(g_.outputs[k], static_cast<int32_t>(k));
+    }
+    for (size_t i = g_.size(); i-- > 0;) {
+      int r = 0;
+      for (int32_t c : consumers[i]) r += is_view(g_.node(c).op) ? readers[static_cast<size_t>(c)] : 1;
+      readers[i] = r;
+    }
+    for (Value v : g_.outputs) readers[static_cast<size_t>(v.node)] += 1;
+    for (size_t i = 0; i < g_.size(); ++i) {
+      const Node& n = g_.nodes()[i];
+      if (n.op == Op::kMap || n.op == Op::kCast) {
+        if (readers[i] >= 2 || output_slot_.count(Value{static_cast<int32_t>(i), 0})) mat_[i] = true;
+        int d = 0;
+        for (Value v : n.inputs) d = std::max(d, depth_[static_cast<size_t>(v.node)]);
+        depth_[i] = d + 1;
+        if (depth_[i] > opts_.max_expression_depth) mat_[i] = true;
+        if (mat_[i]) depth_[i] = 0;
+      } else if (is_view(n.op)) {
+        depth_[i] = depth_[static_cast<size_t>(n.inputs[0].node)];
+      }
+    }
+  }
+
+  // ---- buffers -----------------------------------------------------------------------------
+
+  int32_t new_buffer(Value v, Region r, int32_t slot) {
+    Buffer b;
+    b.type = g_.type(v);
+    b.region = r;
+    b.slot = slot;
+    b.name = g_.node(v).name;
+    auto it = output_slot_.find(v);
+    if (r == Region::kArena && it != output_slot_.end()) {
+      b.region = Region::kOutput;
+      b.slot = it->second;
+      output_slot_.erase(it);  // the first occurrence is written in place
+    }
+    p_.buffers.push_back(b);
+    const auto id = static_cast<int32_t>(p_.buffers.size() - 1);
+    buffer_of_[v] = id;
+    return id;
+  }
+
+  // ---- expressions -------------------------------------------------------------------------
+
+  Expr load(int32_t buf) {
+    Expr e;
+    e.kind = Expr::kLoad;
+    e.buffer = buf;
+    e.dtype = p_.buffers[static_cast<size_t>(buf)].type.dtype;
+    e.layout = contiguous_layout(p_.buffers[static_cast<size_t>(buf)].type.shape);
+    return e;
+  }
+
+  // Expression for value v: a load when v has a buffer, else its computation inlined.
+  Expr expr_of(Value v) {
+    auto it = buffer_of_.find(v);
+    if (it != buffer_of_.end()) return load(it->second);
+    return compute(v);
+  }
+
+  static bool map_leaves(Expr& e, const Node& view) {
+    if (e.kind == Expr::kLoad) {
+      auto l = apply_view(view, e.layout);
+      if (!l) return false;
+      e.layout = *l;
+      return true;
+    }
+    if (e.kind == Expr::kIota) {
+      auto l = apply_view(view, e.affine);
+      if (!l) return false;
+      e.affine = *l;
+      return true;
+    }
+    for (Expr& c : e.children) {
+      if (!map_leaves(c, view)) return false;
+    }
+    return true;
+  }
+
+  Expr compute(Value v) {
+    const Node& n = g_.node(v);
+    Expr e;
+    e.dtype = n.type(v.index).dtype;
+    switch (n.op) {
+      case Op::kFull:
+        e.kind = Expr::kLiteral;
+        e.literal = n.attrs.scalar;
+        return e;
+      case Op::kIota:
+        e.kind = Expr::kIota;
+        e.affine.shape = n.attrs.ints;
+        e.affine.strides = n.attrs.coeffs;
+        e.affine.offset = n.attrs.scalar.as_double();
+        return e;
+      case Op::kMap:
+      case Op::kCast:
+        e.kind = n.op == Op::kMap ? Expr::kMap : Expr::kCast;
+        e.ew = n.attrs.ew;
+        for (Value in : n.inputs) e.children.push_back(expr_of(in));
+        fused_into_.push_back(v.node);
+        return e;
+      case Op::kPermute:
+      case Op::kExpand:
+      case Op::kSlice:
+      case Op::kReshape: {
+        Expr src = expr_of(n.inputs[0]);
+        if (map_leaves(src, n)) return src;
+        // The source layout cannot express this view: give the source its own buffer.
+        materialize(n.inputs[0]);
+        src = expr_of(n.inputs[0]);
+        if (!map_leaves(src, n)) throw CompileError("internal: view of a contiguous buffer failed at " + g_.describe(v.node));
+        return src;
+      }
+      default:
+        throw CompileError("internal: " + g_.describe(v.node) + " has no buffer when read");
+    }
+  }
+
+  // ---- kernels -----------------------------------------------------------------------------
+
+  Kernel start(const Node& n, Kernel::Kind k) {
+    Kernel kr;
+    kr.kind = k;
+    kr.attrs = n.attrs;
+    kr.name = n.name;
+    kr.source = n.source;
+    fused_into_.clear();
+    return kr;
+  }
+
+  void push(Kernel k, const Node& n) {
+    std::ostringstream label;
+    label << op_info(n.op).name;
+    if (n.op == Op::kMap) label << "." << ew_info(n.attrs.ew).name;
+    if (n.op == Op::kReduce || n.op == Op::kArgReduce) label << "." << reduce_name(n.attrs.reduce);
+    std::vector<std::string> fused;
+    for (int32_t id : fused_into_) {
+      const Node& f = g_.node(id);
+      fused.push_back(f.op == Op::kMap ? std::string(ew_info(f.attrs.ew).name) : std::string(op_info(f.op).name));
+    }
+    if (!fused.empty()) {
+      label << " <-";
+      for (const std::string& s : fused) label << " " << s;
+    }
+    k.label = label.str();
+    p_.fused_expressions += static_cast<int>(fused_into_.size());
+    p_.kernels.push_back(std::move(k));
+    fused_into_.clear();
+  }
+
+  // Writes value v (a deferred node) into a new buffer with an Assign kernel.
+  void materialize(Value v) {
+    if (buffer_of_.count(v)) return;
+    const Node& n = g_.node(v);
+    std::vector<int32_t> saved;
+    saved.swap(fused_into_);
+    Kernel k = start(n, Kernel::kAssign);
+    Expr e = compute(v);
+    // compute() records v itself as fused when it is a Map/Cast: it is the kernel's root.
+    if (!fused_into_.empty() && fused_into_.back() == v.node) fused_into_.pop_back();
+    k.shape = g_.type(v).shape;
+    k.inputs.push_back(std::move(e));
+    k.outputs.push_back(new_buffer(v, Region::kArena, -1));
+    k.out_layouts.push_back(contiguous_layout(k.shape));
+    push(std::move(k), n);
+    fused_into_.swap(saved);
+  }
+
+  // A BLAS-addressable operand: inner two dims row- or column-major.
+  static bool blas_layout(Layout& l) {
+    const size_t r = l.shape.size();
+    int64_t& sr = l.strides[r - 2];
+    int64_t& sc = l.strides[r - 1];
+    const int64_t rows = l.shape[r - 2], cols = l.shape[r - 1];
+    if (cols == 1 && sc != 1 && !(rows > 1 && sr == 1)) sc = 1;
+    if (rows == 1 && sr != 1) sr = std::max<int64_t>(cols, 1);
+    if (sc == 1 && sr >= std::max<int64_t>(cols, 1)) return true;
+    if (sr == 1 && sc >= std::max<int64_t>(rows, 1)) return true;
+    return false;
+  }
+
+  Expr matmul_operand(Value v) {
+    Expr e = expr_of(v);
+    if (e.kind == Expr::kLoad && blas_layout(e.layout)) return e;
+    // Copy the operand into a contiguous buffer (which needs v itself deferred or viewed).
+    if (buffer_of_.count(v)) {
+      // A buffer viewed through a layout BLAS cannot use: copy the view.
+    }
+    materialize(v);
+    e = expr_of(v);
+    blas_layout(e.layout);
+    return e;
+  }
+
+  void visit(int32_t id) {
+    const Node& n = g_.node(id);
+    const Value v{id, 0};
+    switch (n.op) {
+      case Op::kInput:
+        new_buffer(v, Region::kInput, static_cast<int32_t>(n.attrs.index));
+        return;
+      case Op::kConstant:
+        new_buffer(v, Region::kConstant, static_cast<int32_t>(n.attrs.index));
+        return;
+      case Op::kMap:
+      case Op::kCast:
+        if (mat_[static_cast<size_t>(id)]) materialize(v);
+        return;
+      case Op::kFull:
+      case Op::kIota:
+      case Op::kPermute:
+      case Op::kExpand:
+      case Op::kSlice:
+      case Op::kReshape:
+        return;
+      case Op::kReduce:
+      case Op::kArgReduce: {
+        const bool arg = n.op == Op::kArgReduce;
+        Kernel k = start(n, arg ? Kernel::kArgReduce : Kernel::kReduce);
+        const TensorType& in = g_.type(n.inputs[0]);
+        k.shape = in.shape;
+        k.inputs.push_back(expr_of(n.inputs[0]));
+        std::vector<bool> reduced(in.shape.size(), false);
+        if (arg) reduced[static_cast<size_t>(n.attrs.axis)] = true;
+        else for (int64_t a : n.attrs.ints) reduced[static_cast<size_t>(a)] = true;
+        const int32_t out = new_buffer(v, Region::kArena, -1);
+        if (in.numel() == 0 || numel(n.type().shape) == 0) {
+          if (!arg && (n.attrs.reduce == ReduceKind::kMax || n.attrs.reduce == ReduceKind::kMin) && numel(n.type().shape) > 0) {
+            throw CompileError(g_.describe(id) + ": max/min of an empty tensor has no identity");
+          }
+          // Empty input: fill with the identity.
+          Kernel f = start(n, Kernel::kAssign);
+          f.shape = n.type().shape;
+          Expr lit;
+          lit.kind = Expr::kLiteral;
+          lit.dtype = n.type().dtype;
+          lit.literal = Scalar::of_int(n.attrs.reduce == ReduceKind::kProd ? 1 : 0);
+          f.inputs.push_back(lit);
+          f.outputs.push_back(out);
+          f.out_layouts.push_back(contiguous_layout(f.shape));
+          push(std::move(f), n);
+          return;
+        }
+        // Output addressed in the input's rank with stride 0 on reduced dims.
+        Layout ol;
+        ol.shape = in.shape;
+        const Shape os = contiguous_strides(n.type().shape);
+        size_t od = 0;
+        for (size_t d = 0; d < in.shape.size(); ++d) {
+          if (reduced[d]) {
+            ol.strides.push_back(0);
+            if (n.attrs.keepdim) ++od;
+          } else {
+            ol.strides.push_back(os[od++]);
+          }
+        }
+        k.outputs.push_back(out);
+        k.out_layouts.push_back(ol);
+        push(std::move(k), n);
+        return;
+      }
+      case Op::kMatMul: {
+        Kernel k = start(n, Kernel::kMatMul);
+        k.inputs.push_back(matmul_operand(n.inputs[0]));
+        k.inputs.push_back(matmul_operand(n.inputs[1]));
+        k.shape = n.type().shape;
+        k.outputs.push_back(new_buffer(v, Region::kArena, -1));
+        k.out_layouts.push_back(contiguous_layout(k.shape));
+        push(std::move(k), n);
+        return;
+      }
+      case Op::kGather:
+      case Op::kGatherElements: {
+        Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
+        k.inputs.push_back(expr_of(n.inputs[0]));
+        k.inputs.push_back(expr_of(n.inputs[1]));
+        k.shape = n.type().shape;
+        k.outputs.push_back(new_buffer(v, Region::kArena, -1));
+        k.out_layouts.push_back(contiguous_layout(k.shape));
+        push(std::move(k), n);
+        return;
+      }
+      case Op::kConcat: {
+        Kernel k = start(n, Kernel::kConcat);
+        k.shape = n.type().shape;
+        const int32_t out = new_buffer(v, Region::kArena, -1);
+        const Layout full = contiguous_layout(k.shape);
+        int64_t start_at = 0;
+        for (Value in : n.inputs) {
+          const TensorType& t = g_.type(in);
+          Layout l = full;
+          l.shape = t.shape;
+          l.offset = start_at * full.strides[static_cast<size_t>(n.attrs.axis)];
+          start_at += t.shape[static_cast<size_t>(n.attrs.axis)];
+          k.inputs.push_back(expr_of(in));
+          k.outputs.push_back(out);
+          k.out_layouts.push_back(l);
+        }
+        push(std::move(k), n);
+        return;
+      }
+      case Op::kTopK: {
+        Kernel k = start(n, Kernel::kTopK);
+        k.shape = g_.type(n.inputs[0]).shape;
+        k.inputs.push_back(expr_of(n.inputs[0]));
+        k.outputs.push_back(new_buffer(Value{id, 0}, Region::kArena, -1));
+        k.outputs.push_back(new_buffer(Value{id, 1}, Region::kArena, -1));
+        k.out_layouts.push_back(contiguous_layout(n.type(0).shape));
+        k.out_layouts.push_back(contiguous_layout(n.type(1).shape));
+        push(std::move(k), n);
+        return;
+      }
+      case Op::kCount:
+        break;
+    }
+    throw CompileError("internal: cannot lower " + g_.describe(id));
+  }
+
+  // Outputs not written in place by their producer (inputs, constants, views, repeats) get
+  // a copy kernel.
+  void finish_outputs() {
+    p_.outputs.assign(g_.outputs.size(), -1);
+    for (const Buffer& b : p_.buffers) {
+      if (b.region == Region::kOutput) p_.outputs[static_cast<size_t>(b.slot)] = static_cast<int32_t>(&b - p_.buffers.data());
+    }
+    for (size_t k = 0; k < g_.outputs.size(); ++k) {
+      if (p_.outputs[k] >= 0) continue;
+      const Value v = g_.outputs[k];
+      const Node& n = g_.node(v);
+      Kernel kr = start(n, Kernel::kAssign);
+      kr.shape = g_.type(v).shape;
+      kr.inputs.push_back(expr_of(v));
+      Buffer b;
+      b.region = Region::kOutput;
+      b.slot = static_cast<int32_t>(k);
+      b.type = g_.type(v);
+      b.name = n.name;
+      p_.buffers.push_back(b);
+      const auto id = static_cast<int32_t>(p_.buffers.size() - 1);
+      kr.outputs.push_back(id);
+      kr.out_layouts.push_back(contiguous_layout(kr.shape));
+      p_.outputs[k] = id;
+      Node copy_label = n;
+      copy_label.op = Op::kCount;
+      push(std::move(kr), n);
+      p_.kernels.back().label = "Copy <- " + p_.kernels.back().label;
+    }
+    for (const Buffer& b : p_.buffers) {
+      if (b.region == Region::kInput) p_.inputs.push_back(static_cast<int32_t>(&b - p_.buffers.data()));
+    }
+    std::sort(p_.inputs.begin(), p_.inputs.end(), [&](int32_t a, int32_t b) {
+      return p_.buffers[static_cast<size_t>(a)].slot < p_.buffers[static_cast<size_t>(b)].slot;
+    });
+  }
+
+  static void reads(const Expr& e, std::vector<int32_t>& out) {
+    if (e.kind == Expr::kLoad) out.push_back(e.buffer);
+    for (const Expr& c : e.children) reads(c, out);
+  }
+
+  void plan_memory() {
+    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) {
+      const Kernel& k = p_.kernels[ki];
+      const auto t = static_cast<int32_t>(ki);
+      for (int32_t b : k.outputs) {
+        Buffer& buf = p_.buffers[static_cast<size_t>(b)];
+        if (buf.first < 0) buf.first = t;
+        buf.last = std::max(buf.last, t);
+      }
+      std::vector<int32_t> rs;
+      for (const Expr& e : k.inputs) reads(e, rs);
+      for (int32_t b : rs) {
+        Buffer& buf = p_.buffers[static_cast<size_t>(b)];
+        buf.last = std::max(buf.last, t);
+      }
+    }
+    memory::ArenaPlanner planner(64);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < p_.buffers.size(); ++i) {
+      const Buffer& b = p_.buffers[i];
+      if (b.region != Region::kArena) continue;
+      planner.add_buffer(b.type.nbytes(), b.first, b.last);
+      ids.push_back(static_cast<int32_t>(i));
+    }
+    planner.plan();
+    std::string why;
+    if (!planner.check(&why)) throw CompileError("internal: memory plan invalid: " + why);
+    for (size_t j = 0; j < ids.size(); ++j) p_.buffers[static_cast<size_t>(ids[j])].offset = planner.offset(static_cast<int>(j));
+    p_.arena_bytes = planner.arena_size();
+    p_.arena_lower_bound = planner.lower_bound();
+    p_.temporaries_bytes = planner.total_bytes();
+    p_.plan_description = planner.describe();
+  }
+};
+
+}  // namespace
+
+Program lower(const Graph& g, const LowerOptions& opts) { return Lowerer(g, opts).run(); }
+
+std::string describe(const Program& p) {
+  std::ostringstream o;
+  o << "kernels: " << p.kernels.size() << "\n";
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    o << "  k" << i << ": " << k.label << " -> ";
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      const Buffer& b = p.buffers[static_cast<size_t>(k.outputs[j])];
+      if (j && k.outputs[j] == k.outputs[j - 1]) continue;
+      o << (j ? ", " : "") << b.type.str();
+    }
+    if (!k.source.empty()) o << "   (" << k.source << ")";
+    o << "\n";
+  }
+  o << "memory plan: arena " << p.arena_bytes << " B for " << p.temporaries_bytes << " B of temporaries (lower bound "
+    << p.arena_lower_bound << " B)\n";
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const Buffer& b = p.buffers[i];
+    if (b.region != Region::kArena) continue;
+    o << "  buf" << i << " " << b.type.str() << " offset " << b.offset << " size " << b.type.nbytes() << " kernels ["
+      << b.first << ", " << b.last << "]" << (b.name.empty() ? "" : "  " + b.name) << "\n";
+  }
+  o << p.plan_description;
+  return o.str();
+}
+
+}  // namespace chroma

@@ -1,0 +1,80 @@
+// The lowered program: what the code generators consume.
+//
+// Buffers live in four regions, owned separately (as in Glow's AOT bundles): user inputs,
+// user outputs (written in place), constant weights (one mmap-able file), and the arena
+// (every temporary, at offsets chosen by the memory planner). Kernels run in order; each
+// writes one or two buffers and reads buffers through fused expression trees whose leaves
+// carry layouts (views are metadata, never copies).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "lower/layout.h"
+
+namespace chroma {
+
+enum class Region : uint8_t { kInput, kOutput, kConstant, kArena };
+
+struct Buffer {
+  Region region = Region::kArena;
+  int32_t slot = -1;          // input/output position, constant slot
+  TensorType type;
+  int64_t offset = -1;        // byte offset in the arena or the weights file
+  int32_t first = -1, last = -1;  // kernel indices: producer and last reader (arena only)
+  std::string name;
+};
+
+// A node of a fused expression tree. Leaves: kLoad (buffer through a layout), kLiteral,
+// kIota (affine in the index). Inner: kMap (elementwise.def op), kCast.
+struct Expr {
+  enum Kind : uint8_t { kLoad, kLiteral, kIota, kMap, kCast } kind = kLiteral;
+  DType dtype = DType::kF32;
+  int32_t buffer = -1;
+  Layout layout;                // kLoad: over the expression's shape
+  BasicLayout<double> affine;   // kIota
+  Scalar literal;               // kLiteral
+  EwOp ew = EwOp::kCount;       // kMap
+  std::vector<Expr> children;
+  Shape shape() const;
+  int depth() const;
+};
+
+struct Kernel {
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK } kind = kAssign;
+  Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
+  std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves)
+  std::vector<int32_t> outputs;  // buffers written
+  std::vector<Layout> out_layouts;  // how each output is addressed over `shape` (or its own shape)
+  Attrs attrs;                   // the IR node's attributes (axes, axis, k, ...)
+  std::string label;             // e.g. "Reduce.sum <- add, sin"
+  std::string name, source;      // IR node name and source line (for errors)
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Kernel> kernels;
+  std::vector<int32_t> inputs, outputs;  // buffer ids in signature order
+  std::vector<std::string> input_names;
+  std::string output_structure;
+  std::vector<ConstantData> constants;   // by constant slot
+  int64_t arena_bytes = 0;
+  int64_t arena_lower_bound = 0;
+  int64_t temporaries_bytes = 0;         // sum of arena buffer sizes (no reuse)
+  std::string plan_description;
+  int fused_expressions = 0;             // Map/Cast nodes fused into a consumer
+};
+
+struct LowerOptions {
+  int max_expression_depth = 32;
+};
+
+// Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds
+// kernels with fused expressions, and plans the arena.
+Program lower(const Graph& g, const LowerOptions& opts = {});
+
+// Human-readable listing of kernels and the memory plan (`chroma inspect`).
+std::string describe(const Program& p);
+
+}  // namespace chroma

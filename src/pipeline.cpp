@@ -1,0 +1,203 @@
+#include "pipeline.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "artifact/build.h"
+#include "chroma/chroma.h"
+#include "chroma/detail/sha256.h"
+#include "codegen/cpu/emit.h"
+#include "import/importer.h"
+#include "lower/program.h"
+#include "passes/cse.h"
+#include "passes/dce.h"
+#include "passes/fold_constants.h"
+#include "passes/rewrite.h"
+
+namespace chroma {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+Graph optimize(const Graph& g) {
+  Graph r = run_pass("fold_constants", &fold_constants, g);
+  r = run_pass("eliminate_dead_code", &eliminate_dead_code, r);
+  r = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, r);
+  r = run_pass("eliminate_dead_code", &eliminate_dead_code, r);
+  return r;
+}
+
+namespace {
+
+struct WeightsFile {
+  std::vector<uint8_t> bytes;
+  std::string sha256;
+  json tensors = json::array();
+};
+
+// Lays out every constant a kernel reads, 64-byte aligned, in first-use order; identical
+// contents are stored once.
+WeightsFile lay_out_weights(Program& p) {
+  WeightsFile w;
+  std::map<int32_t, int64_t> slot_offset;
+  std::map<std::string, int64_t> by_digest;
+  for (Buffer& b : p.buffers) {
+    if (b.region != Region::kConstant) continue;
+    auto it = slot_offset.find(b.slot);
+    if (it != slot_offset.end()) {
+      b.offset = it->second;
+      continue;
+    }
+    const ConstantData& c = p.constants[static_cast<size_t>(b.slot)];
+    const auto nb = static_cast<size_t>(c.type.nbytes());
+    const std::string digest = chroma::detail::sha256_hex(c.data(), nb) + c.type.str();
+    int64_t off;
+    auto d = by_digest.find(digest);
+    if (d != by_digest.end()) {
+      off = d->second;
+    } else {
+      off = static_cast<int64_t>((w.bytes.size() + 63) / 64 * 64);
+      w.bytes.resize(static_cast<size_t>(off), 0);
+      w.bytes.insert(w.bytes.end(), c.data(), c.data() + nb);
+      by_digest[digest] = off;
+    }
+    slot_offset[b.slot] = off;
+    b.offset = off;
+    w.tensors.push_back({{"name", c.name.empty() ? "folded_" + std::to_string(b.slot) : c.name},
+                         {"dtype", dtype_name(c.type.dtype)},
+                         {"shape", c.type.shape},
+                         {"offset", off},
+                         {"nbytes", nb}});
+  }
+  w.bytes.resize((w.bytes.size() + 63) / 64 * 64, 0);
+  w.sha256 = chroma::detail::sha256_hex(w.bytes.data(), w.bytes.size());
+  return w;
+}
+
+std::string file_sha256(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<char> buf(1 << 20);
+  chroma::detail::Sha256 h;
+  while (f) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h.update(buf.data(), static_cast<size_t>(f.gcount()));
+  }
+  return h.hex_digest();
+}
+
+void write_file(const fs::path& p, const void* data, size_t n) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  if (!f) throw CompileError("cannot write " + p.string());
+}
+
+const char* kernel_kind(Kernel::Kind k) {
+  static const char* names[] = {"assign", "reduce", "arg_reduce", "matmul", "gather", "gather_elements", "concat", "topk"};
+  return names[k];
+}
+
+}  // namespace
+
+std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts) {
+  if (opts.target != "cpu") throw CompileError("target '" + opts.target + "' is not supported (available: cpu)");
+  const auto t0 = std::chrono::steady_clock::now();
+  Graph imported = import_graph_file(graph_path);
+  const size_t imported_nodes = imported.size();
+  Graph g = optimize(imported);
+  LowerOptions lo;
+  lo.max_expression_depth = opts.max_expression_depth;
+  Program p = lower(g, lo);
+  WeightsFile w = lay_out_weights(p);
+  CpuCodegenOptions co;
+  co.blas = opts.blas;
+  GeneratedSource src = generate_cpu(p, w.sha256, static_cast<int64_t>(w.bytes.size()), co);
+  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const fs::path out(out_dir);
+  fs::create_directories(out / "src");
+  for (const auto& [name, body] : src.files) write_file(out / "src" / name, body.data(), body.size());
+  write_file(out / "weights.bin", w.bytes.data(), w.bytes.size());
+  BuildOptions bo;
+  bo.include_dir = opts.include_dir;
+  bo.python_include = opts.python_include;
+  bo.cache_dir = opts.cache_dir;
+  bo.blas = opts.blas;
+  bo.jobs = opts.jobs;
+  BuildResult br = build_library(src.files, (out / "src").string(), out_dir, bo);
+
+  json m;
+  m["format"] = "chroma.artifact";
+  m["version"] = 1;
+  m["compiler_version"] = CHROMA_VERSION;
+  m["abi_version"] = CHROMA_ABI_VERSION;
+  m["target"] = opts.target;
+  m["options"] = {{"blas", opts.blas}, {"max_expression_depth", opts.max_expression_depth}};
+  auto io = [&](const std::vector<int32_t>& ids, bool inputs) {
+    json a = json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
+      a.push_back({{"name", inputs ? p.input_names[i] : "output" + std::to_string(i)},
+                   {"dtype", dtype_name(b.type.dtype)},
+                   {"shape", b.type.shape}});
+    }
+    return a;
+  };
+  m["inputs"] = io(p.inputs, true);
+  m["outputs"] = io(p.outputs, false);
+  m["output_structure"] = p.output_structure;
+  m["library"] = {{"file", "model.so"}, {"sha256", file_sha256(br.library_path)}};
+  m["weights"] = {{"file", "weights.bin"}, {"bytes", w.bytes.size()}, {"sha256", w.sha256}, {"tensors", w.tensors}};
+  json files = json::array();
+  for (const auto& f : src.files) files.push_back("src/" + f.first);
+  m["source"] = {{"files", files}, {"digest", src.digest}};
+  json bufs = json::array();
+  int64_t in_bytes = 0, out_bytes = 0;
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const Buffer& b = p.buffers[i];
+    if (b.region == Region::kInput) in_bytes += b.type.nbytes();
+    if (b.region == Region::kOutput) out_bytes += b.type.nbytes();
+    if (b.region != Region::kArena) continue;
+    bufs.push_back({{"id", i}, {"name", b.name}, {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape},
+                    {"offset", b.offset}, {"bytes", b.type.nbytes()}, {"first", b.first}, {"last", b.last}});
+  }
+  m["arena"] = {{"bytes", p.arena_bytes}, {"lower_bound", p.arena_lower_bound}, {"temporaries_bytes", p.temporaries_bytes},
+                {"buffers", bufs}, {"plan", p.plan_description}};
+  json ks = json::array();
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    ks.push_back({{"index", i}, {"kind", kernel_kind(k.kind)}, {"label", k.label}, {"node", k.name}, {"source", k.source}});
+  }
+  m["kernels"] = ks;
+  m["stats"] = {{"kernels", p.kernels.size()},
+                {"fused_expressions", p.fused_expressions},
+                {"folded_constants", g.folded_constants},
+                {"ir_nodes_imported", imported_nodes},
+                {"ir_nodes_optimized", g.size()},
+                {"arena_bytes", p.arena_bytes},
+                {"temporaries_bytes", p.temporaries_bytes},
+                {"weight_bytes", w.bytes.size()},
+                {"input_bytes", in_bytes},
+                {"output_bytes", out_bytes}};
+  m["build"] = {{"command", br.command}, {"cached", br.cached}, {"build_seconds", br.seconds},
+                {"compile_seconds", compile_s}, {"cache_key", br.cache_key}};
+  const std::string text = m.dump(2);
+  write_file(out / "manifest.json", text.data(), text.size());
+  return text;
+}
+
+std::string dump_graph_file(const std::string& graph_path, const std::string& stage, int max_expression_depth) {
+  Graph g = import_graph_file(graph_path);
+  if (stage == "import") return print(g);
+  g = optimize(g);
+  if (stage == "optimized") return print(g);
+  if (stage == "lowered") {
+    LowerOptions lo;
+    lo.max_expression_depth = max_expression_depth;
+    return describe(lower(g, lo));
+  }
+  throw CompileError("unknown stage '" + stage + "' (import, optimized, lowered)");
+}
+
+}  // namespace chroma

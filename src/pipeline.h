@@ -1,0 +1,33 @@
+// The compiler pipeline, as one linear script (pipeline.cpp):
+//   import -> fold constants -> DCE -> CSE -> DCE -> lower (fusion, kernels, arena plan)
+//   -> lay out weights -> generate C++ -> build the library -> write the manifest.
+// CHROMA_DUMP_IR=1 prints the IR after every pass.
+#pragma once
+
+#include <string>
+
+#include "ir/graph.h"
+
+namespace chroma {
+
+struct CompileOptions {
+  std::string target = "cpu";
+  bool blas = true;
+  std::string include_dir;     // chroma's runtime headers
+  std::string python_include;  // CPython headers for the extension half ("" = C ABI only)
+  std::string cache_dir;       // build cache ("" = none)
+  int jobs = 0;
+  int max_expression_depth = 32;
+};
+
+// The optimizing passes, in order.
+Graph optimize(const Graph& g);
+
+// Compiles a graph file into an artifact directory; returns manifest.json's text.
+std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts);
+
+// The IR after import ("import") or after optimize() ("optimized"), in text form; or the
+// lowered program's kernels and memory plan ("lowered").
+std::string dump_graph_file(const std::string& graph_path, const std::string& stage, int max_expression_depth = 32);
+
+}  // namespace chroma
