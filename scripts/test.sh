@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs every test: the C++ unit tests (GoogleTest) and the Python tests against PyTorch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+export CHROMA_CACHE_DIR="${CHROMA_CACHE_DIR:-$PWD/build/cache}"
+cmake -S . -B build/tests -G Ninja -DCHROMA_BUILD_TESTS=ON -DCHROMA_WERROR=ON >/dev/null
+cmake --build build/tests -j 2 --target chroma_tests chroma_run
+./build/tests/chroma_tests
+.venv/bin/python -m pytest tests/python -q -n 2 "$@"
