@@ -32,7 +32,7 @@ def jit(fn_or_module=None, **options):
 
 def export(model_or_function, example_inputs, path=None):
     """Exports a model to a Chroma graph file (see docs/graph_format.md)."""
-    from .export import export as _export
+    from .exporter import export as _export
 
     return _export(model_or_function, example_inputs, path)
 

@@ -49,7 +49,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it)
     max_depth: deepest fused expression before it is written to a buffer
     """
-    from .export import export
+    from .exporter import export
 
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)

@@ -37,7 +37,7 @@ class JitFunction:
     def program_for(self, args: Tuple) -> Program:
         import torch
 
-        from .export import export
+        from .exporter import export
 
         key = self._key(args)
         with self._lock:

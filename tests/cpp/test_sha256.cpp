@@ -124,24 +124,17 @@ TEST(Sha256, ChunkedEqualsOneShotOnRandomData) {
   }
 }
 
-// Not a benchmark, just a guard against an accidentally quadratic or byte-wise slow path:
-// 64 MiB must hash well within a few seconds even in a debug build.
-TEST(Sha256, LargeInputIsReasonablyFast) {
-  std::vector<uint8_t> data(64u << 20);
+// A large input through an odd offset (so every block is staged/unaligned) agrees with the
+// one-shot digest. Speed is measured in bench/, never asserted in unit tests.
+TEST(Sha256, LargeInputChunkedAtOddOffset) {
+  std::vector<uint8_t> data(8u << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 2654435761u >> 24);
-  const auto t0 = std::chrono::steady_clock::now();
   const std::string hex = sha256_hex(data.data(), data.size());
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(hex.size(), 64u);
-  EXPECT_LT(secs, 20.0);
-  // Chunked through an odd offset (so every block is staged/unaligned) agrees.
   Sha256 h;
   h.update(data.data(), 1);
   h.update(data.data() + 1, data.size() - 1);
   EXPECT_EQ(h.hex_digest(), hex);
-  std::printf("[ info     ] sha256: 64 MiB in %.3f s (%.0f MB/s)\n", secs,
-              64.0 * 1.048576 / secs);
 }
 
 }  // namespace

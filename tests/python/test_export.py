@@ -16,7 +16,7 @@ import torch.nn as nn
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 from chroma import graph_file  # noqa: E402
-from chroma.export import ExportError, check_torch_version, export  # noqa: E402
+from chroma.exporter import ExportError, check_torch_version, export  # noqa: E402
 from chroma.graph_file import GraphFileError  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from chroma.export import export
+    from chroma.exporter import export
     g = export(model.eval(), (torch.randn(4, 7),), "model.cgraph")
     g.json   # graph description (dict), see docs/graph_format.md
     g.blob   # weight data (bytes)
