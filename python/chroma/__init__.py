@@ -25,7 +25,7 @@ def compile(model_or_function, example_inputs, *, out=None, target="cpu", blas=T
 
 def jit(fn_or_module=None, **options):
     """Compiles on first call and keeps one program per input shapes and dtypes."""
-    from .jit import jit as _jit
+    from .jitting import jit as _jit
 
     return _jit(fn_or_module, **options)
 

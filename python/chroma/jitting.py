@@ -12,6 +12,7 @@ point (pyproject.toml), or after `chroma.jit.register_backend()`.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -46,7 +47,13 @@ class JitFunction:
                 return prog
             targs = tuple(torch.as_tensor(a) for a in args)
             graph = export(self.fn, targs)
-            digest = hashlib.sha256(graph.to_bytes()).hexdigest()
+            # Key on what determines the program: the graph and weights, not source lines.
+            doc = dict(graph.json)
+            doc["nodes"] = [{k: v for k, v in n.items() if k != "source"} for n in doc["nodes"]]
+            doc.pop("producer", None)
+            h = hashlib.sha256(json.dumps(doc, sort_keys=True).encode())
+            h.update(graph.blob)
+            digest = h.hexdigest()
             opts = sorted(self.options.items())
             digest = hashlib.sha256((digest + repr(opts)).encode()).hexdigest()[:32]
             out = os.path.join(self.cache_dir, "jit", digest)
