@@ -87,10 +87,16 @@ std::string file_sha256(const fs::path& p) {
   return h.hex_digest();
 }
 
+// Writes through a temporary file and a rename, so a process that has the old file mapped
+// (a loaded program's weights) keeps a consistent view.
 void write_file(const fs::path& p, const void* data, size_t n) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  if (!f) throw CompileError("cannot write " + p.string());
+  const fs::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    if (!f) throw CompileError("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, p);
 }
 
 const char* kernel_kind(Kernel::Kind k) {

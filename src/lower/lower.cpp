@@ -91,19 +91,38 @@ class Lowerer {
       readers[i] = r;
     }
     for (Value v : g_.outputs) readers[static_cast<size_t>(v.node)] += 1;
+    const int max_depth = std::max(1, opts_.max_expression_depth);
     for (size_t i = 0; i < g_.size(); ++i) {
       const Node& n = g_.nodes()[i];
-      if (n.op == Op::kMap || n.op == Op::kCast) {
-        if (readers[i] >= 2 || output_slot_.count(Value{static_cast<int32_t>(i), 0})) mat_[i] = true;
+      if (n.op != Op::kMap && n.op != Op::kCast) continue;
+      if (readers[i] >= 2 || output_slot_.count(Value{static_cast<int32_t>(i), 0})) mat_[i] = true;
+      // Depth of the tree rooted here; too deep: cut at the deepest operand until it fits.
+      for (;;) {
         int d = 0;
-        for (Value v : n.inputs) d = std::max(d, depth_[static_cast<size_t>(v.node)]);
-        depth_[i] = d + 1;
-        if (depth_[i] > opts_.max_expression_depth) mat_[i] = true;
-        if (mat_[i]) depth_[i] = 0;
-      } else if (is_view(n.op)) {
-        depth_[i] = depth_[static_cast<size_t>(n.inputs[0].node)];
+        int32_t deepest = -1;
+        for (Value v : n.inputs) {
+          const int32_t src = source_of(v.node);
+          const int dv = depth_[static_cast<size_t>(src)];
+          if (dv > d) {
+            d = dv;
+            deepest = src;
+          }
+        }
+        if (d + 1 <= max_depth) {
+          depth_[i] = d + 1;
+          break;
+        }
+        mat_[static_cast<size_t>(deepest)] = true;
+        depth_[static_cast<size_t>(deepest)] = 0;
       }
+      if (mat_[i]) depth_[i] = 0;  // consumers read it as a leaf
     }
+  }
+
+  // Follows views back to the node that computes the data.
+  int32_t source_of(int32_t id) const {
+    while (is_view(g_.node(id).op)) id = g_.node(id).inputs[0].node;
+    return id;
   }
 
   // ---- buffers -----------------------------------------------------------------------------
@@ -189,9 +208,11 @@ class Lowerer {
       case Op::kExpand:
       case Op::kSlice:
       case Op::kReshape: {
+        const size_t mark = fused_into_.size();
         Expr src = expr_of(n.inputs[0]);
         if (map_leaves(src, n)) return src;
         // The source layout cannot express this view: give the source its own buffer.
+        fused_into_.resize(mark);
         materialize(n.inputs[0]);
         src = expr_of(n.inputs[0]);
         if (!map_leaves(src, n)) throw CompileError("internal: view of a contiguous buffer failed at " + g_.describe(v.node));
@@ -266,12 +287,11 @@ class Lowerer {
   }
 
   Expr matmul_operand(Value v) {
+    const size_t mark = fused_into_.size();
     Expr e = expr_of(v);
     if (e.kind == Expr::kLoad && blas_layout(e.layout)) return e;
-    // Copy the operand into a contiguous buffer (which needs v itself deferred or viewed).
-    if (buffer_of_.count(v)) {
-      // A buffer viewed through a layout BLAS cannot use: copy the view.
-    }
+    // An expression, or a view BLAS cannot address: copy it into a contiguous buffer.
+    fused_into_.resize(mark);
     materialize(v);
     e = expr_of(v);
     blas_layout(e.layout);
