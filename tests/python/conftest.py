@@ -1,0 +1,99 @@
+"""Shared helpers for the Chroma Python tests.
+
+`check(fn, *inputs, rtol=1e-5, atol=1e-5, ...)` compiles `fn` for the example inputs
+(torch tensors) into a fresh directory under pytest's tmp_path, runs the compiled
+program on the inputs converted to NumPy, compares every output with torch eager
+(dtype and shape exactly, values with np.testing.assert_allclose; integer and bool
+outputs must match exactly) and returns the Program.
+"""
+
+import itertools
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+
+import chroma  # noqa: E402
+
+_TORCH_TO_NP = {
+    torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64, torch.int32: np.int32,
+    torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
+}
+
+
+def to_numpy(t):
+    if isinstance(t, torch.Tensor):
+        return t.detach().cpu().contiguous().numpy()
+    return np.asarray(t)
+
+
+def _flatten(out):
+    if isinstance(out, (tuple, list)):
+        res = []
+        for o in out:
+            res.extend(_flatten(o))
+        return res
+    return [out]
+
+
+def compare(got, want, rtol=1e-5, atol=1e-5, what="output"):
+    """Compares Chroma output(s) `got` (NumPy) with torch output(s) `want`."""
+    got_l = _flatten(got) if isinstance(got, (tuple, list)) else [got]
+    want_l = _flatten(want)
+    assert len(got_l) == len(want_l), f"{what}: {len(got_l)} outputs, torch gives {len(want_l)}"
+    for i, (g, w) in enumerate(zip(got_l, want_l)):
+        assert isinstance(g, np.ndarray), f"{what} {i}: expected numpy array, got {type(g).__name__}"
+        if isinstance(w, torch.Tensor):
+            wn = to_numpy(w)
+            assert g.dtype == np.dtype(_TORCH_TO_NP[w.dtype]), f"{what} {i}: dtype {g.dtype}, torch {w.dtype}"
+        else:
+            wn = np.asarray(w)
+        assert g.shape == wn.shape, f"{what} {i}: shape {g.shape}, torch {wn.shape}"
+        if g.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, wn, err_msg=f"{what} {i}")
+        else:
+            np.testing.assert_allclose(g, wn, rtol=rtol, atol=atol, err_msg=f"{what} {i}")
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def check(tmp_path):
+    """check(fn, *inputs, rtol=1e-5, atol=1e-5, blas=True, **compile_options) -> Program."""
+
+    def _check(fn, *inputs, rtol=1e-5, atol=1e-5, **options):
+        out = str(tmp_path / f"prog{next(_counter)}")
+        prog = chroma.compile(fn, tuple(inputs), out=out, **options)
+        with torch.no_grad():
+            want = fn(*inputs)
+        got = prog(*[to_numpy(x) for x in inputs])
+        compare(got, want, rtol=rtol, atol=atol)
+        return prog
+
+    return _check
+
+
+@pytest.fixture
+def compile_to(tmp_path):
+    """compile_to(fn, *inputs, name=None, **options) -> Program compiled into tmp_path/name."""
+
+    def _compile(fn, *inputs, name=None, **options):
+        out = str(tmp_path / (name or f"prog{next(_counter)}"))
+        return chroma.compile(fn, tuple(inputs), out=out, **options)
+
+    return _compile
+
+
+def randn(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(tuple(shape), generator=g)
+
+
+def randint(low, high, *shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=g, dtype=torch.int64)
