@@ -338,8 +338,10 @@ class _Serializer:
         spec = self.ep.call_spec.out_spec
         if spec is None or spec.is_leaf():
             structure = "single"
-        elif spec.type in (tuple, list) and all(c.is_leaf() for c in spec.children()):
-            structure = spec.type.__name__
+        elif (spec.type in (tuple, list) or (isinstance(spec.type, type) and issubclass(spec.type, tuple))) \
+                and all(c.is_leaf() for c in spec.children()):
+            # Named tuples (torch.return_types.topk, ...) come back as plain tuples.
+            structure = "list" if spec.type is list else "tuple"
         else:
             raise ExportError(
                 f"model output must be a tensor or a flat tuple/list of tensors; "

@@ -171,4 +171,7 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True) -> Program:
     if module.source_digest() != manifest["source"]["digest"]:
         raise ArtifactError(f"{lib}: built from source {module.source_digest()}, but manifest field source.digest "
                             f"says {manifest['source']['digest']}")
+    if module.weights_digest() != manifest["weights"]["sha256"]:
+        raise ArtifactError(f"{mpath}: field weights.sha256 ({manifest['weights']['sha256']}) does not match the "
+                            f"weights {lib} was built for ({module.weights_digest()})")
     return Program(directory, manifest, module)

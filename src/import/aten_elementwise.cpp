@@ -67,9 +67,17 @@ Value div(Call& c) {
   if (mode == "floor") return c.b.ew(EwOp::k_floor_divide, {a, b}, t);
   if (mode == "trunc") {
     if (is_float(t)) return c.b.ew(EwOp::k_trunc, c.b.ew(EwOp::k_div, {a, b}, t));
-    // Integer truncating division: floor division corrected toward zero.
-    Value q = c.b.ew(EwOp::k_div, {a, b}, DType::kF64);
-    return c.b.cast(c.b.ew(EwOp::k_trunc, q), t);
+    // Integer truncating division, exact: floor division, plus one where the remainder is
+    // nonzero and the operands' signs differ.
+    Builder& bb = c.b;
+    Value q = bb.ew(EwOp::k_floor_divide, {a, b}, t);
+    Value r = bb.ew(EwOp::k_remainder, {a, b}, t);
+    Value inexact = bb.ew(EwOp::k_ne, r, Scalar::of_int(0));
+    Value sa = bb.ew(EwOp::k_lt, {a, Operand::of(Scalar::of_int(0))}, t);
+    Value sb = bb.ew(EwOp::k_lt, {b, Operand::of(Scalar::of_int(0))}, t);
+    Value fix = bb.ew(EwOp::k_logical_and, inexact, bb.ew(EwOp::k_ne, sa, sb));
+    Value q1 = bb.ew(EwOp::k_add, q, Scalar::of_int(1));
+    return bb.ew(EwOp::k_where, {Operand::of(fix), Operand::of(q1), Operand::of(q)}, t);
   }
   c.fail("unknown rounding_mode '" + mode + "'");
 }
@@ -191,6 +199,8 @@ void register_aten_elementwise(HandlerTable& t) {
     return one(c.b.ew(EwOp::k_where, {Operand::of(m), v, Operand::of(x)}, ty));
   };
   t["aten._to_copy.default"] = [](Call& c) { return one(to_copy(c)); };
+  // Export-time metadata assertions (emitted around .to()): static shapes make them moot.
+  t["aten._assert_tensor_metadata.default"] = [](Call&) { return std::vector<Value>{}; };
   for (const char* name : {"aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default",
                            "aten.detach.default", "aten.contiguous.default"}) {
     t[name] = [](Call& c) { return one(c.tensor(0, "self")); };
@@ -202,7 +212,9 @@ void register_aten_elementwise(HandlerTable& t) {
   t["aten.full.default"] = [](Call& c) {
     Scalar v = c.scalar(1, "fill_value");
     auto ty = c.dtype(2, "dtype");
-    return one(c.b.full(v, ty ? *ty : (v.is_int ? DType::kI64 : DType::kF32), c.ints(0, "size")));
+    const bool is_bool = c.get(1, "fill_value")->is_boolean();
+    const DType inferred = is_bool ? DType::kBool : (v.is_int ? DType::kI64 : DType::kF32);
+    return one(c.b.full(v, ty ? *ty : inferred, c.ints(0, "size")));
   };
   t["aten.full_like.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");

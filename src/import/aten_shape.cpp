@@ -79,14 +79,24 @@ Value cat(Call& c) {
   return c.b.graph().add(Op::kConcat, kept, a);
 }
 
-Value arange(Call& c, double start, double end, double step, bool all_int) {
+Value arange(Call& c, Scalar start, Scalar end, Scalar step) {
+  const bool all_int = start.is_int && end.is_int && step.is_int;
   auto ty = c.dtype(3, "dtype");
   const DType t = ty ? *ty : (all_int ? DType::kI64 : DType::kF32);
-  if (step == 0) c.fail("arange step must be nonzero");
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  if (step.as_double() == 0) c.fail("arange step must be nonzero");
+  int64_t n;
+  if (all_int) {
+    // Exact for the whole int64 range: ceil((end - start) / step) in integers.
+    const __int128 span = static_cast<__int128>(end.i) - start.i;
+    __int128 q = span / step.i;
+    if (span % step.i != 0 && ((span < 0) == (step.i < 0))) ++q;
+    n = static_cast<int64_t>(q < 0 ? 0 : q);
+  } else {
+    n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end.as_double() - start.as_double()) / step.as_double())));
+  }
   Attrs a;
-  a.scalar = all_int ? Scalar::of_int(static_cast<int64_t>(start)) : Scalar::of_float(start);
-  a.coeffs = {step};
+  a.scalar = start.is_int ? start : Scalar::of_float(start.f);
+  a.coeffs = {step.as_double()};
   a.ints = {n};
   a.dtype = t;
   return c.b.graph().add(Op::kIota, {}, a);
@@ -201,18 +211,11 @@ void register_aten_shape(HandlerTable& t) {
     return one(c.b.graph().add(Op::kConcat, xs, a));
   };
   t["aten.arange.start_step"] = [](Call& c) {
-    Scalar s = c.scalar(0, "start"), e = c.scalar(1, "end");
     Scalar st = c.has(2, "step") ? c.scalar(2, "step") : Scalar::of_int(1);
-    return one(arange(c, s.as_double(), e.as_double(), st.as_double(), s.is_int && e.is_int && st.is_int));
+    return one(arange(c, c.scalar(0, "start"), c.scalar(1, "end"), st));
   };
-  t["aten.arange.start"] = [](Call& c) {
-    Scalar s = c.scalar(0, "start"), e = c.scalar(1, "end");
-    return one(arange(c, s.as_double(), e.as_double(), 1.0, s.is_int && e.is_int));
-  };
-  t["aten.arange.default"] = [](Call& c) {
-    Scalar e = c.scalar(0, "end");
-    return one(arange(c, 0.0, e.as_double(), 1.0, e.is_int));
-  };
+  t["aten.arange.start"] = [](Call& c) { return one(arange(c, c.scalar(0, "start"), c.scalar(1, "end"), Scalar::of_int(1))); };
+  t["aten.arange.default"] = [](Call& c) { return one(arange(c, Scalar::of_int(0), c.scalar(0, "end"), Scalar::of_int(1))); };
   t["aten.tril.default"] = [](Call& c) { return one(tri(c, false)); };
   t["aten.triu.default"] = [](Call& c) { return one(tri(c, true)); };
   t["aten.constant_pad_nd.default"] = [](Call& c) { return one(constant_pad(c)); };

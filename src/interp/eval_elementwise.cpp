@@ -138,9 +138,16 @@ Tensors eval_Iota(const Node& n, const Tensors&) {
     std::vector<int64_t> idx(t.shape.size(), 0);
     const int64_t count = t.numel();
     for (int64_t i = 0; i < count; ++i) {
-      double v = base;
-      for (size_t k = 0; k < idx.size(); ++k) v += coeffs[k] * static_cast<double>(idx[k]);
-      dst[i] = convert<T>(v);
+      if constexpr (std::is_integral_v<T>) {
+        // Integers are exact over the whole int64 range (as in chroma::et::Iota).
+        int64_t v = n.attrs.scalar.is_int ? n.attrs.scalar.i : static_cast<int64_t>(base);
+        for (size_t k = 0; k < idx.size(); ++k) v += static_cast<int64_t>(coeffs[k]) * idx[k];
+        dst[i] = static_cast<T>(v);
+      } else {
+        double v = base;
+        for (size_t k = 0; k < idx.size(); ++k) v += coeffs[k] * static_cast<double>(idx[k]);
+        dst[i] = convert<T>(v);
+      }
       for (size_t k = idx.size(); k-- > 0;) {
         if (++idx[k] < t.shape[k]) break;
         idx[k] = 0;

@@ -195,7 +195,8 @@ class Lowerer {
         e.kind = Expr::kIota;
         e.affine.shape = n.attrs.ints;
         e.affine.strides = n.attrs.coeffs;
-        e.affine.offset = n.attrs.scalar.as_double();
+        e.affine.offset = 0.0;
+        e.iota_base = n.attrs.scalar;
         return e;
       case Op::kMap:
       case Op::kCast:

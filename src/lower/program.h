@@ -33,7 +33,8 @@ struct Expr {
   DType dtype = DType::kF32;
   int32_t buffer = -1;
   Layout layout;                // kLoad: over the expression's shape
-  BasicLayout<double> affine;   // kIota
+  BasicLayout<double> affine;   // kIota: value = iota_base + affine.offset + sum strides * i
+  Scalar iota_base;             // kIota (exact for integers)
   Scalar literal;               // kLiteral
   EwOp ew = EwOp::kCount;       // kMap
   std::vector<Expr> children;

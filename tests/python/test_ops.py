@@ -534,8 +534,6 @@ def test_topk_transposed(check):
     check(fn, randn(*SHAPE))
 
 
-@pytest.mark.xfail(strict=True, reason="chroma.exporter rejects a torch.return_types namedtuple output "
-                   "(ExportError: 'got a topk structure'); only plain tuples/lists are flattened")
 def test_topk_namedtuple_output(check):
     check(lambda x: torch.topk(x, 3), randn(*SHAPE))
 
@@ -600,14 +598,10 @@ def test_full_zeros_ones_like(check):
     check(fn, randn(*SHAPE))
 
 
-@pytest.mark.xfail(strict=True, reason="arange length is computed in floating point: torch.arange(2**60, 2**60 + 4) "
-                   "fails with CompileError 'internal: lowered output 0 has type i64[0], PyTorch says i64[4]'")
 def test_arange_large_int64_start(check):
     check(lambda x: torch.arange(2**60, 2**60 + 4) + x, randint(-5, 5, 4))
 
 
-@pytest.mark.xfail(strict=True, reason="torch.full(shape, True) is lowered with dtype int64 instead of bool: "
-                   "CompileError 'internal: lowered output 0 has type i64[3,5], PyTorch says bool[3,5]'")
 def test_full_bool(check):
     check(lambda x: torch.logical_and(torch.full((3, 5), True), x > 0), randn(3, 5))
 
@@ -625,15 +619,12 @@ def test_causal_mask_from_ones(check):
 # ---------------------------------------------------------------------------- casts
 
 # Tensor.to(dtype) / .float() / .long() / .bool() export as aten.to.dtype plus an
-# aten._assert_tensor_metadata guard that Chroma rejects (see the xfail below), so the
-# cast semantics are tested through aten._to_copy, which is what .to() decomposes into.
+# aten._assert_tensor_metadata guard (dropped by the importer); the cast semantics are also
+# tested through aten._to_copy, which is what .to() decomposes into.
 def _to(x, dtype):
     return torch.ops.aten._to_copy.default(x, dtype=dtype)
 
 
-@pytest.mark.xfail(strict=True, reason="Tensor.to(dtype)/.float()/.long()/.bool() fail to compile: torch.export "
-                   "emits aten._assert_tensor_metadata.default, which chroma reports as an unsupported op "
-                   "instead of dropping it")
 @pytest.mark.parametrize("method", ["to", "long", "float", "bool"])
 def test_cast_tensor_methods(check, method):
     fns = {"to": lambda x: x.to(torch.int64), "long": lambda x: x.long(),
@@ -694,9 +685,6 @@ def test_int64_exact_beyond_float_precision(check):
     check(lambda a, b: (a // b, a % b, a * 3 + b, torch.div(a, b, rounding_mode="floor")), a, b)
 
 
-@pytest.mark.xfail(strict=True, reason="int64 torch.div(a, b, rounding_mode='trunc') is computed through float64 "
-                   "division (src/import/aten_elementwise.cpp div()), so results above 2**53 are off: "
-                   "(2**60+1) trunc-div 3 gives 384307168202282304, torch 384307168202282325")
 def test_int64_trunc_div_exact_beyond_float_precision(check):
     a = torch.tensor([2**60 + 1, -(2**60) - 7, 2**62, 9007199254740993], dtype=torch.int64)
     b = torch.tensor([3, 5, -7, 2], dtype=torch.int64)
@@ -733,7 +721,6 @@ def test_sign(check):
     check(torch.sign, torch.tensor([0.0, -0.0, -2.0, 3.0, 1e-30]))
 
 
-@pytest.mark.xfail(strict=True, reason="torch.sign(NaN) is 0 in torch eager (CPU) but NaN in Chroma")
 def test_sign_nan(check):
     check(torch.sign, torch.tensor([NAN, 1.0]))
 

@@ -74,18 +74,20 @@ template <class T> struct Lit {
 };
 template <class T> Lit<T> lit(T v) { return {v}; }
 
-// value = base + sum_k c_k * i_k, computed in double and converted to T (PyTorch's arange
-// computes in a wider type too).
+// value = base + sum_k c_k * i_k. Integer types compute in int64 (exact over the whole
+// range, like PyTorch's integer arange); floating types in double (PyTorch's arange also
+// computes in a wider type), converted to T.
 template <class T, int R> struct Iota {
-  double base;
-  double c[R];
+  using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+  Acc base;
+  Acc c[R];
   struct Row {
-    double b, cl;
-    T operator()(int64_t j) const { return static_cast<T>(b + cl * static_cast<double>(j)); }
+    Acc b, cl;
+    T operator()(int64_t j) const { return static_cast<T>(b + cl * static_cast<Acc>(j)); }
   };
   Row row(const int64_t* idx) const {
-    double b = base;
-    for (int k = 0; k + 1 < R; ++k) b += c[k] * static_cast<double>(idx[k]);
+    Acc b = base;
+    for (int k = 0; k + 1 < R; ++k) b += c[k] * static_cast<Acc>(idx[k]);
     return Row{b, c[R - 1]};
   }
   T at(const int64_t* idx) const { return row(idx)(idx[R - 1]); }

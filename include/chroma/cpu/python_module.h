@@ -118,12 +118,14 @@ inline PyObject* py_run(PyObject*, PyObject* args) {
 
 inline PyObject* py_source_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kSourceDigest); }
 inline PyObject* py_abi_version(PyObject*, PyObject*) { return PyLong_FromLong(CHROMA_ABI_VERSION); }
+inline PyObject* py_weights_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kWeightsSha256); }
 
 inline PyMethodDef kMethods[] = {
     {"open", py_open, METH_VARARGS, "open(directory) -> program handle; maps and verifies weights.bin"},
     {"run", py_run, METH_VARARGS, "run(program, inputs, outputs): inputs/outputs are lists of C-contiguous buffers"},
     {"source_digest", py_source_digest, METH_NOARGS, "digest of the generated source"},
     {"abi_version", py_abi_version, METH_NOARGS, "the C ABI version"},
+    {"weights_digest", py_weights_digest, METH_NOARGS, "SHA-256 of the weights file this library was built for"},
     {nullptr, nullptr, 0, nullptr},
 };
 

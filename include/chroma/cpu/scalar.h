@@ -32,7 +32,7 @@ template <class T> inline T trunc_(T a) { if constexpr (kIsFloat<T>) return std:
 template <class T> inline T round_even(T a) { if constexpr (kIsFloat<T>) return std::nearbyint(a); else return a; }
 template <class T> inline T sign(T a) {
   if constexpr (kIsBool<T>) return a;
-  else if constexpr (kIsFloat<T>) return std::isnan(a) ? a : T((a > T(0)) - (a < T(0)));
+  else if constexpr (kIsFloat<T>) return T((a > T(0)) - (a < T(0)));  // sign(NaN) = 0, as PyTorch's CPU kernel
   else return T((a > T(0)) - (a < T(0)));
 }
 // NaN propagates: NaN < 0 is false, so NaN is returned unchanged.

@@ -65,8 +65,18 @@ class Emitter {
         return "et::lit<" + ctype(e.dtype) + ">(" + scalar_lit(e.literal, e.dtype) + ")";
       case Expr::kIota: {
         std::vector<double> c = norm_strides(e.affine.strides);
-        std::string s = "et::Iota<" + ctype(e.dtype) + ", " + std::to_string(c.size()) + ">{" + double_lit(e.affine.offset) + ", {";
-        for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + double_lit(c[i]);
+        std::string base;
+        if (!is_float(e.dtype)) {
+          const int64_t b = (e.iota_base.is_int ? e.iota_base.i : static_cast<int64_t>(e.iota_base.f)) +
+                            static_cast<int64_t>(e.affine.offset);
+          base = "INT64_C(" + std::to_string(b) + ")";
+        } else {
+          base = double_lit(e.iota_base.as_double() + e.affine.offset);
+        }
+        std::string s = "et::Iota<" + ctype(e.dtype) + ", " + std::to_string(c.size()) + ">{" + base + ", {";
+        for (size_t i = 0; i < c.size(); ++i) {
+          s += (i ? ", " : "") + (is_float(e.dtype) ? double_lit(c[i]) : std::to_string(static_cast<int64_t>(c[i])));
+        }
         return s + "}}";
       }
       case Expr::kCast:
