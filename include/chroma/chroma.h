@@ -31,7 +31,8 @@ enum {
   CHROMA_OK = 0,
   CHROMA_ERR_INVALID = 1, /* bad argument, missing or corrupt artifact file */
   CHROMA_ERR_INDEX = 2,   /* an index input was out of range */
-  CHROMA_ERR_MEMORY = 3
+  CHROMA_ERR_MEMORY = 3,
+  CHROMA_ERR_ZERO_DIVISION = 4 /* integer division or remainder by zero */
 };
 
 typedef struct chroma_program chroma_program;

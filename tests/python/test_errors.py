@@ -419,3 +419,18 @@ def test_out_buffer_wrong_shape_dtype_layout(artifact):
         prog(x, out=([[0.0] * 3] * 4,))
     # none of that broke the program
     np.testing.assert_allclose(prog(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_integer_division_by_zero_raises(tmp_path):
+    a = torch.tensor([7, -7, 3], dtype=torch.int64)
+    b = torch.tensor([2, 3, 1], dtype=torch.int64)
+    prog = chroma.compile(lambda a, b: (a // b, a % b), (a, b), out=str(tmp_path / "div"))
+    q, r = prog(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(q, (a // b).numpy())
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.remainder(a, torch.tensor([1, 0, 1]))  # what PyTorch does
+    with pytest.raises(ZeroDivisionError, match="integer division by zero"):
+        prog(a.numpy(), np.array([1, 0, 1], dtype=np.int64))
+    # The program stays usable.
+    q, r = prog(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(r, (a % b).numpy())

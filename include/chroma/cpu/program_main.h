@@ -23,6 +23,7 @@
 
 #include "chroma/chroma.h"
 #include "chroma/cpu/runtime.h"
+#include "chroma/cpu/scalar.h"
 #include "chroma/detail/sha256.h"
 
 #if CHROMA_WITH_BLAS
@@ -98,8 +99,12 @@ inline chroma_program* open_program(const char* dir, std::string* why) {
 
 inline int run_program(chroma_program* p, const void* const* in, void* const* out, std::string* why) {
   chroma::rt::Ctx cx{in, out, p->weights, p->arena};
-  const int rc = chroma_gen::run_kernels(cx);
-  if (rc == CHROMA_ERR_INDEX) {
+  chroma::scalar::int_division_by_zero = false;
+  int rc = chroma_gen::run_kernels(cx);
+  if (rc == 0 && chroma::scalar::int_division_by_zero) rc = CHROMA_ERR_ZERO_DIVISION;
+  if (rc == CHROMA_ERR_ZERO_DIVISION) {
+    *why = "integer division by zero";
+  } else if (rc == CHROMA_ERR_INDEX) {
     const chroma::rt::KernelInfo& k = chroma_gen::kKernels[cx.err_kernel];
     *why = "index " + std::to_string(cx.err_value) + " is out of range for dimension " + std::to_string(k.axis) +
            " of size " + std::to_string(k.dim_size) + " in node '" + k.node + "'" +

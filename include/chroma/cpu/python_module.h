@@ -16,6 +16,7 @@
 #pragma weak PyExc_IndexError
 #pragma weak PyExc_RuntimeError
 #pragma weak PyExc_TypeError
+#pragma weak PyExc_ZeroDivisionError
 #pragma weak PyObject_GetBuffer
 #pragma weak PyBuffer_Release
 #pragma weak PyTuple_Size
@@ -106,6 +107,10 @@ inline PyObject* py_run(PyObject*, PyObject* args) {
   PyEval_RestoreThread(ts);
   if (rc == CHROMA_ERR_INDEX) {
     PyErr_SetString(PyExc_IndexError, why.c_str());
+    return nullptr;
+  }
+  if (rc == CHROMA_ERR_ZERO_DIVISION) {
+    PyErr_SetString(PyExc_ZeroDivisionError, why.c_str());
     return nullptr;
   }
   if (rc) {

@@ -13,6 +13,10 @@
 namespace chroma::scalar {
 
 template <class T> inline constexpr bool kIsFloat = std::is_floating_point_v<T>;
+
+// Integer division by zero has no value: the helpers return 0 and raise this flag, which the
+// program entry point checks after a run (PyTorch raises ZeroDivisionError).
+inline thread_local bool int_division_by_zero = false;
 template <class T> inline constexpr bool kIsBool = std::is_same_v<T, bool>;
 
 template <class T> inline bool truthy(T a) { return a != T(0); }
@@ -52,7 +56,10 @@ template <class T> inline T floor_divide(T a, T b) {
   } else if constexpr (kIsBool<T>) {
     return a;
   } else {
-    if (b == 0) return T(0);  // guarded by the runtime's zero-division check
+    if (b == 0) {
+      int_division_by_zero = true;
+      return T(0);
+    }
     T q = T(a / b);
     if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
     return q;
@@ -66,7 +73,10 @@ template <class T> inline T remainder(T a, T b) {
   } else if constexpr (kIsBool<T>) {
     return false;
   } else {
-    if (b == 0) return T(0);
+    if (b == 0) {
+      int_division_by_zero = true;
+      return T(0);
+    }
     T r = T(a % b);
     if (r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
     return r;
@@ -75,7 +85,13 @@ template <class T> inline T remainder(T a, T b) {
 template <class T> inline T fmod_(T a, T b) {
   if constexpr (kIsFloat<T>) return std::fmod(a, b);
   else if constexpr (kIsBool<T>) return false;
-  else return b == 0 ? T(0) : T(a % b);
+  else {
+    if (b == 0) {
+      int_division_by_zero = true;
+      return T(0);
+    }
+    return T(a % b);
+  }
 }
 template <class T> inline T pow_(T a, T b) {
   if constexpr (kIsFloat<T>) {
