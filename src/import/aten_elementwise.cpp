@@ -1,5 +1,6 @@
 // ATen elementwise ops: arithmetic, math functions, comparisons, logic, activations, casts.
 #include <cmath>
+#include <sstream>
 
 #include "import/aten.h"
 
@@ -27,14 +28,33 @@ constexpr Direct kUnary[] = {
     {"bitwise_not", EwOp::k_bitwise_not}, {"isnan", EwOp::k_isnan}, {"isinf", EwOp::k_isinf},
 };
 
-constexpr Direct kBinary[] = {
-    {"mul", EwOp::k_mul}, {"maximum", EwOp::k_maximum}, {"minimum", EwOp::k_minimum},
-    {"eq", EwOp::k_eq}, {"ne", EwOp::k_ne}, {"lt", EwOp::k_lt}, {"le", EwOp::k_le}, {"gt", EwOp::k_gt},
-    {"ge", EwOp::k_ge}, {"logical_and", EwOp::k_logical_and}, {"logical_or", EwOp::k_logical_or},
-    {"logical_xor", EwOp::k_logical_xor}, {"bitwise_and", EwOp::k_bitwise_and},
-    {"bitwise_or", EwOp::k_bitwise_or}, {"bitwise_xor", EwOp::k_bitwise_xor},
-    {"remainder", EwOp::k_remainder}, {"fmod", EwOp::k_fmod}, {"atan2", EwOp::k_atan2},
-    {"floor_divide", EwOp::k_floor_divide},
+// Binary ops with the overloads PyTorch registers for tensors (".Tensor", ".Scalar", ...).
+struct DirectBinary {
+  const char* aten;
+  EwOp op;
+  const char* overloads;  // space-separated
+};
+
+constexpr DirectBinary kBinary[] = {
+    {"mul", EwOp::k_mul, "Tensor Scalar"},
+    {"maximum", EwOp::k_maximum, "default"},
+    {"minimum", EwOp::k_minimum, "default"},
+    {"eq", EwOp::k_eq, "Tensor Scalar"},
+    {"ne", EwOp::k_ne, "Tensor Scalar"},
+    {"lt", EwOp::k_lt, "Tensor Scalar"},
+    {"le", EwOp::k_le, "Tensor Scalar"},
+    {"gt", EwOp::k_gt, "Tensor Scalar"},
+    {"ge", EwOp::k_ge, "Tensor Scalar"},
+    {"logical_and", EwOp::k_logical_and, "default"},
+    {"logical_or", EwOp::k_logical_or, "default"},
+    {"logical_xor", EwOp::k_logical_xor, "default"},
+    {"bitwise_and", EwOp::k_bitwise_and, "Tensor Scalar Scalar_Tensor"},
+    {"bitwise_or", EwOp::k_bitwise_or, "Tensor Scalar Scalar_Tensor"},
+    {"bitwise_xor", EwOp::k_bitwise_xor, "Tensor Scalar Scalar_Tensor"},
+    {"remainder", EwOp::k_remainder, "Tensor Scalar Scalar_Tensor"},
+    {"fmod", EwOp::k_fmod, "Tensor Scalar"},
+    {"atan2", EwOp::k_atan2, "default"},
+    {"floor_divide", EwOp::k_floor_divide, "default Scalar"},
 };
 
 // Integer inputs of float-only functions compute in float32, like PyTorch.
@@ -149,10 +169,20 @@ void register_aten_elementwise(HandlerTable& t) {
     const EwOp op = d.op;
     t[std::string("aten.") + d.aten + ".default"] = [op](Call& c) { return one(unary(c, op)); };
   }
-  for (const Direct& d : kBinary) {
+  for (const DirectBinary& d : kBinary) {
     const EwOp op = d.op;
-    auto h = [op](Call& c) { return one(c.b.ew(op, {c.operand(0, "self"), c.operand(1, "other")})); };
-    for (const char* ov : {".Tensor", ".Scalar", ".default"}) t[std::string("aten.") + d.aten + ov] = h;
+    auto h = [op](Call& c) {
+      if (ew_info(op).name.rfind("bitwise_", 0) == 0) {
+        for (size_t i = 0; i < 2; ++i) {
+          if (c.is_tensor(i, i ? "other" : "self") && is_float(c.b.type(c.tensor(i, i ? "other" : "self")).dtype)) {
+            c.fail("bitwise operations need integer or bool tensors");
+          }
+        }
+      }
+      return one(c.b.ew(op, {c.operand(0, "self"), c.operand(1, "other")}));
+    };
+    std::istringstream overloads(d.overloads);
+    for (std::string ov; overloads >> ov;) t[std::string("aten.") + d.aten + "." + ov] = h;
   }
   for (const char* ov : {".Tensor", ".Scalar"}) {
     t[std::string("aten.add") + ov] = [](Call& c) { return one(add_sub(c, EwOp::k_add)); };
