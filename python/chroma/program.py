@@ -108,7 +108,13 @@ class Program:
             names = ", ".join(s.name for s in self.inputs)
             raise TypeError(f"expected {len(self.inputs)} inputs ({names}), got {len(arrays)}")
         ins = [self._check_input(i, a) for i, a in enumerate(arrays)]
-        outs = self._check_out(out) if out is not None else [np.empty(s.shape, s.dtype) for s in self.outputs]
+        if out is not None:
+            outs = self._check_out(out)
+            # Kernels write outputs while reading inputs: an input that overlaps an out=
+            # buffer is copied first so the result is what it would be without aliasing.
+            ins = [a.copy() if any(np.may_share_memory(a, o) for o in outs) else a for a in ins]
+        else:
+            outs = [np.empty(s.shape, s.dtype) for s in self.outputs]
         with self._lock:
             self._module.run(self._handle, ins, outs)
         if self._structure == "single" and len(outs) == 1:

@@ -434,3 +434,12 @@ def test_integer_division_by_zero_raises(tmp_path):
     # The program stays usable.
     q, r = prog(a.numpy(), b.numpy())
     np.testing.assert_array_equal(r, (a % b).numpy())
+
+
+def test_out_buffer_aliasing_an_input_gives_the_unaliased_result(tmp_path):
+    x = torch.randn(6, 6)
+    prog = chroma.compile(lambda x: x.t() @ x + x, (x,), out=str(tmp_path / "alias"))
+    a = x.numpy().copy()
+    expected = prog(a)
+    prog(a, out=a)  # input and output are the same array
+    np.testing.assert_allclose(a, expected, rtol=1e-6, atol=1e-6)
