@@ -24,19 +24,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import chroma  # noqa: E402
-from chroma.demo import build_model  # noqa: E402
-
-
-def median_ms(fn, iters=200, warmup=20):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
+from chroma.demo import build_model, median_ms  # noqa: E402
 
 
 def measure(name, model, inputs, cache):
@@ -50,9 +38,9 @@ def measure(name, model, inputs, cache):
     np_in = [i.numpy() for i in inputs]
     with torch.no_grad():
         ref = model(*inputs)
-        t_torch = median_ms(lambda: model(*inputs))
+        t_torch = median_ms(lambda: model(*inputs), iters=200, warmup=20)
     got = prog(*np_in)
-    t_chroma = median_ms(lambda: prog(*np_in))
+    t_chroma = median_ms(lambda: prog(*np_in), iters=200, warmup=20)
     s = prog.stats
     return {
         "model": name,

@@ -64,7 +64,8 @@ def build_model(vocab=1000, hidden=64, heads=4, layers=2, seq=8):
     return model, tokens
 
 
-def _median_ms(fn, iters=50, warmup=5):
+def median_ms(fn, iters=50, warmup=5):
+    """Median wall time of fn() in milliseconds."""
     for _ in range(warmup):
         fn()
     ts = []
@@ -103,9 +104,9 @@ def main(argv=None):
     print(f"kernels: {s['kernels']}, fused expressions: {s['fused_expressions']}, "
           f"arena {s['arena_bytes']} B for {s['temporaries_bytes']} B of temporaries")
     with torch.no_grad():
-        t_torch = _median_ms(lambda: model(tokens))
+        t_torch = median_ms(lambda: model(tokens))
     tok_np = tokens.numpy()
-    t_chroma = _median_ms(lambda: prog(tok_np))
+    t_chroma = median_ms(lambda: prog(tok_np))
     print(f"time per call (1 thread, median): torch eager {t_torch:.3f} ms, chroma {t_chroma:.3f} ms "
           f"({t_torch / t_chroma:.2f}x)")
     ok = rel < 1e-5 and err.max() < 1e-4
