@@ -209,6 +209,17 @@ void register_aten_elementwise(HandlerTable& t) {
     return one(c.b.ew(EwOp::k_minimum, lo, Scalar::of_float(c.float_or(2, "max_val", 1.0))));
   };
   t["aten.gelu.default"] = [](Call& c) { return one(gelu(c)); };
+  // elu(x) = scale * (x > 0 ? x : alpha * (exp(input_scale * x) - 1))
+  t["aten.elu.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    const double alpha = c.float_or(1, "alpha", 1.0), scale = c.float_or(2, "scale", 1.0);
+    const double input_scale = c.float_or(3, "input_scale", 1.0);
+    Value neg = b.ew(EwOp::k_mul, b.ew(EwOp::k_expm1, b.ew(EwOp::k_mul, x, Scalar::of_float(input_scale))),
+                     Scalar::of_float(alpha));
+    Value r = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_gt, x, Scalar::of_int(0))), Operand::of(x), Operand::of(neg)});
+    return one(scale == 1.0 ? r : b.ew(EwOp::k_mul, r, Scalar::of_float(scale)));
+  };
   t["aten.silu.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");
     return one(c.b.ew(EwOp::k_mul, x, c.b.ew(EwOp::k_sigmoid, x)));

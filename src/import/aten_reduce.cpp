@@ -1,5 +1,7 @@
 // ATen reductions and normalizations: sum/mean/prod/amax/amin/max/min/argmax/argmin/var/std,
 // any/all, softmax/log_softmax, logsumexp, layer norm.
+#include <cmath>
+
 #include "import/aten.h"
 
 namespace chroma {
@@ -145,6 +147,22 @@ void register_aten_reduce(HandlerTable& t) {
     Value s = b.sum(b.ew(EwOp::k_exp, b.ew(EwOp::k_sub, x, ms)), dims, keepdim);
     Value msk = keepdim ? ms : b.reshape(ms, b.type(s).shape);
     return one(b.ew(EwOp::k_add, b.ew(EwOp::k_log, s), msk));
+  };
+  t["aten.linalg_vector_norm.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    if (auto dt = c.dtype(4, "dtype")) x = b.cast(x, *dt);
+    if (!is_float(b.type(x).dtype)) c.fail("vector norms need floating-point input");
+    const double ord = c.float_or(1, "ord", 2.0);
+    const std::vector<int64_t> dims = c.ints(2, "dim");
+    const bool keepdim = c.bool_or(3, "keepdim", false);
+    Value a = b.ew(EwOp::k_abs, x);
+    if (std::isinf(ord)) return one(b.reduce(ord > 0 ? ReduceKind::kMax : ReduceKind::kMin, a, dims, keepdim));
+    if (ord == 0.0) return one(b.sum(b.cast(b.ew(EwOp::k_ne, x, Scalar::of_int(0)), b.type(x).dtype), dims, keepdim));
+    if (ord == 1.0) return one(b.sum(a, dims, keepdim));
+    if (ord == 2.0) return one(b.ew(EwOp::k_sqrt, b.sum(b.ew(EwOp::k_mul, x, x), dims, keepdim)));
+    Value p = b.sum(b.ew(EwOp::k_pow, a, Scalar::of_float(ord)), dims, keepdim);
+    return one(b.ew(EwOp::k_pow, p, Scalar::of_float(1.0 / ord)));
   };
   t["aten.native_layer_norm.default"] = [](Call& c) { return layer_norm(c); };
 }

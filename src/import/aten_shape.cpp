@@ -1,5 +1,6 @@
 // ATen view and shape ops: view/reshape, permute/transpose, expand, slice/select,
 // squeeze/unsqueeze, split, cat/stack, padding, and the value generators arange/tril/triu.
+#include <algorithm>
 #include <numeric>
 
 #include "import/aten.h"
@@ -216,6 +217,36 @@ void register_aten_shape(HandlerTable& t) {
   };
   t["aten.arange.start"] = [](Call& c) { return one(arange(c, c.scalar(0, "start"), c.scalar(1, "end"), Scalar::of_int(1))); };
   t["aten.arange.default"] = [](Call& c) { return one(arange(c, Scalar::of_int(0), c.scalar(0, "end"), Scalar::of_int(1))); };
+  t["aten.flip.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    Attrs a;
+    for (int64_t d : c.ints(1, "dims")) a.ints.push_back(c.b.dim(d, c.b.type(x).rank()));
+    std::sort(a.ints.begin(), a.ints.end());
+    a.ints.erase(std::unique(a.ints.begin(), a.ints.end()), a.ints.end());
+    if (a.ints.empty() || c.b.type(x).rank() == 0) return one(x);
+    return one(c.b.graph().add(Op::kFlip, {x}, a));
+  };
+  t["aten.roll.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const Shape orig = c.b.type(x).shape;
+    std::vector<int64_t> shifts = c.ints(1, "shifts"), dims = c.ints(2, "dims");
+    if (dims.empty()) {
+      x = c.b.reshape(x, {c.b.type(x).numel()});
+      dims = {0};
+    }
+    if (shifts.size() != dims.size()) c.fail("roll needs one shift per dimension");
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const int64_t d = c.b.dim(dims[i], c.b.type(x).rank());
+      const int64_t n = c.b.type(x).shape[static_cast<size_t>(d)];
+      if (n == 0) continue;
+      const int64_t s = ((shifts[i] % n) + n) % n;
+      if (s == 0) continue;
+      Attrs a;
+      a.axis = d;
+      x = c.b.graph().add(Op::kConcat, {c.b.slice(x, d, n - s, n, 1), c.b.slice(x, d, 0, n - s, 1)}, a);
+    }
+    return one(c.b.reshape(x, orig));
+  };
   t["aten.tril.default"] = [](Call& c) { return one(tri(c, false)); };
   t["aten.triu.default"] = [](Call& c) { return one(tri(c, true)); };
   t["aten.constant_pad_nd.default"] = [](Call& c) { return one(constant_pad(c)); };

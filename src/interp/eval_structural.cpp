@@ -56,6 +56,18 @@ Tensors eval_Slice(const Node& n, const Tensors& in) {
   return {materialize(in[0], n.type().shape, strides, offset)};
 }
 
+Tensors eval_Flip(const Node& n, const Tensors& in) {
+  const Shape& shape = in[0].type.shape;
+  Shape strides = contiguous_strides(shape);
+  int64_t offset = 0;
+  for (int64_t ax : n.attrs.ints) {
+    const auto a = static_cast<size_t>(ax);
+    if (shape[a] > 0) offset += (shape[a] - 1) * strides[a];
+    strides[a] = -strides[a];
+  }
+  return {materialize(in[0], shape, strides, offset)};
+}
+
 Tensors eval_Reshape(const Node& n, const Tensors& in) {
   // Row-major reshape keeps the element order: share the bytes under the new type.
   return {Tensor{n.type(), in[0].bytes}};

@@ -100,6 +100,14 @@ Types infer_Reshape(const Graph& g, const Inputs& in, const Attrs& a) {
   return {TensorType{t.dtype, a.ints}};
 }
 
+Types infer_Flip(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  for (int64_t ax : a.ints) {
+    if (ax < 0 || ax >= t.rank()) fail("flip axis " + std::to_string(ax) + " out of range for " + t.str());
+  }
+  return {t};
+}
+
 Types infer_Reduce(const Graph& g, const Inputs& in, const Attrs& a) {
   const TensorType& t = g.type(in[0]);
   Shape out;

@@ -50,7 +50,7 @@ std::string_view reduce_name(ReduceKind k);
 inline bool is_elementwise(Op op) { return op == Op::kMap || op == Op::kCast || op == Op::kFull || op == Op::kIota; }
 // Views: become layout metadata (shape, strides, offset) during lowering.
 inline bool is_view(Op op) {
-  return op == Op::kPermute || op == Op::kExpand || op == Op::kSlice || op == Op::kReshape;
+  return op == Op::kPermute || op == Op::kExpand || op == Op::kSlice || op == Op::kReshape || op == Op::kFlip;
 }
 
 }  // namespace chroma

@@ -39,6 +39,7 @@ std::string attrs_str(const Graph& g, const Node& n) {
       break;
     }
     case Op::kPermute: o << "perm=" << shape_str(a.ints); break;
+    case Op::kFlip: o << "axes=" << shape_str(a.ints); break;
     case Op::kReduce: o << "axes=" << shape_str(a.ints) << (a.keepdim ? ", keepdim" : ""); break;
     case Op::kArgReduce: o << "axis=" << a.axis << (a.keepdim ? ", keepdim" : ""); break;
     case Op::kSlice: o << "axis=" << a.axis << ", start=" << a.start << ", end=" << a.end << ", step=" << a.step; break;

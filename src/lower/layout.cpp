@@ -102,6 +102,13 @@ template <class T> std::optional<BasicLayout<T>> apply_view(const Node& n, const
     }
     case Op::kReshape:
       return reshape_view(in, a.ints);
+    case Op::kFlip:
+      for (int64_t ax : a.ints) {
+        const auto d = static_cast<size_t>(ax);
+        if (in.shape[d] > 0) out.offset = out.offset + static_cast<T>(in.shape[d] - 1) * out.strides[d];
+        out.strides[d] = -out.strides[d];
+      }
+      return out;
     default:
       return std::nullopt;
   }

@@ -208,7 +208,8 @@ class Lowerer {
       case Op::kPermute:
       case Op::kExpand:
       case Op::kSlice:
-      case Op::kReshape: {
+      case Op::kReshape:
+      case Op::kFlip: {
         const size_t mark = fused_into_.size();
         Expr src = expr_of(n.inputs[0]);
         if (map_leaves(src, n)) return src;
@@ -319,6 +320,7 @@ class Lowerer {
       case Op::kExpand:
       case Op::kSlice:
       case Op::kReshape:
+      case Op::kFlip:
         return;
       case Op::kReduce:
       case Op::kArgReduce: {

@@ -872,3 +872,32 @@ def test_output_aliasing_input_is_a_copy(check):
     y[0] = 123.0
     assert xn.reshape(-1)[0] != 123.0
     np.testing.assert_array_equal(y[1:], xn.reshape(-1)[1:])
+
+
+# ---- flip / roll (views with negative strides, concatenations) ----------------------------
+
+def test_flip_and_roll(check):
+    x = randn(3, 5, 4, seed=40)
+    prog = check(lambda x: (x.flip(1), x.transpose(0, 2).flip(0, 2) * 2, torch.roll(x, 2, 1),
+                            torch.roll(x, (-1, 7), (0, 2)), torch.roll(x, 4)), x)
+    # flip is a layout (a negative stride): x.flip(1) * 2 needs no copy kernel.
+    assert check(lambda x: x.flip(1) * 2, x).stats["kernels"] == 1
+
+
+# ---- vector norms, ELU family --------------------------------------------------------------
+
+@pytest.mark.parametrize("ord", [2, 1, float("inf"), -float("inf"), 3, 0])
+def test_vector_norm(check, ord):
+    x = randn(4, 9, seed=41)
+    check(lambda x: (torch.linalg.vector_norm(x, ord, dim=-1), torch.linalg.vector_norm(x, ord, dim=(0, 1), keepdim=True)),
+          x, rtol=1e-5, atol=1e-5)
+
+
+def test_normalize_and_norm(check):
+    x = randn(4, 9, seed=42)
+    check(lambda x: (F.normalize(x, dim=-1), x.norm(), x.norm(dim=0)), x)
+
+
+def test_elu_family(check):
+    x = randn(4, 9, seed=43)
+    check(lambda x: (F.elu(x), F.elu(x, alpha=0.5), F.selu(x), F.celu(x, 1.5)), x)
