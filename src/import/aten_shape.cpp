@@ -88,8 +88,9 @@ Value arange(Call& c, Scalar start, Scalar end, Scalar step) {
   int64_t n;
   if (all_int) {
     // Exact for the whole int64 range: ceil((end - start) / step) in integers.
-    const __int128 span = static_cast<__int128>(end.i) - start.i;
-    __int128 q = span / step.i;
+    __extension__ using i128 = __int128;  // end - start can exceed int64
+    const i128 span = static_cast<i128>(end.i) - start.i;
+    i128 q = span / step.i;
     if (span % step.i != 0 && ((span < 0) == (step.i < 0))) ++q;
     n = static_cast<int64_t>(q < 0 ? 0 : q);
   } else {
