@@ -37,6 +37,13 @@ NB_MODULE(_compiler, m) {
       },
       nb::arg("graph"), nb::arg("stage") = "optimized", nb::arg("max_depth") = 32,
       "The IR of a graph file after 'import' or 'optimized', or the 'lowered' kernels and plan.");
+  m.def(
+      "run_ir",
+      [](const std::string& text, const std::vector<std::string>& passes, int max_depth) {
+        return chroma::run_ir_text(text, passes, max_depth);
+      },
+      nb::arg("text"), nb::arg("passes"), nb::arg("max_depth") = 32,
+      "Parses IR text, runs the passes (fold_constants, dce, cse, optimize, lower), returns the result as text.");
   m.def("supported_aten_targets", &chroma::supported_aten_targets);
   m.attr("__version__") = CHROMA_VERSION;
 }

@@ -206,4 +206,25 @@ std::string dump_graph_file(const std::string& graph_path, const std::string& st
   throw CompileError("unknown stage '" + stage + "' (import, optimized, lowered)");
 }
 
+std::string run_ir_text(const std::string& text, const std::vector<std::string>& passes, int max_expression_depth) {
+  Graph g = parse(text);
+  if (std::string err = verify(g); !err.empty()) throw CompileError("invalid IR: " + err);
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const std::string& p = passes[i];
+    if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
+    else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
+    else if (p == "cse") g = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, g);
+    else if (p == "optimize") g = optimize(g);
+    else if (p == "lower") {
+      if (i + 1 != passes.size()) throw CompileError("'lower' must be the last pass");
+      LowerOptions lo;
+      lo.max_expression_depth = max_expression_depth;
+      return describe(lower(g, lo));
+    } else {
+      throw CompileError("unknown pass '" + p + "' (fold_constants, dce, cse, optimize, lower)");
+    }
+  }
+  return print(g);
+}
+
 }  // namespace chroma

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -29,5 +30,10 @@ std::string compile_graph_file(const std::string& graph_path, const std::string&
 // The IR after import ("import") or after optimize() ("optimized"), in text form; or the
 // lowered program's kernels and memory plan ("lowered").
 std::string dump_graph_file(const std::string& graph_path, const std::string& stage, int max_expression_depth = 32);
+
+// Parses IR text, runs the named passes in order (fold_constants, dce, cse, optimize,
+// lower) and returns the result in text form (the IR, or the kernels and memory plan after
+// `lower`). Used by golden tests and `chroma opt`.
+std::string run_ir_text(const std::string& text, const std::vector<std::string>& passes, int max_expression_depth = 32);
 
 }  // namespace chroma

@@ -5,6 +5,7 @@
   chroma run DIR [x.npy ...]      runs with the given inputs (random ones when omitted)
   chroma inspect DIR              manifest summary, kernels and the memory plan
   chroma bench DIR                median call time over repeated runs
+  chroma opt FILE.ir PASS...      runs passes (fold_constants, dce, cse, optimize, lower) on IR text
 """
 
 from __future__ import annotations
@@ -101,6 +102,13 @@ def cmd_bench(a):
           f"(min {times[0] * 1e3:.3f} ms)")
 
 
+def cmd_opt(a):
+    from . import _compiler
+
+    with open(a.file) as f:
+        print(_compiler.run_ir(f.read(), a.passes), end="")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="chroma", description="Chroma: compile PyTorch models to native programs")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -122,6 +130,10 @@ def main(argv=None):
     b.add_argument("--iters", type=int, default=100)
     b.add_argument("--warmup", type=int, default=10)
     b.set_defaults(fn=cmd_bench)
+    o = sub.add_parser("opt", help="run compiler passes on IR text (tests/golden/*.ir)")
+    o.add_argument("file")
+    o.add_argument("passes", nargs="*")
+    o.set_defaults(fn=cmd_opt)
     a = p.parse_args(argv)
     try:
         a.fn(a)

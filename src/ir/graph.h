@@ -133,5 +133,7 @@ std::string verify(const Graph& g);
 
 // The text form of the IR, used by golden tests and CHROMA_DUMP_IR.
 std::string print(const Graph& g);
+// Parses the text form back (src/ir/parser.cpp); throws CompileError with line:column.
+Graph parse(const std::string& text);
 
 }  // namespace chroma

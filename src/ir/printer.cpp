@@ -7,6 +7,7 @@
 //
 // Golden tests match lines of this form, so keep it stable and readable.
 #include <sstream>
+#include <type_traits>
 
 #include "ir/graph.h"
 
@@ -19,6 +20,30 @@ std::string value_str(Value v) {
   return s;
 }
 
+// Small constants print their values, so golden tests can check folded results and the
+// parser can read them back.
+constexpr int64_t kPrintDataLimit = 16;
+
+std::string data_str(const ConstantData& c) {
+  std::string r = "[";
+  const int64_t n = c.type.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) r += ", ";
+    switch (c.type.dtype) {
+#define X(e, nm, ct, b)                                                                      \
+  case DType::e: {                                                                           \
+    const ct v = reinterpret_cast<const ct*>(c.data())[i];                                   \
+    r += std::is_floating_point_v<ct> ? Scalar::of_float(static_cast<double>(v)).str()       \
+                                      : std::to_string(static_cast<int64_t>(v));             \
+    break;                                                                                   \
+  }
+      CHROMA_FOR_EACH_DTYPE(X)
+#undef X
+    }
+  }
+  return r + "]";
+}
+
 std::string attrs_str(const Graph& g, const Node& n) {
   const Attrs& a = n.attrs;
   std::ostringstream o;
@@ -28,6 +53,7 @@ std::string attrs_str(const Graph& g, const Node& n) {
       const ConstantData& c = g.constants[static_cast<size_t>(a.index)];
       o << "slot=" << a.index;
       if (!c.name.empty()) o << ", name=\"" << c.name << "\"";
+      if (c.type.numel() <= kPrintDataLimit) o << ", data=" << data_str(c);
       break;
     }
     case Op::kCast: o << "dtype=" << dtype_name(a.dtype); break;
