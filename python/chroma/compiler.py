@@ -53,6 +53,12 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
 
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
+    import numpy as np
+    import torch
+
+    # NumPy example inputs are accepted too.
+    example_inputs = tuple(torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
+                           for a in example_inputs)
     if out is None:
         out = tempfile.mkdtemp(prefix="chroma-")
     os.makedirs(out, exist_ok=True)

@@ -154,3 +154,9 @@ def test_cli_compile_inspect_run(tmp_path):
     np.testing.assert_allclose(y, torch.softmax(torch.from_numpy(x) * 3, -1).numpy(), rtol=1e-5, atol=1e-6)
     r = subprocess.run(cli + ["run", str(tmp_path / "nothing")], capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "ArtifactError" in r.stderr
+
+
+def test_numpy_example_inputs_are_accepted(tmp_path):
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    prog = chroma.compile(lambda x: torch.tanh(x) + 1, (x,), out=str(tmp_path / "np"))
+    np.testing.assert_allclose(prog(x), np.tanh(x) + 1, rtol=1e-6, atol=1e-6)
