@@ -28,6 +28,16 @@
 
 #include "chroma/cpu/scalar.h"
 
+// Loops over whole tensors (assign, reduce) prefer 512-bit vectors where the target has
+// AVX-512: GCC's tuning for recent x86 cores defaults to 256 bits, which halves the
+// throughput of the transcendental-heavy fused loops. Lane width never changes results.
+// (noinline: inlined into the generated kernel function, the caller's tuning would apply.)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#define CHROMA_ET_LOOP_ATTR __attribute__((target("prefer-vector-width=512"), noinline))
+#else
+#define CHROMA_ET_LOOP_ATTR
+#endif
+
 namespace chroma::et {
 
 template <int64_t... D> struct Shape {
@@ -152,11 +162,23 @@ template <class Sh, class F> inline void for_rows(F&& f) {
 }
 
 // dst[i] = e[i] over Sh.
-template <class Sh, class D, class E> inline void assign(D d, E e) {
+//
+// The inner loops carry `#pragma GCC ivdep`: GCC's -O2 vectorizer (cost model "very cheap")
+// will not emit the runtime overlap checks between the destination row and the source rows,
+// so without it no kernel loop vectorizes. It is sound because a destination never overlaps a
+// source except element for element (in place): the arena planner gives buffers live in the
+// same kernel disjoint ranges, and the Python wrapper copies inputs that alias an out= array.
+// A destination with stride 0 along the row is left alone (the last write must win).
+template <class Sh, class D, class E> CHROMA_ET_LOOP_ATTR inline void assign(D d, E e) {
   for_rows<Sh>([&](const int64_t* idx) {
     auto r = e.row(idx);
     auto* w = d.row(idx);
-    for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
+    if constexpr (D::kStrideLast != 0) {
+#pragma GCC ivdep
+      for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
+    } else {
+      for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
+    }
   });
 }
 
@@ -206,7 +228,7 @@ template <bool... M> struct Mask {
 // rank and stride 0 on reduced dimensions, so every input index maps to its output element.
 // A row reduced along the last dimension uses 8 partial accumulators, as vectorized
 // reductions do.
-template <class Sh, class Mk, class Op, class T, class D, class E> inline void reduce(D d, E e) {
+template <class Sh, class Mk, class Op, class T, class D, class E> CHROMA_ET_LOOP_ATTR inline void reduce(D d, E e) {
   constexpr int R = Sh::kRank;
   auto first_visit = [](const int64_t* idx) {
     for (int k = 0; k + 1 < R; ++k) if (Mk::kM[k] && idx[k] != 0) return false;
