@@ -11,7 +11,8 @@
  *   chroma_close(p);
  *
  * Inputs and outputs are dense row-major arrays of the dtypes and shapes the accessors
- * report. chroma_open checks the ABI version, the weights file's size and its SHA-256
+ * report; output arrays must not overlap each other or any input (kernels are compiled on
+ * that assumption; Python's Program copies overlapping inputs first). chroma_open checks the ABI version, the weights file's size and its SHA-256
  * against the digest compiled into the library, and says what does not match.
  * A program is not thread-safe: one chroma_run at a time per chroma_program.
  */
