@@ -219,6 +219,14 @@ Value Builder::var(Value v, std::vector<int64_t> axes, double correction, bool k
 
 Value Builder::softmax(Value v, int64_t axis, bool log) {
   axis = dim(axis, type(v).rank());
+  if (is_float(type(v).dtype)) {
+    // One primitive: the kernel keeps each row in cache across its three passes.
+    const Shape shape = type(v).shape;
+    Attrs a;
+    a.axis = axis;
+    a.log = log;
+    return reshape(g_.add(Op::kSoftmax, {reshape(v, shape.empty() ? Shape{1} : shape)}, a), shape);
+  }
   Value m = reduce(ReduceKind::kMax, v, {axis}, true);
   Value shifted = ew(EwOp::k_sub, v, m);
   if (log) {

@@ -4,6 +4,8 @@
 // Accumulation: float types accumulate in double; integer types accumulate in uint64_t, so
 // overflow wraps modulo 2^64 (well defined) before the final conversion to the dtype, like
 // the wrap-around PyTorch's integer kernels show in practice.
+#include "chroma/cpu/scalar.h"
+#include <limits>
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -109,6 +111,52 @@ Tensors eval_Reduce(const Node& n, const Tensors& in) {
     const T* p = dense.data<T>();
     T* o = out.data<T>();
     for (int64_t i = 0; i < out_count; ++i) o[i] = reduce_row<T>(n.attrs.reduce, p + i * count, count);
+  });
+  return {out.finish()};
+}
+
+// Mirrors chroma::et::softmax: max pass, exp pass, sum in 8 partial lanes, then divide (or
+// x - max - log(sum) for log_softmax), with the same scalar exp/log.
+Tensors eval_Softmax(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const size_t axis = static_cast<size_t>(n.attrs.axis);
+  const Shape& shape = x.type.shape;
+  const int64_t outer = extent(shape, 0, axis);
+  const int64_t dim = shape.empty() ? 1 : shape[axis];
+  const int64_t inner = extent(shape, axis + 1, shape.size());
+  OutBuffer out(n.type());
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* p = x.data<T>();
+      T* o = out.data<T>();
+      std::vector<T> e(static_cast<size_t>(dim));
+      for (int64_t a = 0; a < outer; ++a) {
+        for (int64_t i = 0; i < inner; ++i) {
+          const T* row = p + a * dim * inner + i;
+          T* dst = o + a * dim * inner + i;
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < dim; ++j) m = ::chroma::scalar::maximum(m, row[j * inner]);
+          for (int64_t j = 0; j < dim; ++j) e[static_cast<size_t>(j)] = ::chroma::scalar::exp_(T(row[j * inner] - m));
+          T lanes[8] = {};
+          int64_t j = 0;
+          for (; j + 8 <= dim; j += 8) {
+            for (int l = 0; l < 8; ++l) lanes[l] += e[static_cast<size_t>(j + l)];
+          }
+          for (; j < dim; ++j) lanes[0] += e[static_cast<size_t>(j)];
+          T s = lanes[0];
+          for (int l = 1; l < 8; ++l) s += lanes[l];
+          if (n.attrs.log) {
+            const T ls = ::chroma::scalar::log_(s);
+            for (int64_t k = 0; k < dim; ++k) dst[k * inner] = T(T(row[k * inner] - m) - ls);
+          } else {
+            for (int64_t k = 0; k < dim; ++k) dst[k * inner] = T(e[static_cast<size_t>(k)] / s);
+          }
+        }
+      }
+    } else {
+      throw CompileError("softmax needs a floating-point input");
+    }
   });
   return {out.finish()};
 }

@@ -50,7 +50,7 @@ struct Attrs {
   Scalar scalar;                         // Full value, Iota base
   int64_t axis = 0, start = 0, end = 0, step = 1, k = 0;
   int64_t index = -1;                    // Input position, Constant slot
-  bool keepdim = false, largest = true, sorted = true;
+  bool keepdim = false, largest = true, sorted = true, log = false;
   bool operator==(const Attrs&) const = default;
 };
 

@@ -122,6 +122,13 @@ Types infer_Reduce(const Graph& g, const Inputs& in, const Attrs& a) {
   return {TensorType{t.dtype, out}};
 }
 
+Types infer_Softmax(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (!is_float(t.dtype)) fail("softmax needs a floating-point input, got " + t.str());
+  if (a.axis < 0 || a.axis >= std::max<int64_t>(t.rank(), 1)) fail("axis out of range for " + t.str());
+  return {t};
+}
+
 Types infer_ArgReduce(const Graph& g, const Inputs& in, const Attrs& a) {
   const TensorType& t = g.type(in[0]);
   if (a.axis < 0 || a.axis >= t.rank()) fail("axis out of range for " + t.str());

@@ -209,6 +209,7 @@ class Parser {
         else if (key == "largest") a.largest = true;
         else if (key == "smallest") a.largest = false;
         else if (key == "sorted") a.sorted = true;
+        else if (key == "log") a.log = true;
         else {
           expect('=');
           if (key == "name") name = quoted();

@@ -68,6 +68,7 @@ std::string attrs_str(const Graph& g, const Node& n) {
     case Op::kFlip: o << "axes=" << shape_str(a.ints); break;
     case Op::kReduce: o << "axes=" << shape_str(a.ints) << (a.keepdim ? ", keepdim" : ""); break;
     case Op::kArgReduce: o << "axis=" << a.axis << (a.keepdim ? ", keepdim" : ""); break;
+    case Op::kSoftmax: o << "axis=" << a.axis << (a.log ? ", log" : ""); break;
     case Op::kSlice: o << "axis=" << a.axis << ", start=" << a.start << ", end=" << a.end << ", step=" << a.step; break;
     case Op::kGather: case Op::kGatherElements: case Op::kConcat: o << "axis=" << a.axis; break;
     case Op::kTopK:

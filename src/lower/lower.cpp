@@ -368,6 +368,15 @@ class Lowerer {
         push(std::move(k), n);
         return;
       }
+      case Op::kSoftmax: {
+        Kernel k = start(n, Kernel::kSoftmax);
+        k.shape = n.type().shape;
+        k.inputs.push_back(expr_of(n.inputs[0]));
+        k.outputs.push_back(new_buffer(v, Region::kArena, -1));
+        k.out_layouts.push_back(contiguous_layout(k.shape));
+        push(std::move(k), n);
+        return;
+      }
       case Op::kMatMul: {
         Kernel k = start(n, Kernel::kMatMul);
         k.inputs.push_back(matmul_operand(n.inputs[0]));

@@ -43,7 +43,7 @@ struct Expr {
 };
 
 struct Kernel {
-  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK } kind = kAssign;
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax } kind = kAssign;
   Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
   std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves)
   std::vector<int32_t> outputs;  // buffers written

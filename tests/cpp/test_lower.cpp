@@ -159,3 +159,22 @@ TEST(Layout, ReshapeViews) {
 
 }  // namespace
 }  // namespace chroma
+
+namespace chroma {
+namespace {
+
+TEST(Lower, SoftmaxIsOneKernelWithItsInputFused) {
+  Graph g;
+  Value x = g.input("x", TensorType{DType::kF32, {3, 8}});
+  Value s = g.map(EwOp::k_mul, {x, g.full(Scalar::of_float(0.5), TensorType{DType::kF32, {3, 8}})});
+  Attrs a;
+  a.axis = 1;
+  g.outputs = {g.add(Op::kSoftmax, {s}, a)};
+  Program p = lower(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].kind, Kernel::kSoftmax);
+  EXPECT_EQ(p.kernels[0].inputs[0].kind, Expr::kMap);
+}
+
+}  // namespace
+}  // namespace chroma

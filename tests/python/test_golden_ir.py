@@ -57,10 +57,15 @@ CASES = [
       "CHECK: Map.add(%2, %4) : f32[3,4]", "CHECK: return %5"]),
     ("promote", lambda x, i: x * i, (torch.randn(3), torch.arange(3)), "import",
      ["CHECK: Cast(%1) {dtype=float32} : f32[3]", "CHECK: Map.mul"]),
-    # Softmax decomposes into reductions and elementwise ops.
+    # Softmax is one primitive: its kernel makes three passes over each row while it is in cache.
     ("softmax", lambda x: torch.softmax(x, -1), (torch.randn(2, 5),), "import",
-     ["CHECK: Reduce.max(%0) {axes=[1], keepdim} : f32[2,1]", "CHECK: Map.sub", "CHECK: Map.exp",
-      "CHECK: Reduce.sum", "CHECK: Map.div"]),
+     ["CHECK: %1 = Softmax(%0) {axis=1} : f32[2,5]", "CHECK-NOT: Reduce"]),
+    ("log_softmax_fused_input", lambda x: torch.log_softmax(x * 2 - 1, 0), (torch.randn(2, 5),), "lowered",
+     ["CHECK: kernels: 1", "CHECK: k0: Softmax <- mul sub"]),
+    # Variance: mean, centered square, mean (Bessel's correction in the divisor).
+    ("var", lambda x: x.var(-1), (torch.randn(2, 5),), "import",
+     ["CHECK: Reduce.sum", "CHECK: Map.div", "CHECK: Map.sub", "CHECK: Map.mul", "CHECK: Reduce.sum",
+      "CHECK: Full() {value=4.0}", "CHECK: Map.div"]),
     # Constant folding runs the reference kernels on weights.
     ("fold", ConstMLP(), (torch.randn(2, 4),), "optimized",
      ["CHECK: Constant() {slot=", "CHECK: MatMul", "CHECK-NOT: Map.mul"]),

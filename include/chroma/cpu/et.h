@@ -264,6 +264,77 @@ template <class Sh, class Mk, class Op, class T, class D, class E> CHROMA_ET_LOO
   }
 }
 
+// Softmax (Log: log_softmax) of E along Axis into D (same shape). Each row is visited three
+// times while it is in cache: max, exp (stored) with a sum in 8 partial lanes, then scale.
+// Computes exactly what the reference kernel (src/interp eval_Softmax) computes.
+template <class Sh, int Axis, bool Log, class T, class D, class E> CHROMA_ET_LOOP_ATTR inline void softmax(D d, E e) {
+  constexpr int R = Sh::kRank;
+  if constexpr (Sh::kNumel > 0) {
+    if constexpr (Axis == R - 1) {
+      constexpr int64_t n = Sh::kLast;
+      constexpr int64_t ws = D::kStrideLast;
+      for_rows<Sh>([&](const int64_t* idx) {
+        auto r = e.row(idx);
+        T* w = d.row(idx);
+        // Max in 16 independent lanes (NaN propagates whatever the order).
+        T ml[16];
+        for (int l = 0; l < 16; ++l) ml[l] = -std::numeric_limits<T>::infinity();
+        int64_t jm = 0;
+        for (; jm + 16 <= n; jm += 16) {
+          for (int l = 0; l < 16; ++l) ml[l] = ::chroma::scalar::maximum(ml[l], static_cast<T>(r(jm + l)));
+        }
+        for (; jm < n; ++jm) ml[0] = ::chroma::scalar::maximum(ml[0], static_cast<T>(r(jm)));
+        T m = ml[0];
+        for (int l = 1; l < 16; ++l) m = ::chroma::scalar::maximum(m, ml[l]);
+#pragma GCC ivdep
+        for (int64_t j = 0; j < n; ++j) w[j * ws] = ::chroma::scalar::exp_(static_cast<T>(static_cast<T>(r(j)) - m));
+        T lanes[8] = {};
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+          for (int l = 0; l < 8; ++l) lanes[l] += w[(j + l) * ws];
+        }
+        for (; j < n; ++j) lanes[0] += w[j * ws];
+        T s = lanes[0];
+        for (int l = 1; l < 8; ++l) s += lanes[l];
+        if constexpr (Log) {
+          const T ls = ::chroma::scalar::log_(s);
+#pragma GCC ivdep
+          for (int64_t k = 0; k < n; ++k) w[k * ws] = static_cast<T>(static_cast<T>(static_cast<T>(r(k)) - m) - ls);
+        } else {
+          for (int64_t k = 0; k < n; ++k) w[k * ws] = static_cast<T>(w[k * ws] / s);
+        }
+      });
+    } else {
+      constexpr int64_t n = Sh::kDims[Axis];
+      for_each_index<Sh>([&](const int64_t* idx) {
+        if (idx[Axis] != 0) return;
+        int64_t i[R];
+        std::copy(idx, idx + R, i);
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          i[Axis] = j;
+          m = ::chroma::scalar::maximum(m, static_cast<T>(e.at(i)));
+        }
+        T lanes[8] = {};
+        for (int64_t j = 0; j < n; ++j) {
+          i[Axis] = j;
+          const T v = ::chroma::scalar::exp_(static_cast<T>(static_cast<T>(e.at(i)) - m));
+          d.at(i) = v;
+          lanes[j < (n / 8) * 8 ? j % 8 : 0] += v;
+        }
+        T s = lanes[0];
+        for (int l = 1; l < 8; ++l) s += lanes[l];
+        const T ls = Log ? ::chroma::scalar::log_(s) : T(0);
+        for (int64_t j = 0; j < n; ++j) {
+          i[Axis] = j;
+          if constexpr (Log) d.at(i) = static_cast<T>(static_cast<T>(static_cast<T>(e.at(i)) - m) - ls);
+          else d.at(i) = static_cast<T>(d.at(i) / s);
+        }
+      });
+    }
+  }
+}
+
 // Index of the first maximum (IsMax) or minimum along Axis; NaN counts as the extreme, as in
 // PyTorch. D is addressed like reduce's destination (stride 0 on Axis).
 template <class Sh, int Axis, bool IsMax, class D, class E> inline void arg_reduce(D d, E e) {

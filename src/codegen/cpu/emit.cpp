@@ -125,6 +125,12 @@ class Emitter {
           << ");\n";
         break;
       }
+      case Kernel::kSoftmax: {
+        const Buffer& b = p_.buffers[static_cast<size_t>(k.outputs[0])];
+        o << "  et::softmax<" << shape_t(k.shape) << ", " << k.attrs.axis << ", " << (k.attrs.log ? "true" : "false") << ", "
+          << ctype(b.type.dtype) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0]) << ");\n";
+        break;
+      }
       case Kernel::kArgReduce:
         o << "  et::arg_reduce<" << shape_t(k.shape) << ", " << k.attrs.axis << ", "
           << (k.attrs.reduce == ReduceKind::kMax ? "true" : "false") << ">(" << out(k.outputs[0], k.out_layouts[0])
