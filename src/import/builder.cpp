@@ -119,7 +119,6 @@ Value Builder::unsqueeze(Value v, int64_t axis) {
 
 Value Builder::full(Scalar s, DType t, const Shape& shape) { return g_.full(s, TensorType{t, shape}); }
 
-Value Builder::contiguous_copy(Value v) { return v; }
 
 DType Builder::promote(const std::vector<Operand>& ops) const {
   std::optional<DType> dim_t, zero_t;

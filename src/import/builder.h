@@ -37,7 +37,6 @@ class Builder {
   Value unsqueeze(Value v, int64_t axis);
   Value cast(Value v, DType t) { return g_.cast(v, t); }
   Value full(Scalar s, DType t, const Shape& shape);
-  Value contiguous_copy(Value v);
 
   // PyTorch's type promotion over tensors and Python scalars.
   DType promote(const std::vector<Operand>& ops) const;

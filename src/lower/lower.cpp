@@ -458,8 +458,6 @@ class Lowerer {
       kr.outputs.push_back(id);
       kr.out_layouts.push_back(contiguous_layout(kr.shape));
       p_.outputs[k] = id;
-      Node copy_label = n;
-      copy_label.op = Op::kCount;
       push(std::move(kr), n);
       p_.kernels.back().label = "Copy <- " + p_.kernels.back().label;
     }
