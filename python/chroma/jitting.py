@@ -6,7 +6,7 @@ program per input shapes and dtypes: in memory, and on disk under the cache dire
 rebuild). Torch tensors in give torch tensors out; NumPy arrays in give NumPy arrays out.
 
 `torch.compile(model, backend="chroma")` works through the `torch_dynamo_backends` entry
-point (pyproject.toml), or after `chroma.jit.register_backend()`.
+point (pyproject.toml), or after `chroma.jitting.register_backend()`.
 """
 
 from __future__ import annotations
