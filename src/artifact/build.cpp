@@ -83,7 +83,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   std::string cxx = opts.compiler;
   if (const char* env = std::getenv("CXX"); env && *env && opts.compiler == "c++") cxx = env;
   std::vector<std::string> flags = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off",
-                                    "-march=native", "-w", "-I" + opts.include_dir};
+                                    "-fno-math-errno", "-march=native", "-w", "-I" + opts.include_dir};
   if (!opts.python_include.empty()) {
     flags.push_back("-DCHROMA_WITH_PYTHON=1");
     flags.push_back("-I" + opts.python_include);

@@ -62,24 +62,34 @@ template <int64_t... S> struct St {
 
 // ---- leaves --------------------------------------------------------------------------------
 
+// A row whose value does not depend on the last index (a broadcast along it). Inner nodes
+// whose operands are all invariant evaluate once per row instead of once per element: a
+// layer norm's rsqrt(var + eps) runs per row, not per element.
+template <class T> struct InvariantRow {
+  static constexpr bool kInvariant = true;
+  T v;
+  T operator()(int64_t) const { return v; }
+};
+template <class R> concept InvariantRowType = requires { requires R::kInvariant; };
+template <class R> inline constexpr bool kInvariantRow = InvariantRowType<R>;
+
 template <class T, class S, int64_t Off> struct Load {
   const T* p;
   struct Row {
     const T* p;
     T operator()(int64_t j) const { return p[j * S::kLast]; }
   };
-  Row row(const int64_t* idx) const { return Row{p + Off + S::outer(idx)}; }
+  auto row(const int64_t* idx) const {
+    if constexpr (S::kLast == 0) return InvariantRow<T>{p[Off + S::outer(idx)]};
+    else return Row{p + Off + S::outer(idx)};
+  }
   T at(const int64_t* idx) const { return p[Off + S::full(idx)]; }
 };
 template <class T, class S, int64_t Off> Load<T, S, Off> load(const void* p) { return {static_cast<const T*>(p)}; }
 
 template <class T> struct Lit {
   T v;
-  struct Row {
-    T v;
-    T operator()(int64_t) const { return v; }
-  };
-  Row row(const int64_t*) const { return Row{v}; }
+  InvariantRow<T> row(const int64_t*) const { return {v}; }
   T at(const int64_t*) const { return v; }
 };
 template <class T> Lit<T> lit(T v) { return {v}; }
@@ -125,7 +135,14 @@ template <class F, class T, class... E> struct Map {
     }
   };
   auto row(const int64_t* idx) const {
-    return std::apply([idx](const auto&... x) { return Row<decltype(x.row(idx))...>{{x.row(idx)...}}; }, e);
+    return std::apply([idx](const auto&... x) {
+      using R = Row<decltype(x.row(idx))...>;
+      if constexpr ((kInvariantRow<decltype(x.row(idx))> && ...)) {
+        return InvariantRow<T>{R{{x.row(idx)...}}(0)};
+      } else {
+        return R{{x.row(idx)...}};
+      }
+    }, e);
   }
   T at(const int64_t* idx) const {
     if constexpr (std::is_same_v<F, op::cast>) return static_cast<T>(std::get<0>(e).at(idx));
