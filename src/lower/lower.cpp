@@ -257,6 +257,15 @@ class Lowerer {
     fused_into_.clear();
   }
 
+  // Finishes a kernel that iterates over its node's output shape and writes one new,
+  // contiguous buffer for value v.
+  void push_over_output(Kernel k, const Node& n, Value v) {
+    k.shape = n.type().shape;
+    k.outputs.push_back(new_buffer(v, Region::kArena, -1));
+    k.out_layouts.push_back(contiguous_layout(k.shape));
+    push(std::move(k), n);
+  }
+
   // Writes value v (a deferred node) into a new buffer with an Assign kernel.
   void materialize(Value v) {
     if (buffer_of_.count(v)) return;
@@ -370,21 +379,15 @@ class Lowerer {
       }
       case Op::kSoftmax: {
         Kernel k = start(n, Kernel::kSoftmax);
-        k.shape = n.type().shape;
         k.inputs.push_back(expr_of(n.inputs[0]));
-        k.outputs.push_back(new_buffer(v, Region::kArena, -1));
-        k.out_layouts.push_back(contiguous_layout(k.shape));
-        push(std::move(k), n);
+        push_over_output(std::move(k), n, v);
         return;
       }
       case Op::kMatMul: {
         Kernel k = start(n, Kernel::kMatMul);
         k.inputs.push_back(matmul_operand(n.inputs[0]));
         k.inputs.push_back(matmul_operand(n.inputs[1]));
-        k.shape = n.type().shape;
-        k.outputs.push_back(new_buffer(v, Region::kArena, -1));
-        k.out_layouts.push_back(contiguous_layout(k.shape));
-        push(std::move(k), n);
+        push_over_output(std::move(k), n, v);
         return;
       }
       case Op::kGather:
@@ -392,10 +395,7 @@ class Lowerer {
         Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
         k.inputs.push_back(expr_of(n.inputs[0]));
         k.inputs.push_back(expr_of(n.inputs[1]));
-        k.shape = n.type().shape;
-        k.outputs.push_back(new_buffer(v, Region::kArena, -1));
-        k.out_layouts.push_back(contiguous_layout(k.shape));
-        push(std::move(k), n);
+        push_over_output(std::move(k), n, v);
         return;
       }
       case Op::kConcat: {
