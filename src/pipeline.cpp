@@ -43,8 +43,17 @@ WeightsFile lay_out_weights(Program& p) {
   WeightsFile w;
   std::map<int32_t, int64_t> slot_offset;
   std::map<std::string, int64_t> by_digest;
+  // Constants no kernel reads (weights replaced by their packed form) are not stored.
+  std::vector<bool> read(p.buffers.size(), false);
+  auto mark = [&](auto&& self, const Expr& e) -> void {
+    if (e.kind == Expr::kLoad) read[static_cast<size_t>(e.buffer)] = true;
+    for (const Expr& c : e.children) self(self, c);
+  };
+  for (const Kernel& k : p.kernels) {
+    for (const Expr& e : k.inputs) mark(mark, e);
+  }
   for (Buffer& b : p.buffers) {
-    if (b.region != Region::kConstant) continue;
+    if (b.region != Region::kConstant || !read[static_cast<size_t>(&b - p.buffers.data())]) continue;
     auto it = slot_offset.find(b.slot);
     if (it != slot_offset.end()) {
       b.offset = it->second;
@@ -100,7 +109,8 @@ void write_file(const fs::path& p, const void* data, size_t n) {
 }
 
 const char* kernel_kind(Kernel::Kind k) {
-  static const char* names[] = {"assign", "reduce", "arg_reduce", "matmul", "gather", "gather_elements", "concat", "topk", "softmax"};
+  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",  "gather",
+                                "gather_elements", "concat", "topk", "softmax", "matmul_packed"};
   return names[k];
 }
 

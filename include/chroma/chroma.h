@@ -39,9 +39,14 @@ enum {
 typedef struct chroma_program chroma_program;
 
 int chroma_abi_version(void);
-/* Loads the artifact in `dir`; returns NULL and writes a message to err on failure. */
+/* Loads the artifact in `dir`; returns NULL and writes a message to err on failure.
+ * The program runs on $CHROMA_NUM_THREADS threads if set, else one per core. */
 chroma_program* chroma_open(const char* dir, char* err, size_t err_len);
 void chroma_close(chroma_program* p);
+/* Sets the number of threads (the caller's included; <= 0: the default above). Also sets
+ * OpenBLAS's thread count, which is process-wide. */
+int chroma_set_threads(chroma_program* p, int threads, char* err, size_t err_len);
+int chroma_num_threads(const chroma_program* p);
 int chroma_run(chroma_program* p, const void* const* inputs, void* const* outputs, char* err, size_t err_len);
 
 int chroma_num_inputs(void);

@@ -26,7 +26,7 @@ def default_cache_dir() -> str:
 
 
 def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                  cache_dir: Optional[str] = None, max_depth: int = 32) -> Program:
+                  cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
     """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
     from . import _compiler
 
@@ -35,11 +35,12 @@ def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool 
         graph_path, out, target=target, blas=blas, include_dir=include_dir(),
         python_include=sysconfig.get_paths()["include"],
         cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth)
-    return load(out)
+    return load(out, threads=threads)
 
 
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
-            blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32) -> Program:  # noqa: A001
+            blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
+            threads: Optional[int] = None) -> Program:  # noqa: A001
     """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
 
     out:       artifact directory (a new temporary directory when None)
@@ -48,6 +49,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     jobs:      parallel compiler processes (0: one per core)
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it)
     max_depth: deepest fused expression before it is written to a buffer
+    threads:   threads the loaded program runs on (see chroma.load)
     """
     from .exporter import export
 
@@ -65,4 +67,5 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     graph = export(model_or_function, tuple(example_inputs))
     gpath = os.path.join(out, "graph.cgraph")
     graph.write(gpath)
-    return compile_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
+    return compile_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth,
+                         threads=threads)

@@ -60,7 +60,7 @@ class _Spec:
 class Program:
     """A compiled model, loaded. Call it with NumPy arrays (or anything np.asarray takes)."""
 
-    def __init__(self, directory: str, manifest: dict, module: Any):
+    def __init__(self, directory: str, manifest: dict, module: Any, threads: Optional[int] = None):
         self.directory = directory
         self.manifest = manifest
         self._module = module
@@ -69,9 +69,14 @@ class Program:
         self._structure = manifest.get("output_structure", "single")
         self._lock = threading.Lock()
         try:
-            self._handle = module.open(directory)
+            self._handle = module.open(directory, int(threads or 0))
         except ValueError as e:
             raise ArtifactError(f"{directory}: {e}") from None
+
+    @property
+    def threads(self) -> int:
+        """Threads this program runs on (the calling thread included)."""
+        return self._module.num_threads(self._handle)
 
     @property
     def stats(self) -> Dict[str, Any]:
@@ -130,8 +135,12 @@ def _load_module(path: str):
     return module
 
 
-def load(directory: Union[str, os.PathLike], *, verify: bool = True) -> Program:
+def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None) -> Program:
     """Loads an artifact directory written by chroma.compile.
+
+    ``threads``: how many threads the program runs on, the caller's included (default:
+    $CHROMA_NUM_THREADS if set, else one per core). Large memory-bound matrix products are
+    split between them; OpenBLAS (a process-wide setting) is given the same count.
 
     Checks the manifest's format and version, the ABI version, the library's and the
     weights' SHA-256 digests and the generated source's digest; raises ArtifactError
@@ -180,4 +189,6 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True) -> Program:
     if module.weights_digest() != manifest["weights"]["sha256"]:
         raise ArtifactError(f"{mpath}: field weights.sha256 ({manifest['weights']['sha256']}) does not match the "
                             f"weights {lib} was built for ({module.weights_digest()})")
-    return Program(directory, manifest, module)
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"threads={threads!r}: expected a positive integer or None")
+    return Program(directory, manifest, module, threads)

@@ -18,6 +18,8 @@
 // Buffers of temporaries live from their producing kernel to their last reader; the
 // ArenaPlanner packs them into one arena. Graph outputs are written in place.
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <map>
 #include <sstream>
 
@@ -309,6 +311,79 @@ class Lowerer {
     return e;
   }
 
+  // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
+  // at compile time (a new constant; the original is dropped when nothing else reads it)
+  // and the product streams each panel once for all rows.
+  bool packed_matmul(const Node& n, Value v) {
+    const TensorType& ct = n.type();
+    const size_t r = ct.shape.size();
+    if (ct.dtype != DType::kF32 || r < 2 || opts_.packed_max_rows <= 0) return false;
+    const int64_t m = ct.shape[r - 2], nn = ct.shape[r - 1];
+    const int64_t kk = g_.type(n.inputs[0]).shape[r - 1];
+    if (m < 1 || m > opts_.packed_max_rows || nn < 1 || kk < 1) return false;
+    Expr eb;
+    {
+      // B must be a constant seen through views (no computation).
+      if (g_.node(source_of(n.inputs[1].node)).op != Op::kConstant) return false;
+      const size_t mark = fused_into_.size();
+      eb = expr_of(n.inputs[1]);
+      fused_into_.resize(mark);
+      if (eb.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(eb.buffer)].region != Region::kConstant) return false;
+    }
+    Kernel k = start(n, Kernel::kMatMulPacked);
+    Expr ea = matmul_operand(n.inputs[0]);
+    const ConstantData& cb = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(eb.buffer)].slot)];
+    const auto* bsrc = reinterpret_cast<const float*>(cb.data());
+    const int64_t panels = (nn + 15) / 16;
+    const int64_t panel_elems = panels * kk * 16;
+    const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
+    const int64_t nb = numel(batch);
+    std::map<int64_t, int64_t> packed_of;  // source offset -> packed index
+    std::vector<float> packed;
+    std::vector<int64_t> idx(batch.size(), 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      int64_t ao = ea.layout.offset, bo = eb.layout.offset;
+      for (size_t d = 0; d < batch.size(); ++d) {
+        ao += idx[d] * ea.layout.strides[d];
+        bo += idx[d] * eb.layout.strides[d];
+      }
+      auto [pit, fresh] = packed_of.emplace(bo, static_cast<int64_t>(packed_of.size()));
+      if (fresh) {
+        const int64_t sk = eb.layout.strides[r - 2], sn = eb.layout.strides[r - 1];
+        packed.resize(packed.size() + static_cast<size_t>(panel_elems), 0.0f);
+        float* dst = packed.data() + pit->second * panel_elems;
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t q = 0; q < kk; ++q)
+            for (int64_t j = 0; j < 16 && p * 16 + j < nn; ++j) dst[(p * kk + q) * 16 + j] = bsrc[bo + q * sk + (p * 16 + j) * sn];
+      }
+      k.batch_a.push_back(ao);
+      k.batch_b.push_back(pit->second * panel_elems);
+      k.batch_c.push_back(b * m * nn);
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+    ConstantData pc;
+    pc.name = (cb.name.empty() ? "folded" : cb.name) + ".packed16";
+    pc.type = TensorType{DType::kF32, {static_cast<int64_t>(packed_of.size()), panels, kk, 16}};
+    auto bytes = std::make_shared<std::vector<uint8_t>>(packed.size() * sizeof(float));
+    std::memcpy(bytes->data(), packed.data(), bytes->size());
+    pc.bytes = std::move(bytes);
+    p_.constants.push_back(std::move(pc));
+    Buffer pb;
+    pb.region = Region::kConstant;
+    pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
+    pb.type = p_.constants.back().type;
+    pb.name = p_.constants.back().name;
+    p_.buffers.push_back(pb);
+    k.inputs.push_back(std::move(ea));
+    k.inputs.push_back(load(static_cast<int32_t>(p_.buffers.size() - 1)));
+    push_over_output(std::move(k), n, v);
+    p_.kernels.back().label.replace(0, 6, "MatMul.packed");
+    return true;
+  }
+
   void visit(int32_t id) {
     const Node& n = g_.node(id);
     const Value v{id, 0};
@@ -384,6 +459,7 @@ class Lowerer {
         return;
       }
       case Op::kMatMul: {
+        if (packed_matmul(n, v)) return;
         Kernel k = start(n, Kernel::kMatMul);
         k.inputs.push_back(matmul_operand(n.inputs[0]));
         k.inputs.push_back(matmul_operand(n.inputs[1]));

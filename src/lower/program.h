@@ -43,14 +43,17 @@ struct Expr {
 };
 
 struct Kernel {
-  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax } kind = kAssign;
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked } kind = kAssign;
   Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
-  std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves)
+  std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves;
+                                 // kMatMulPacked: A, then the packed constant, both kLoad)
   std::vector<int32_t> outputs;  // buffers written
   std::vector<Layout> out_layouts;  // how each output is addressed over `shape` (or its own shape)
   Attrs attrs;                   // the IR node's attributes (axes, axis, k, ...)
   std::string label;             // e.g. "Reduce.sum <- add, sin"
   std::string name, source;      // IR node name and source line (for errors)
+  // kMatMulPacked: per batch (flattened), element offsets of A, of the packed panels, of C.
+  std::vector<int64_t> batch_a, batch_b, batch_c;
 };
 
 struct Program {
@@ -69,6 +72,9 @@ struct Program {
 
 struct LowerOptions {
   int max_expression_depth = 32;
+  // Float32 products with a constant right operand and at most this many rows use the
+  // pre-packed, memory-bound kernel (chroma/cpu/gemm_packed.h) instead of BLAS; 0: never.
+  int packed_max_rows = 32;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "chroma/chroma.h"
 #include "chroma/cpu/runtime.h"
@@ -34,6 +35,7 @@ struct chroma_program {
   const uint8_t* weights = nullptr;
   size_t weights_len = 0;
   uint8_t* arena = nullptr;
+  chroma::rt::ThreadPool* pool = nullptr;
 };
 
 namespace chroma_gen_detail {
@@ -42,7 +44,48 @@ inline void set_err(char* err, size_t len, const std::string& msg) {
   if (err && len) std::snprintf(err, len, "%s", msg.c_str());
 }
 
-inline chroma_program* open_program(const char* dir, std::string* why) {
+// threads <= 0: $CHROMA_NUM_THREADS if set, else one per core.
+inline int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  if (const char* env = std::getenv("CHROMA_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+// Replaces the program's worker pool (the caller counts as one of the threads). OpenBLAS,
+// used for the larger products, is set to the same count (a process-wide setting).
+inline bool set_threads(chroma_program* p, int threads, std::string* why) {
+  threads = resolve_threads(threads);
+  if (threads > 1024) {
+    *why = "threads=" + std::to_string(threads) + " is out of range (1..1024)";
+    return false;
+  }
+  delete p->pool;
+  p->pool = nullptr;
+  try {
+    p->pool = new chroma::rt::ThreadPool(threads);
+  } catch (const std::exception& e) {
+    *why = std::string("cannot start ") + std::to_string(threads) + " threads: " + e.what();
+    return false;
+  }
+#if CHROMA_WITH_BLAS
+  openblas_set_num_threads(threads);
+#endif
+  return true;
+}
+
+inline void close_program(chroma_program* p) {
+  if (!p) return;
+  delete p->pool;
+  if (p->weights) ::munmap(const_cast<uint8_t*>(p->weights), p->weights_len);
+  std::free(p->arena);
+  delete p;
+}
+
+inline chroma_program* open_program(const char* dir, int threads, std::string* why) {
   auto* p = new (std::nothrow) chroma_program();
   if (!p) {
     *why = "out of memory";
@@ -91,14 +134,16 @@ inline chroma_program* open_program(const char* dir, std::string* why) {
       return nullptr;
     }
   }
-#if CHROMA_WITH_BLAS
-  openblas_set_num_threads(1);
-#endif
+  if (!set_threads(p, threads, why)) {
+    close_program(p);
+    return nullptr;
+  }
   return p;
 }
 
 inline int run_program(chroma_program* p, const void* const* in, void* const* out, std::string* why) {
   chroma::rt::Ctx cx{in, out, p->weights, p->arena};
+  cx.pool = p->pool;
   chroma::scalar::int_division_by_zero = false;
   int rc = chroma_gen::run_kernels(cx);
   if (rc == 0 && chroma::scalar::int_division_by_zero) rc = CHROMA_ERR_ZERO_DIVISION;
@@ -123,17 +168,27 @@ __attribute__((visibility("default"))) int chroma_abi_version(void) { return CHR
 
 __attribute__((visibility("default"))) chroma_program* chroma_open(const char* dir, char* err, size_t err_len) {
   std::string why;
-  chroma_program* p = chroma_gen_detail::open_program(dir ? dir : ".", &why);
+  chroma_program* p = chroma_gen_detail::open_program(dir ? dir : ".", 0, &why);
   if (!p) chroma_gen_detail::set_err(err, err_len, why);
   return p;
 }
 
-__attribute__((visibility("default"))) void chroma_close(chroma_program* p) {
-  if (!p) return;
-  if (p->weights) ::munmap(const_cast<uint8_t*>(p->weights), p->weights_len);
-  std::free(p->arena);
-  delete p;
+__attribute__((visibility("default"))) void chroma_close(chroma_program* p) { chroma_gen_detail::close_program(p); }
+
+__attribute__((visibility("default"))) int chroma_set_threads(chroma_program* p, int threads, char* err, size_t err_len) {
+  std::string why;
+  if (!p) {
+    chroma_gen_detail::set_err(err, err_len, "chroma_set_threads: program is NULL");
+    return CHROMA_ERR_INVALID;
+  }
+  if (!chroma_gen_detail::set_threads(p, threads, &why)) {
+    chroma_gen_detail::set_err(err, err_len, why);
+    return CHROMA_ERR_INVALID;
+  }
+  return CHROMA_OK;
 }
+
+__attribute__((visibility("default"))) int chroma_num_threads(const chroma_program* p) { return p && p->pool ? p->pool->size() : 1; }
 
 __attribute__((visibility("default"))) int chroma_run(chroma_program* p, const void* const* inputs, void* const* outputs,
                                                       char* err, size_t err_len) {

@@ -26,6 +26,8 @@
 #pragma weak PyUnicode_AsUTF8
 #pragma weak PyUnicode_FromString
 #pragma weak PyLong_FromLong
+#pragma weak PyLong_AsLong
+#pragma weak PyErr_Occurred
 #pragma weak PyEval_SaveThread
 #pragma weak PyEval_RestoreThread
 #pragma weak _Py_Dealloc
@@ -42,14 +44,16 @@ inline void capsule_free(PyObject* cap) {
 }
 
 inline PyObject* py_open(PyObject*, PyObject* args) {
-  if (PyTuple_Size(args) != 1) {
-    PyErr_SetString(PyExc_TypeError, "open(directory) takes one argument");
+  if (PyTuple_Size(args) != 2) {
+    PyErr_SetString(PyExc_TypeError, "open(directory, threads) takes two arguments");
     return nullptr;
   }
   const char* dir = PyUnicode_AsUTF8(PyTuple_GetItem(args, 0));
   if (!dir) return nullptr;
+  const long threads = PyLong_AsLong(PyTuple_GetItem(args, 1));
+  if (threads == -1 && PyErr_Occurred()) return nullptr;
   std::string why;
-  chroma_program* p = chroma_gen_detail::open_program(dir, &why);
+  chroma_program* p = chroma_gen_detail::open_program(dir, static_cast<int>(threads), &why);
   if (!p) {
     PyErr_SetString(PyExc_ValueError, why.c_str());
     return nullptr;
@@ -121,12 +125,19 @@ inline PyObject* py_run(PyObject*, PyObject* args) {
   return Py_None;
 }
 
+inline PyObject* py_num_threads(PyObject*, PyObject* args) {
+  auto* p = static_cast<chroma_program*>(PyCapsule_GetPointer(args, "chroma_program"));
+  if (!p) return nullptr;
+  return PyLong_FromLong(chroma_num_threads(p));
+}
+
 inline PyObject* py_source_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kSourceDigest); }
 inline PyObject* py_abi_version(PyObject*, PyObject*) { return PyLong_FromLong(CHROMA_ABI_VERSION); }
 inline PyObject* py_weights_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kWeightsSha256); }
 
 inline PyMethodDef kMethods[] = {
-    {"open", py_open, METH_VARARGS, "open(directory) -> program handle; maps and verifies weights.bin"},
+    {"open", py_open, METH_VARARGS, "open(directory, threads) -> program handle; maps and verifies weights.bin"},
+    {"num_threads", py_num_threads, METH_O, "num_threads(program) -> threads the program runs on"},
     {"run", py_run, METH_VARARGS, "run(program, inputs, outputs): inputs/outputs are lists of C-contiguous buffers"},
     {"source_digest", py_source_digest, METH_NOARGS, "digest of the generated source"},
     {"abi_version", py_abi_version, METH_NOARGS, "the C ABI version"},

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "chroma/cpu/threads.h"
+
 namespace chroma::rt {
 
 struct IoSpec {
@@ -28,6 +30,7 @@ struct Ctx {
   void* const* out;
   const uint8_t* weights;
   uint8_t* arena;
+  ThreadPool* pool = nullptr;  // null or one thread: run everything on the caller
   // Set by a kernel that fails (returns non-zero).
   int err_kernel = -1;
   int64_t err_value = 0;

@@ -1,0 +1,142 @@
+// chroma::et::gemm_packed: C = A @ B for a constant B pre-packed at compile time and few
+// rows in A (the memory-bound products of small-batch inference: an 8-token unembedding
+// reads 100 MB of weights for 200 MFLOP).
+//
+// Packed layout (written by the compiler, src/lower/pack.cpp): B [K, N] is cut into panels
+// of 16 columns; panel p holds K rows of 16 floats, contiguous, zero past column N:
+//   Bp[(p * K + k) * 16 + j] = B[k, p * 16 + j]
+// so one pass over a panel streams 64-byte lines once. Each tile keeps up to 8 rows x 16
+// columns (or fewer rows across 2-4 panels) of accumulators in registers; A's elements are
+// broadcast from L1. Panels (times batches) are split between the program's threads.
+// Accumulation is in float32 with fused multiply-adds, k in increasing order.
+#pragma once
+
+#include <cstdint>
+
+#include "chroma/cpu/threads.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace chroma::et {
+
+inline constexpr int64_t kPanel = 16;
+
+namespace packed_detail {
+
+#if defined(__AVX512F__)
+
+template <int MR, int NP>
+__attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K,
+                                                float* C, int64_t ldc, int64_t ncols) {
+  __m512 acc[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int64_t pstride = K * kPanel;
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 b[NP];
+    for (int j = 0; j < NP; ++j) {
+      const float* src = Bp + j * pstride + k * kPanel;
+      _mm_prefetch(reinterpret_cast<const char*>(src + 8 * kPanel), _MM_HINT_T0);
+      b[j] = _mm512_loadu_ps(src);
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(A[r * sar + k * sac]);
+      for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+    }
+  }
+  for (int j = 0; j < NP; ++j) {
+    const int64_t left = ncols - j * kPanel;
+    if (left <= 0) break;
+    const __mmask16 m = left >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(C + r * ldc + j * kPanel, m, acc[r][j]);
+  }
+}
+
+#else
+
+typedef float v16 __attribute__((vector_size(64)));
+
+template <int MR, int NP>
+inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K, float* C, int64_t ldc,
+                 int64_t ncols) {
+  v16 acc[MR][NP] = {};
+  const int64_t pstride = K * kPanel;
+  for (int64_t k = 0; k < K; ++k) {
+    v16 b[NP];
+    for (int j = 0; j < NP; ++j) __builtin_memcpy(&b[j], Bp + j * pstride + k * kPanel, sizeof(v16));
+    for (int r = 0; r < MR; ++r) {
+      const float a = A[r * sar + k * sac];
+      for (int j = 0; j < NP; ++j) acc[r][j] += a * b[j];
+    }
+  }
+  for (int j = 0; j < NP; ++j) {
+    const int64_t left = ncols - j * kPanel;
+    for (int r = 0; r < MR; ++r)
+      for (int64_t c = 0; c < kPanel && c < left; ++c) C[r * ldc + j * kPanel + c] = acc[r][j][c];
+  }
+}
+
+#endif
+
+// Row blocks of MR rows across panels [p0, p1), NP panels at a time.
+template <int MR>
+inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t N, int64_t K,
+                 int64_t p0, int64_t p1) {
+  constexpr int NP = MR >= 5 ? 1 : MR >= 3 ? 2 : 4;
+  int64_t p = p0;
+  for (; p + NP <= p1; p += NP) {
+    tile<MR, NP>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
+  }
+  for (; p < p1; ++p) tile<MR, 1>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
+}
+
+// C[M, N] over panels [p0, p1): all rows, 8 at a time.
+inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t M,
+                   int64_t N, int64_t K, int64_t p0, int64_t p1) {
+  int64_t i = 0;
+  for (; i + 8 <= M; i += 8) rows<8>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, p0, p1);
+  const float* a = A + i * sar;
+  float* c = C + i * ldc;
+  switch (M - i) {
+    case 7: rows<7>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    case 6: rows<6>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    case 5: rows<5>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    case 4: rows<4>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    case 3: rows<3>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    case 2: rows<2>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    case 1: rows<1>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
+    default: break;
+  }
+}
+
+}  // namespace packed_detail
+
+// Batched C[b] = A[b] @ B[b] (M x K times K x N), B packed. a_off/b_off/c_off give each
+// batch's element offset into A, Bp and C; A is addressed A[i * sar + k * sac]; C rows are
+// ldc apart. Work is (batch, panel) pairs, split between the pool's threads when the
+// weights to stream are large enough to pay for it.
+template <int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64_t sac, const float* Bp,
+                        const int64_t* b_off, float* C, const int64_t* c_off, int64_t ldc, rt::ThreadPool* pool) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  constexpr int64_t kWork = BATCH * P;
+  auto range = [&](int64_t w0, int64_t w1) {
+    while (w0 < w1) {
+      const int64_t b = w0 / P;
+      const int64_t p0 = w0 % P;
+      const int64_t p1 = (w1 - b * P) < P ? (w1 - b * P) : P;
+      packed_detail::panels(A + a_off[b], sar, sac, Bp + b_off[b], C + c_off[b], ldc, M, N, K, p0, p1);
+      w0 = b * P + p1;
+    }
+  };
+  constexpr int64_t kBytes = kWork * K * kPanel * 4;
+  if (pool && pool->size() > 1 && kBytes >= (int64_t{256} << 10) && kWork > 1) {
+    pool->parallel_for(kWork, range);
+  } else {
+    range(0, kWork);
+  }
+}
+
+}  // namespace chroma::et
