@@ -31,6 +31,29 @@ NB_MODULE(_compiler, m) {
       nb::arg("python_include") = "", nb::arg("cache_dir") = "", nb::arg("jobs") = 0, nb::arg("max_depth") = 32,
       "Compiles a .cgraph file into an artifact directory; returns the manifest JSON text.");
   m.def(
+      "compile_graphs",
+      [](const std::vector<std::string>& names, const std::vector<std::string>& graphs, const std::string& out,
+         const std::string& target, bool blas, const std::string& include_dir, const std::string& python_include,
+         const std::string& cache_dir, int jobs, int max_depth) {
+        if (names.size() != graphs.size()) throw chroma::CompileError("compile_graphs: one name per graph file");
+        chroma::CompileOptions o;
+        o.target = target;
+        o.blas = blas;
+        o.include_dir = include_dir;
+        o.python_include = python_include;
+        o.cache_dir = cache_dir;
+        o.jobs = jobs;
+        o.max_expression_depth = max_depth;
+        std::vector<chroma::EntrySpec> specs;
+        for (size_t i = 0; i < names.size(); ++i) specs.push_back({names[i], graphs[i]});
+        nb::gil_scoped_release release;
+        return chroma::compile_graph_files(specs, out, o);
+      },
+      nb::arg("names"), nb::arg("graphs"), nb::arg("out"), nb::arg("target") = "cpu", nb::arg("blas") = true,
+      nb::arg("include_dir"), nb::arg("python_include") = "", nb::arg("cache_dir") = "", nb::arg("jobs") = 0,
+      nb::arg("max_depth") = 32,
+      "Compiles several .cgraph files into one artifact with one entry point each (shared weights and state).");
+  m.def(
       "dump_graph",
       [](const std::string& graph, const std::string& stage, int max_depth) {
         return chroma::dump_graph_file(graph, stage, max_depth);

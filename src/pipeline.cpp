@@ -37,29 +37,13 @@ struct WeightsFile {
   json tensors = json::array();
 };
 
-// Lays out every constant a kernel reads, 64-byte aligned, in first-use order; identical
-// contents are stored once.
-WeightsFile lay_out_weights(Program& p) {
+// Lays out every constant a kernel of any entry reads, 64-byte aligned, in first-use order;
+// identical contents are stored once (across entries too).
+struct WeightsLayout {
   WeightsFile w;
-  std::map<int32_t, int64_t> slot_offset;
   std::map<std::string, int64_t> by_digest;
-  // Constants no kernel reads (weights replaced by their packed form) are not stored.
-  std::vector<bool> read(p.buffers.size(), false);
-  auto mark = [&](auto&& self, const Expr& e) -> void {
-    if (e.kind == Expr::kLoad) read[static_cast<size_t>(e.buffer)] = true;
-    for (const Expr& c : e.children) self(self, c);
-  };
-  for (const Kernel& k : p.kernels) {
-    for (const Expr& e : k.inputs) mark(mark, e);
-  }
-  for (Buffer& b : p.buffers) {
-    if (b.region != Region::kConstant || !read[static_cast<size_t>(&b - p.buffers.data())]) continue;
-    auto it = slot_offset.find(b.slot);
-    if (it != slot_offset.end()) {
-      b.offset = it->second;
-      continue;
-    }
-    const ConstantData& c = p.constants[static_cast<size_t>(b.slot)];
+
+  int64_t add(const ConstantData& c, const std::string& name) {
     const auto nb = static_cast<size_t>(c.type.nbytes());
     const std::string digest = chroma::detail::sha256_hex(c.data(), nb) + c.type.str();
     int64_t off;
@@ -72,18 +56,38 @@ WeightsFile lay_out_weights(Program& p) {
       w.bytes.insert(w.bytes.end(), c.data(), c.data() + nb);
       by_digest[digest] = off;
     }
-    slot_offset[b.slot] = off;
-    b.offset = off;
-    w.tensors.push_back({{"name", c.name.empty() ? "folded_" + std::to_string(b.slot) : c.name},
-                         {"dtype", dtype_name(c.type.dtype)},
-                         {"shape", c.type.shape},
-                         {"offset", off},
-                         {"nbytes", nb}});
+    w.tensors.push_back({{"name", name}, {"dtype", dtype_name(c.type.dtype)}, {"shape", c.type.shape}, {"offset", off}, {"nbytes", nb}});
+    return off;
   }
-  w.bytes.resize((w.bytes.size() + 63) / 64 * 64, 0);
-  w.sha256 = chroma::detail::sha256_hex(w.bytes.data(), w.bytes.size());
-  return w;
-}
+
+  void add_program(Program& p) {
+    std::map<int32_t, int64_t> slot_offset;
+    // Constants no kernel reads (weights replaced by their packed form) are not stored.
+    std::vector<bool> read(p.buffers.size(), false);
+    auto mark = [&](auto&& self, const Expr& e) -> void {
+      if (e.kind == Expr::kLoad) read[static_cast<size_t>(e.buffer)] = true;
+      for (const Expr& c : e.children) self(self, c);
+    };
+    for (const Kernel& k : p.kernels) {
+      for (const Expr& e : k.inputs) mark(mark, e);
+    }
+    for (Buffer& b : p.buffers) {
+      if (b.region != Region::kConstant || !read[static_cast<size_t>(&b - p.buffers.data())]) continue;
+      auto it = slot_offset.find(b.slot);
+      if (it != slot_offset.end()) {
+        b.offset = it->second;
+        continue;
+      }
+      const ConstantData& c = p.constants[static_cast<size_t>(b.slot)];
+      b.offset = slot_offset[b.slot] = add(c, c.name.empty() ? "folded_" + std::to_string(b.slot) : c.name);
+    }
+  }
+
+  void finish() {
+    w.bytes.resize((w.bytes.size() + 63) / 64 * 64, 0);
+    w.sha256 = chroma::detail::sha256_hex(w.bytes.data(), w.bytes.size());
+  }
+};
 
 std::string file_sha256(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -109,26 +113,100 @@ void write_file(const fs::path& p, const void* data, size_t n) {
 }
 
 const char* kernel_kind(Kernel::Kind k) {
-  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",  "gather",
-                                "gather_elements", "concat", "topk", "softmax", "matmul_packed"};
+  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",   "gather_elements",
+                                "concat", "topk",     "softmax",    "matmul_packed", "index_put"};
   return names[k];
 }
 
 }  // namespace
 
 std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts) {
+  return compile_graph_files({{"forward", graph_path}}, out_dir, opts);
+}
+
+std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
   if (opts.target != "cpu") throw CompileError("target '" + opts.target + "' is not supported (available: cpu)");
+  if (specs.empty()) throw CompileError("nothing to compile: no entry points");
   const auto t0 = std::chrono::steady_clock::now();
-  Graph imported = import_graph_file(graph_path);
-  const size_t imported_nodes = imported.size();
-  Graph g = optimize(imported);
-  LowerOptions lo;
-  lo.max_expression_depth = opts.max_expression_depth;
-  Program p = lower(g, lo);
-  WeightsFile w = lay_out_weights(p);
+  struct Entry {
+    std::string name;
+    size_t imported_nodes = 0;
+    Graph graph;
+    Program program;
+  };
+  std::vector<Entry> entries;
+  for (const EntrySpec& s : specs) {
+    for (const Entry& e : entries) {
+      if (e.name == s.name) throw CompileError("entry point '" + s.name + "' is given twice");
+    }
+    Entry e;
+    e.name = s.name;
+    Graph imported = import_graph_file(s.graph_path);
+    e.imported_nodes = imported.size();
+    e.graph = optimize(imported);
+    LowerOptions lo;
+    lo.max_expression_depth = opts.max_expression_depth;
+    e.program = lower(e.graph, lo);
+    entries.push_back(std::move(e));
+  }
+
+  // Persistent state: one tensor per name across all entries, 64-byte aligned.
+  WeightsLayout wl;
+  CpuArtifactInfo info;
+  std::map<std::string, size_t> state_index;
+  json states = json::array();
+  for (Entry& e : entries) {
+    for (const StateBinding& st : e.program.states) {
+      auto it = state_index.find(st.name);
+      if (it != state_index.end()) {
+        const CpuStateInfo& have = info.states[it->second];
+        if (have.nbytes != st.init.type.nbytes() || states[it->second]["dtype"] != dtype_name(st.init.type.dtype) ||
+            states[it->second]["shape"] != json(st.init.type.shape)) {
+          throw CompileError("state '" + st.name + "' is " + st.init.type.str() + " in entry '" + e.name +
+                             "' but has another type in an earlier entry");
+        }
+        continue;
+      }
+      CpuStateInfo si;
+      si.name = st.name;
+      si.nbytes = st.init.type.nbytes();
+      si.offset = (info.state_bytes + 63) / 64 * 64;
+      info.state_bytes = si.offset + si.nbytes;
+      state_index[st.name] = info.states.size();
+      info.states.push_back(si);
+      states.push_back({{"name", st.name}, {"dtype", dtype_name(st.init.type.dtype)}, {"shape", st.init.type.shape},
+                        {"offset", si.offset}, {"bytes", si.nbytes}});
+    }
+  }
+  for (Entry& e : entries) {
+    for (Buffer& b : e.program.buffers) {
+      if (b.region == Region::kState) {
+        b.offset = info.states[state_index.at(e.program.states[static_cast<size_t>(b.slot)].name)].offset;
+      }
+    }
+    wl.add_program(e.program);
+  }
+  // Initial values of the state live in the weights file.
+  std::vector<bool> have_init(info.states.size(), false);
+  for (Entry& e : entries) {
+    for (const StateBinding& st : e.program.states) {
+      const size_t i = state_index.at(st.name);
+      if (have_init[i]) continue;
+      have_init[i] = true;
+      info.states[i].init_offset = wl.add(st.init, "state:" + st.name);
+      states[i]["init_offset"] = info.states[i].init_offset;
+    }
+  }
+  info.state_bytes = (info.state_bytes + 63) / 64 * 64;
+  wl.finish();
+  const WeightsFile& w = wl.w;
+  info.weights_sha256 = w.sha256;
+  info.weights_bytes = static_cast<int64_t>(w.bytes.size());
   CpuCodegenOptions co;
   co.blas = opts.blas;
-  GeneratedSource src = generate_cpu(p, w.sha256, static_cast<int64_t>(w.bytes.size()), co);
+  std::vector<CpuEntry> ces;
+  for (const Entry& e : entries) ces.push_back(CpuEntry{e.name, &e.program});
+  GeneratedSource src = generate_cpu(ces, info, co);
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const fs::path out(out_dir);
@@ -143,59 +221,78 @@ std::string compile_graph_file(const std::string& graph_path, const std::string&
   bo.jobs = opts.jobs;
   BuildResult br = build_library(src.files, (out / "src").string(), out_dir, bo);
 
+  auto describe_entry = [&](const Entry& e) {
+    const Program& p = e.program;
+    json m;
+    m["name"] = e.name;
+    auto io = [&](const std::vector<int32_t>& ids, bool inputs) {
+      json a = json::array();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
+        a.push_back({{"name", inputs ? p.input_names[i] : "output" + std::to_string(i)},
+                     {"dtype", dtype_name(b.type.dtype)},
+                     {"shape", b.type.shape}});
+      }
+      return a;
+    };
+    m["inputs"] = io(p.inputs, true);
+    m["outputs"] = io(p.outputs, false);
+    m["output_structure"] = p.output_structure;
+    json used = json::array();
+    for (const StateBinding& st : p.states) {
+      used.push_back({{"name", st.name}, {"updated", st.output >= 0}});
+    }
+    m["state"] = used;
+    json bufs = json::array();
+    int64_t in_bytes = 0, out_bytes = 0;
+    for (size_t i = 0; i < p.buffers.size(); ++i) {
+      const Buffer& b = p.buffers[i];
+      if (b.region == Region::kInput) in_bytes += b.type.nbytes();
+      if (b.region == Region::kOutput) out_bytes += b.type.nbytes();
+      if (b.region != Region::kArena) continue;
+      bufs.push_back({{"id", i}, {"name", b.name}, {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape},
+                      {"offset", b.offset}, {"bytes", b.type.nbytes()}, {"first", b.first}, {"last", b.last}});
+    }
+    m["arena"] = {{"bytes", p.arena_bytes}, {"lower_bound", p.arena_lower_bound}, {"temporaries_bytes", p.temporaries_bytes},
+                  {"buffers", bufs}, {"plan", p.plan_description}};
+    json ks = json::array();
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      const Kernel& k = p.kernels[i];
+      ks.push_back({{"index", i}, {"kind", kernel_kind(k.kind)}, {"label", k.label}, {"node", k.name}, {"source", k.source}});
+    }
+    m["kernels"] = ks;
+    m["stats"] = {{"kernels", p.kernels.size()},
+                  {"fused_expressions", p.fused_expressions},
+                  {"folded_constants", e.graph.folded_constants},
+                  {"ir_nodes_imported", e.imported_nodes},
+                  {"ir_nodes_optimized", e.graph.size()},
+                  {"arena_bytes", p.arena_bytes},
+                  {"temporaries_bytes", p.temporaries_bytes},
+                  {"weight_bytes", w.bytes.size()},
+                  {"state_bytes", info.state_bytes},
+                  {"input_bytes", in_bytes},
+                  {"output_bytes", out_bytes}};
+    return m;
+  };
+
   json m;
   m["format"] = "chroma.artifact";
-  m["version"] = 1;
+  m["version"] = 2;
   m["compiler_version"] = CHROMA_VERSION;
   m["abi_version"] = CHROMA_ABI_VERSION;
   m["target"] = opts.target;
   m["options"] = {{"blas", opts.blas}, {"max_expression_depth", opts.max_expression_depth}};
-  auto io = [&](const std::vector<int32_t>& ids, bool inputs) {
-    json a = json::array();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
-      a.push_back({{"name", inputs ? p.input_names[i] : "output" + std::to_string(i)},
-                   {"dtype", dtype_name(b.type.dtype)},
-                   {"shape", b.type.shape}});
-    }
-    return a;
-  };
-  m["inputs"] = io(p.inputs, true);
-  m["outputs"] = io(p.outputs, false);
-  m["output_structure"] = p.output_structure;
+  json es = json::array();
+  for (const Entry& e : entries) es.push_back(describe_entry(e));
+  // The first entry's description also sits at the top level (single-entry readers).
+  for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) m[key] = es[0][key];
+  m["entries"] = es;
+  m["state"] = states;
   m["library"] = {{"file", "model.so"}, {"sha256", file_sha256(br.library_path)}};
   m["weights"] = {{"file", "weights.bin"}, {"bytes", w.bytes.size()}, {"sha256", w.sha256}, {"tensors", w.tensors}};
   json files = json::array();
   for (const auto& f : src.files) files.push_back("src/" + f.first);
   m["source"] = {{"files", files}, {"digest", src.digest}};
-  json bufs = json::array();
-  int64_t in_bytes = 0, out_bytes = 0;
-  for (size_t i = 0; i < p.buffers.size(); ++i) {
-    const Buffer& b = p.buffers[i];
-    if (b.region == Region::kInput) in_bytes += b.type.nbytes();
-    if (b.region == Region::kOutput) out_bytes += b.type.nbytes();
-    if (b.region != Region::kArena) continue;
-    bufs.push_back({{"id", i}, {"name", b.name}, {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape},
-                    {"offset", b.offset}, {"bytes", b.type.nbytes()}, {"first", b.first}, {"last", b.last}});
-  }
-  m["arena"] = {{"bytes", p.arena_bytes}, {"lower_bound", p.arena_lower_bound}, {"temporaries_bytes", p.temporaries_bytes},
-                {"buffers", bufs}, {"plan", p.plan_description}};
-  json ks = json::array();
-  for (size_t i = 0; i < p.kernels.size(); ++i) {
-    const Kernel& k = p.kernels[i];
-    ks.push_back({{"index", i}, {"kind", kernel_kind(k.kind)}, {"label", k.label}, {"node", k.name}, {"source", k.source}});
-  }
-  m["kernels"] = ks;
-  m["stats"] = {{"kernels", p.kernels.size()},
-                {"fused_expressions", p.fused_expressions},
-                {"folded_constants", g.folded_constants},
-                {"ir_nodes_imported", imported_nodes},
-                {"ir_nodes_optimized", g.size()},
-                {"arena_bytes", p.arena_bytes},
-                {"temporaries_bytes", p.temporaries_bytes},
-                {"weight_bytes", w.bytes.size()},
-                {"input_bytes", in_bytes},
-                {"output_bytes", out_bytes}};
   m["build"] = {{"command", br.command}, {"cached", br.cached}, {"build_seconds", br.seconds},
                 {"compile_seconds", compile_s}, {"cache_key", br.cache_key}};
   const std::string text = m.dump(2);

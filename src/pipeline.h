@@ -24,8 +24,20 @@ struct CompileOptions {
 // The optimizing passes, in order.
 Graph optimize(const Graph& g);
 
-// Compiles a graph file into an artifact directory; returns manifest.json's text.
+// Compiles a graph file into an artifact directory (one entry point, "forward"); returns
+// manifest.json's text.
 std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts);
+
+// One entry point of a multi-entry artifact: its name and graph file.
+struct EntrySpec {
+  std::string name;
+  std::string graph_path;
+};
+
+// Compiles several graphs into one artifact whose entry points share the weights (stored
+// once) and the persistent state (matched by name; docs/artifact_format.md).
+std::string compile_graph_files(const std::vector<EntrySpec>& entries, const std::string& out_dir,
+                                const CompileOptions& opts);
 
 // The IR after import ("import") or after optimize() ("optimized"), in text form; or the
 // lowered program's kernels and memory plan ("lowered").

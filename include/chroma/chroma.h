@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define CHROMA_ABI_VERSION 1
+#define CHROMA_ABI_VERSION 2
 
 enum {
   CHROMA_OK = 0,
@@ -37,6 +37,14 @@ enum {
 };
 
 typedef struct chroma_program chroma_program;
+/* An input or output of an entry point: dense row-major, `nbytes` bytes. */
+typedef struct chroma_tensor_spec {
+  const char* name;
+  const char* dtype;
+  int rank;
+  int64_t shape[8];
+  int64_t nbytes;
+} chroma_tensor_spec;
 
 int chroma_abi_version(void);
 /* Loads the artifact in `dir`; returns NULL and writes a message to err on failure.
@@ -58,6 +66,20 @@ const int64_t* chroma_input_shape(int i);
 const char* chroma_output_dtype(int i);
 int chroma_output_rank(int i);
 const int64_t* chroma_output_shape(int i);
+/* Entry points. An artifact has one or more (a decoder: "prefill" and "step"); they share
+ * the weights and the persistent state (KV caches). chroma_run runs entry 0, and the
+ * accessors above describe entry 0. */
+int chroma_num_entries(void);
+const char* chroma_entry_name(int e);
+int chroma_entry_index(const char* name); /* -1 if there is none of that name */
+int chroma_entry_num_inputs(int e);
+int chroma_entry_num_outputs(int e);
+const chroma_tensor_spec* chroma_entry_input(int e, int i);
+const chroma_tensor_spec* chroma_entry_output(int e, int i);
+int chroma_run_entry(chroma_program* p, int entry, const void* const* inputs, void* const* outputs, char* err,
+                     size_t err_len);
+/* Restores every state tensor (KV caches) to its initial value. */
+void chroma_reset_state(chroma_program* p);
 /* Digest of the generated source this library was built from (matches manifest.json). */
 const char* chroma_source_digest(void);
 

@@ -7,10 +7,12 @@
 Importing this package never imports torch; only compile(), jit() and export() do.
 """
 
-from .program import ArtifactError, Program, load
+from .decoder import Decoder
+from .program import ArtifactError, Entry, Program, load
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "jit", "export", "Program", "ArtifactError", "CompileError", "__version__"]
+__all__ = ["compile", "compile_entries", "compile_decoder", "load", "jit", "export", "Program", "Entry", "Decoder",
+           "ArtifactError", "CompileError", "__version__"]
 
 
 def compile(model_or_function, example_inputs, *, out=None, target="cpu", blas=True, **options):  # noqa: A001
@@ -21,6 +23,21 @@ def compile(model_or_function, example_inputs, *, out=None, target="cpu", blas=T
     from .compiler import compile as _compile
 
     return _compile(model_or_function, example_inputs, out=out, target=target, blas=blas, **options)
+
+
+def compile_entries(entries, *, out=None, **options):
+    """Compiles {name: (module_or_function, example_inputs)} into one artifact with one entry
+    point each, sharing weights and persistent state. See chroma.compiler.compile_entries."""
+    from .compiler import compile_entries as _ce
+
+    return _ce(entries, out=out, **options)
+
+
+def compile_decoder(model, *, prompt_len, cache_size, out=None, threads=None, **options):
+    """Compiles a model's prefill/step pair (``model.make_decoder(cache_size)``) into a Decoder."""
+    from .decoder import compile_decoder as _cd
+
+    return _cd(model, prompt_len=prompt_len, cache_size=cache_size, out=out, threads=threads, **options)
 
 
 def jit(fn_or_module=None, **options):

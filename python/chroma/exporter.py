@@ -229,6 +229,8 @@ class _Serializer:
     """Turns an (already decomposed) ExportedProgram into graph JSON + blob."""
 
     def __init__(self, ep):
+        self.extra_state: Tuple[str, ...] = ()
+        self.state_updates: list = []
         self.ep = ep
         self.getitems: Dict[str, Tuple[str, int]] = {}  # getitem node -> (parent, k)
 
@@ -266,8 +268,16 @@ class _Serializer:
         raise ExportError(f"{where} has an unsupported value {a!r} "
                           f"(type {type(a).__name__})")
 
+    def state_targets(self) -> set:
+        """Buffers the program updates in place (plus those named by the caller): state."""
+        from torch.export.graph_signature import OutputKind
+        mutated = {s.target for s in self.ep.graph_signature.output_specs
+                   if s.kind == OutputKind.BUFFER_MUTATION}
+        return mutated | set(self.extra_state)
+
     def weights(self) -> Tuple[list, bytes]:
         from torch.export.graph_signature import InputKind
+        state = self.state_targets()
         kinds = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
                  InputKind.CONSTANT_TENSOR: "constant"}
         entries, blob, seen = [], bytearray(), {}
@@ -290,8 +300,11 @@ class _Serializer:
                 blob.extend(bytes(graph_file.align(len(blob)) - len(blob)))
                 seen[key] = len(blob)
                 blob.extend(data)
+            kind = kinds[spec.kind]
+            if spec.kind == InputKind.BUFFER and spec.target in state:
+                kind = "state"
             entries.append({"name": spec.arg.name, "source": spec.target,
-                            "kind": kinds[spec.kind], "dtype": dtype,
+                            "kind": kind, "dtype": dtype,
                             "shape": _shape(t, f"weight {spec.target!r}"),
                             "offset": seen[key], "nbytes": len(data),
                             "sha256": digest})
@@ -348,11 +361,16 @@ class _Serializer:
                 f"got a {getattr(spec.type, '__name__', spec.type)} structure: {spec}")
         out_node = next(n for n in self.ep.graph.nodes if n.op == "output")
         by_name = {n.name: n for n in out_node.args[0] if isinstance(n, torch.fx.Node)}
-        refs, mutated = [], []
+        refs, mutated, self.state_updates = [], [], []
         user = [s for s in self.ep.graph_signature.output_specs
                 if s.kind == OutputKind.USER_OUTPUT]
         for s in self.ep.graph_signature.output_specs:
-            if s.kind != OutputKind.USER_OUTPUT:
+            if s.kind == OutputKind.BUFFER_MUTATION:
+                # The buffer becomes persistent state: the runtime keeps it between calls.
+                upd = self.ref(by_name[s.arg.name])
+                upd["state"] = s.target
+                self.state_updates.append(upd)
+            elif s.kind != OutputKind.USER_OUTPUT:
                 mutated.append(f"{s.kind.name} {s.target}")
         for i, s in enumerate(user):
             if not isinstance(s.arg, TensorArgument):
@@ -360,14 +378,13 @@ class _Serializer:
                                   f"({getattr(s.arg, 'value', s.arg)!r})")
             refs.append(self.ref(by_name[s.arg.name]))
         if mutated:
-            warnings.warn("chroma: the model mutates state during forward ("
-                          + ", ".join(mutated) + "); these updates are dropped. "
-                          "Did you forget model.eval()?")
+            warnings.warn("chroma: the model mutates its inputs or parameters during forward ("
+                          + ", ".join(mutated) + "); these updates are dropped.")
         return refs, structure
 
 
 def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: tuple,
-           path: Optional[str] = None) -> ExportedGraph:
+           path: Optional[str] = None, state: Tuple[str, ...] = ()) -> ExportedGraph:
     """Export a model (or function of tensors) to a Chroma graph.
 
     Args:
@@ -376,6 +393,9 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
             taking and returning tensors.
         example_inputs: tuple of tensors; their shapes/dtypes are baked in.
         path: if given, the ``.cgraph`` file is written there.
+        state: names (fully qualified) of buffers to treat as persistent state even if
+            this program only reads them. Buffers the program updates in place are
+            always state (a KV cache): the compiled program keeps and updates them.
 
     Returns: an :class:`ExportedGraph` (``.json``, ``.blob``, ``.write()``).
     Raises: :class:`ExportError` if torch.export fails, inputs/outputs are not
@@ -399,6 +419,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
 
     _check_targets(ep.graph)
     ser = _Serializer(ep)
+    ser.extra_state = tuple(state)
     weights, blob = ser.weights()
     inputs = []
     from torch.export.graph_signature import InputKind
@@ -415,6 +436,8 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
         "inputs": inputs, "weights": weights, "nodes": nodes,
         "outputs": outputs, "output_structure": structure,
     }
+    if ser.state_updates:
+        graph["state_updates"] = ser.state_updates
     result = ExportedGraph(json=graph, blob=blob)
     if path is not None:
         result.write(path)

@@ -12,10 +12,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["Program", "load", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
+__all__ = ["Program", "Entry", "load", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
 
-ARTIFACT_VERSION = 1
-ABI_VERSION = 1
+ARTIFACT_VERSION = 2
+ABI_VERSION = 2
 
 _DTYPES = {
     "float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
@@ -57,16 +57,111 @@ class _Spec:
         return f"{self.name}: {self.dtype}{list(self.shape)}"
 
 
+class Entry:
+    """One entry point of a loaded artifact (``forward``; or ``prefill`` and ``step``).
+
+    Call it with NumPy arrays. Entries of one Program share its weights, its persistent
+    state (KV caches) and its threads; calls are serialized.
+    """
+
+    def __init__(self, program: "Program", index: int, desc: dict):
+        self.program = program
+        self.index = index
+        self.name = str(desc.get("name", "forward"))
+        where = f"manifest entry '{self.name}'"
+        self.inputs = [_Spec(d, f"{where} input {i}") for i, d in enumerate(desc["inputs"])]
+        self.outputs = [_Spec(d, f"{where} output {i}") for i, d in enumerate(desc["outputs"])]
+        self._structure = desc.get("output_structure", "single")
+        self.manifest = desc
+
+    def __repr__(self):
+        return f"Entry({self.name!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """Kernels, fused expressions, folded constants, arena / weight / output bytes."""
+        return dict(self.manifest["stats"])
+
+    def _check_input(self, i: int, a: Any) -> np.ndarray:
+        spec = self.inputs[i]
+        arr = np.asarray(a)
+        if arr.dtype != spec.dtype or arr.shape != spec.shape:
+            raise ValueError(
+                f"{self._what()}input {i} ('{spec.name}'): expected {spec.dtype}{list(spec.shape)}, "
+                f"got {arr.dtype}{list(arr.shape)}")
+        return np.ascontiguousarray(arr)
+
+    def _what(self) -> str:
+        return "" if len(self.program.entries) == 1 else f"entry '{self.name}': "
+
+    def _check_out(self, out: Any) -> List[np.ndarray]:
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(outs) != len(self.outputs):
+            raise ValueError(f"{self._what()}out=: expected {len(self.outputs)} arrays, got {len(outs)}")
+        for i, (o, spec) in enumerate(zip(outs, self.outputs)):
+            if not isinstance(o, np.ndarray):
+                raise TypeError(f"out[{i}]: expected a numpy.ndarray, got {type(o).__name__}")
+            if o.dtype != spec.dtype or o.shape != spec.shape:
+                raise ValueError(f"out[{i}]: expected {spec.dtype}{list(spec.shape)}, got {o.dtype}{list(o.shape)}")
+            if not (o.flags.c_contiguous and o.flags.writeable):
+                raise ValueError(f"out[{i}]: must be C-contiguous and writeable")
+        return outs
+
+    def _prepare(self, arrays, out):
+        if len(arrays) != len(self.inputs):
+            names = ", ".join(s.name for s in self.inputs)
+            raise TypeError(f"{self._what()}expected {len(self.inputs)} inputs ({names}), got {len(arrays)}")
+        ins = [self._check_input(i, a) for i, a in enumerate(arrays)]
+        if out is not None:
+            outs = self._check_out(out)
+            # Kernels write outputs while reading inputs: an input that overlaps an out=
+            # buffer is copied first so the result is what it would be without aliasing.
+            ins = [a.copy() if any(np.may_share_memory(a, o) for o in outs) else a for a in ins]
+        else:
+            outs = [np.empty(s.shape, s.dtype) for s in self.outputs]
+        return ins, outs
+
+    def __call__(self, *arrays: Any, out: Any = None):
+        ins, outs = self._prepare(arrays, out)
+        p = self.program
+        with p._lock:
+            p._module.run(p._handle, self.index, ins, outs)
+        if self._structure == "single" and len(outs) == 1:
+            return outs[0]
+        return tuple(outs)
+
+    def profile(self, *arrays: Any, iters: int = 10) -> List[Dict[str, Any]]:
+        """Runs `iters` times; returns each kernel's mean seconds with its label, slowest first.
+
+        Note: the calls update the program's state, as ordinary calls do.
+        """
+        ins, outs = self._prepare(arrays, None)
+        p = self.program
+        with p._lock:
+            secs = p._module.run(p._handle, self.index, ins, outs, int(iters))
+        kernels = self.manifest.get("kernels", [])
+        rows = [{"index": i, "seconds": t, "label": kernels[i]["label"] if i < len(kernels) else "",
+                 "kind": kernels[i]["kind"] if i < len(kernels) else "",
+                 "source": kernels[i].get("source", "") if i < len(kernels) else ""} for i, t in enumerate(secs)]
+        return sorted(rows, key=lambda r: -r["seconds"])
+
+
 class Program:
-    """A compiled model, loaded. Call it with NumPy arrays (or anything np.asarray takes)."""
+    """A compiled model, loaded. Call it with NumPy arrays (or anything np.asarray takes).
+
+    Calling the Program runs its first entry point; ``prog.entry("step")`` gives the others.
+    """
 
     def __init__(self, directory: str, manifest: dict, module: Any, threads: Optional[int] = None):
         self.directory = directory
         self.manifest = manifest
         self._module = module
-        self.inputs = [_Spec(d, f"manifest input {i}") for i, d in enumerate(manifest["inputs"])]
-        self.outputs = [_Spec(d, f"manifest output {i}") for i, d in enumerate(manifest["outputs"])]
-        self._structure = manifest.get("output_structure", "single")
+        descs = manifest.get("entries") or [dict(manifest, name="forward")]
+        self.entries = [Entry(self, i, d) for i, d in enumerate(descs)]
+        self._main = self.entries[0]
+        self.inputs = self._main.inputs
+        self.outputs = self._main.outputs
+        self.state = [_Spec(d, f"manifest state {i}") for i, d in enumerate(manifest.get("state", []))]
         self._lock = threading.Lock()
         try:
             self._handle = module.open(directory, int(threads or 0))
@@ -83,48 +178,38 @@ class Program:
         """Kernels, fused expressions, folded constants, arena / weight / output bytes."""
         return dict(self.manifest["stats"])
 
+    def entry(self, name: str) -> Entry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"{self.directory}: no entry point '{name}' (have: {', '.join(e.name for e in self.entries)})")
+
+    def reset_state(self) -> None:
+        """Restores every state tensor (KV caches) to its initial value."""
+        with self._lock:
+            self._module.reset_state(self._handle)
+
+    def read_state(self, name: str) -> np.ndarray:
+        """A copy of the state tensor `name`."""
+        for i, s in enumerate(self.state):
+            if s.name == name:
+                a = np.empty(s.shape, s.dtype)
+                with self._lock:
+                    self._module.read_state(self._handle, i, a)
+                return a
+        raise KeyError(f"no state tensor '{name}' (have: {', '.join(s.name for s in self.state)})")
+
     def __repr__(self):
+        if len(self.entries) > 1:
+            return f"Program({self.directory!r}, entries={[e.name for e in self.entries]})"
         return f"Program({self.directory!r}, inputs={self.inputs}, outputs={self.outputs})"
 
-    def _check_input(self, i: int, a: Any) -> np.ndarray:
-        spec = self.inputs[i]
-        arr = np.asarray(a)
-        if arr.dtype != spec.dtype or arr.shape != spec.shape:
-            raise ValueError(
-                f"input {i} ('{spec.name}'): expected {spec.dtype}{list(spec.shape)}, "
-                f"got {arr.dtype}{list(arr.shape)}")
-        return np.ascontiguousarray(arr)
-
-    def _check_out(self, out: Any) -> List[np.ndarray]:
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
-        if len(outs) != len(self.outputs):
-            raise ValueError(f"out=: expected {len(self.outputs)} arrays, got {len(outs)}")
-        for i, (o, spec) in enumerate(zip(outs, self.outputs)):
-            if not isinstance(o, np.ndarray):
-                raise TypeError(f"out[{i}]: expected a numpy.ndarray, got {type(o).__name__}")
-            if o.dtype != spec.dtype or o.shape != spec.shape:
-                raise ValueError(f"out[{i}]: expected {spec.dtype}{list(spec.shape)}, got {o.dtype}{list(o.shape)}")
-            if not (o.flags.c_contiguous and o.flags.writeable):
-                raise ValueError(f"out[{i}]: must be C-contiguous and writeable")
-        return outs
-
     def __call__(self, *arrays: Any, out: Any = None):
-        if len(arrays) != len(self.inputs):
-            names = ", ".join(s.name for s in self.inputs)
-            raise TypeError(f"expected {len(self.inputs)} inputs ({names}), got {len(arrays)}")
-        ins = [self._check_input(i, a) for i, a in enumerate(arrays)]
-        if out is not None:
-            outs = self._check_out(out)
-            # Kernels write outputs while reading inputs: an input that overlaps an out=
-            # buffer is copied first so the result is what it would be without aliasing.
-            ins = [a.copy() if any(np.may_share_memory(a, o) for o in outs) else a for a in ins]
-        else:
-            outs = [np.empty(s.shape, s.dtype) for s in self.outputs]
-        with self._lock:
-            self._module.run(self._handle, ins, outs)
-        if self._structure == "single" and len(outs) == 1:
-            return outs[0]
-        return tuple(outs)
+        return self._main(*arrays, out=out)
+
+    def profile(self, *arrays: Any, iters: int = 10) -> List[Dict[str, Any]]:
+        """Per-kernel mean seconds of the first entry point (see Entry.profile)."""
+        return self._main.profile(*arrays, iters=iters)
 
 
 def _load_module(path: str):

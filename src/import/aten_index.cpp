@@ -1,5 +1,7 @@
 // ATen indexing ops: embedding, index_select, index.Tensor, gather, topk, sort-free argmax
 // helpers. Bounds are checked at run time by the Gather kernels (IndexError), never skipped.
+#include <algorithm>
+
 #include "import/aten.h"
 
 namespace chroma {
@@ -39,6 +41,44 @@ Value index_tensor(Call& c) {
   return gather(b, src, wrap_negative(b, ix, n), pos);
 }
 
+// out = base with out[..., idx[i], ...] = values[..., i, ...] along `axis` (or +=). idx may
+// have any shape (flattened); values broadcast to base's shape with idx's shape at `axis`.
+Value index_put(Call& c, Value base, int64_t axis, Value idx, Value values, bool accumulate) {
+  Builder& b = c.b;
+  const TensorType bt = b.type(base);
+  if (b.type(idx).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
+  const int64_t dim = bt.shape.at(static_cast<size_t>(axis));
+  idx = wrap_negative(b, idx, dim);
+  const Shape ishape = b.type(idx).shape;
+  Shape vshape(bt.shape.begin(), bt.shape.begin() + axis);
+  vshape.insert(vshape.end(), ishape.begin(), ishape.end());
+  vshape.insert(vshape.end(), bt.shape.begin() + axis + 1, bt.shape.end());
+  values = b.expand(b.cast(values, bt.dtype), vshape);
+  const int64_t n = numel(ishape);
+  if (n == 0) return base;
+  if (ishape.size() != 1) {
+    idx = b.reshape(idx, {n});
+    Shape flat(bt.shape.begin(), bt.shape.begin() + axis);
+    flat.push_back(n);
+    flat.insert(flat.end(), bt.shape.begin() + axis + 1, bt.shape.end());
+    values = b.reshape(values, flat);
+  }
+  Attrs a;
+  a.axis = axis;
+  a.accumulate = accumulate;
+  return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
+}
+
+// Indices start, start + step, ... (count of them) as an int64 tensor.
+Value arange(Builder& b, int64_t start, int64_t step, int64_t count) {
+  Attrs a;
+  a.dtype = DType::kI64;
+  a.ints = {count};
+  a.coeffs = {static_cast<double>(step)};
+  a.scalar = Scalar::of_int(start);
+  return b.graph().add(Op::kIota, {}, a);
+}
+
 std::vector<Value> topk(Call& c) {
   Value x = c.tensor(0, "self");
   Attrs a;
@@ -69,6 +109,72 @@ void register_aten_index(HandlerTable& t) {
     return one(c.b.graph().add(Op::kGatherElements, {x, c.b.cast(c.tensor(2, "index"), DType::kI64)}, a));
   };
   t["aten.topk.default"] = [](Call& c) { return topk(c); };
+  t["aten.index_put.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    std::vector<std::optional<Value>> idx = c.opt_tensors(1, "indices");
+    int n_tensors = 0, pos = -1;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      if (idx[i]) {
+        ++n_tensors;
+        pos = static_cast<int>(i);
+      }
+    }
+    if (n_tensors != 1) c.fail("index_put with " + std::to_string(n_tensors) + " index tensors is not supported yet (one is)");
+    for (int i = 0; i < pos; ++i) {
+      if (idx[static_cast<size_t>(i)]) c.fail("index_put: only one index tensor is supported");
+    }
+    return one(index_put(c, x, pos, *idx[static_cast<size_t>(pos)], c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
+  };
+  t["aten.index_copy.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const int64_t axis = c.b.dim(c.int_(1, "dim"), c.b.type(x).rank());
+    Value idx = c.tensor(2, "index");
+    if (c.b.type(idx).rank() == 0) idx = c.b.reshape(idx, {1});
+    return one(index_put(c, x, axis, idx, c.tensor(3, "source"), false));
+  };
+  t["aten.index_add.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const int64_t axis = c.b.dim(c.int_(1, "dim"), c.b.type(x).rank());
+    Value idx = c.tensor(2, "index");
+    if (c.b.type(idx).rank() == 0) idx = c.b.reshape(idx, {1});
+    Value src = c.tensor(3, "source");
+    const Scalar alpha = c.has(4, "alpha") ? c.scalar(4, "alpha") : Scalar::of_int(1);
+    if (!(alpha.is_int ? alpha.i == 1 : alpha.f == 1.0)) src = c.b.ew(EwOp::k_mul, src, alpha);
+    return one(index_put(c, x, axis, idx, src, true));
+  };
+  t["aten.slice_scatter.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    Value src = c.tensor(1, "src");
+    const TensorType xt = c.b.type(x);
+    const int64_t axis = c.b.dim(c.int_or(2, "dim", 0), xt.rank());
+    const int64_t n = xt.shape[static_cast<size_t>(axis)];
+    const int64_t step = c.int_or(5, "step", 1);
+    if (step <= 0) c.fail("slice step must be positive");
+    int64_t start = c.has(3, "start") ? c.int_(3, "start") : 0;
+    int64_t end = c.has(4, "end") ? c.int_(4, "end") : n;
+    if (start < 0) start += n;
+    if (end < 0) end += n;
+    start = std::clamp<int64_t>(start, 0, n);
+    end = std::clamp<int64_t>(end, start, n);
+    const int64_t count = (end - start + step - 1) / step;
+    return one(index_put(c, x, axis, arange(c.b, start, step, count), src, false));
+  };
+  t["aten.select_scatter.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const TensorType xt = c.b.type(x);
+    const int64_t axis = c.b.dim(c.int_(2, "dim"), xt.rank());
+    const int64_t n = xt.shape[static_cast<size_t>(axis)];
+    int64_t index = c.int_(3, "index");
+    if (index < -n || index >= n) c.fail("select_scatter index " + std::to_string(index) + " is out of range for size " + std::to_string(n));
+    if (index < 0) index += n;
+    Value src = c.b.unsqueeze(c.tensor(1, "src"), axis);
+    return one(index_put(c, x, axis, arange(c.b, index, 1, 1), src, false));
+  };
+  t["aten.copy.default"] = [](Call& c) {
+    Value dst = c.tensor(0, "self");
+    const TensorType dt = c.b.type(dst);
+    return one(c.b.expand(c.b.cast(c.tensor(1, "src"), dt.dtype), dt.shape));
+  };
 }
 
 }  // namespace chroma

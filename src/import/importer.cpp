@@ -255,6 +255,9 @@ Graph import_graph_file(const std::string& path) {
     values[name] = {g.input(name, parse_type(in, "input '" + name + "'"))};
   }
   const uint8_t* data = gf.bytes.data() + gf.data_offset;
+  // State (buffers the model updates in place) becomes extra graph inputs after the user's,
+  // and their new values extra outputs after the user's (see StateBinding).
+  std::map<std::string, size_t> state_of;
   for (const json& w : m.at("weights")) {
     const std::string name = w.at("name").get<std::string>();
     ConstantData c;
@@ -265,6 +268,16 @@ Graph import_graph_file(const std::string& path) {
       throw CompileError("graph file '" + path + "': weight '" + name + "' lies outside the data section or has the wrong size");
     }
     c.bytes = std::make_shared<const std::vector<uint8_t>>(data + off, data + off + nb);
+    if (w.value("kind", std::string()) == "state") {
+      StateBinding s;
+      s.name = c.name;
+      s.input = static_cast<int32_t>(g.inputs.size());
+      s.init = c;
+      values[name] = {g.input(c.name, c.type)};
+      state_of[s.name] = g.states.size();
+      g.states.push_back(std::move(s));
+      continue;
+    }
     values[name] = {g.constant(std::move(c))};
   }
   for (const json& node : m.at("nodes")) {
@@ -297,6 +310,23 @@ Graph import_graph_file(const std::string& path) {
     g.outputs.push_back(it->second.at(o.value("index", 0)));
   }
   g.output_structure = m.value("output_structure", std::string("single"));
+  if (m.contains("state_updates")) {
+    for (const json& u : m.at("state_updates")) {
+      const std::string st = u.at("state").get<std::string>();
+      auto s = state_of.find(st);
+      if (s == state_of.end()) throw CompileError("graph file '" + path + "': state update of unknown state '" + st + "'");
+      const std::string r = u.at("ref").get<std::string>();
+      auto it = values.find(r);
+      if (it == values.end()) throw CompileError("state update of '" + st + "' refers to unknown value '" + r + "'");
+      const Value v = it->second.at(u.value("index", 0));
+      if (g.type(v) != g.states[s->second].init.type) {
+        throw CompileError("state '" + st + "' is updated with " + g.type(v).str() + " but holds " +
+                           g.states[s->second].init.type.str());
+      }
+      g.states[s->second].output = static_cast<int32_t>(g.outputs.size());
+      g.outputs.push_back(v);
+    }
+  }
   return g;
 }
 

@@ -6,6 +6,7 @@
 // Element moves go through unsigned integers of the element's width, so one instantiation
 // serves all dtypes of that size.
 #include <cstring>
+#include <type_traits>
 #include <string>
 
 #include "interp/kernels.h"
@@ -116,6 +117,43 @@ Tensors eval_Gather(const Node& n, const Tensors& in) {
       dst += inner_bytes;
     }
   }
+  return {out.finish()};
+}
+
+// out = base; out[o, idx[j], i] = values[o, j, i] (or +=), o over base[:axis], i after it.
+Tensors eval_IndexPut(const Node& n, const Tensors& in) {
+  const Tensor& base = in[0];
+  const Tensor& idx = in[1];
+  const Tensor& val = in[2];
+  const size_t axis = static_cast<size_t>(n.attrs.axis);
+  const int64_t dim = base.type.shape[axis];
+  const int64_t outer = extent(base.type.shape, 0, axis);
+  const int64_t inner = extent(base.type.shape, axis + 1, base.type.shape.size());
+  const int64_t count = idx.type.numel();
+  const int64_t* ix = idx.data<int64_t>();
+  for (int64_t j = 0; j < count; ++j) {
+    if (ix[j] < 0 || ix[j] >= dim) index_error(ix[j], n.attrs.axis, dim);
+  }
+  OutBuffer out(n.type());
+  dispatch_dtype(base.type.dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    U* d = out.data<U>();
+    std::memcpy(d, base.data<U>(), static_cast<size_t>(base.type.nbytes()));
+    const U* v = val.data<U>();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < count; ++j) {
+        U* row = d + (o * dim + ix[j]) * inner;
+        const U* src = v + (o * count + j) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          if constexpr (std::is_same_v<U, bool>) {
+            row[i] = n.attrs.accumulate ? (row[i] || src[i]) : src[i];
+          } else {
+            row[i] = n.attrs.accumulate ? static_cast<U>(row[i] + src[i]) : src[i];
+          }
+        }
+      }
+    }
+  });
   return {out.finish()};
 }
 

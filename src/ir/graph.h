@@ -50,7 +50,7 @@ struct Attrs {
   Scalar scalar;                         // Full value, Iota base
   int64_t axis = 0, start = 0, end = 0, step = 1, k = 0;
   int64_t index = -1;                    // Input position, Constant slot
-  bool keepdim = false, largest = true, sorted = true, log = false;
+  bool keepdim = false, largest = true, sorted = true, log = false, accumulate = false;
   bool operator==(const Attrs&) const = default;
 };
 
@@ -77,6 +77,17 @@ struct ConstantData {
   std::string name;  // weight name ("" for folded constants)
   std::shared_ptr<const std::vector<uint8_t>> bytes;
   const uint8_t* data() const { return bytes->data(); }
+};
+
+// Persistent state: a module buffer the model reads and updates in place (a KV cache).
+// Graph input `input` is its value before the call; graph output `output` its new value
+// (-1: this graph does not update it). The runtime keeps one copy per loaded program,
+// shared by all its entry points, initialized from `init`.
+struct StateBinding {
+  std::string name;
+  int32_t input = -1;
+  int32_t output = -1;
+  ConstantData init;
 };
 
 struct GraphInput {
@@ -113,6 +124,7 @@ class Graph {
   std::vector<Value> outputs;
   std::string output_structure = "single";  // "single" | "tuple" | "list"
   std::vector<ConstantData> constants;
+  std::vector<StateBinding> states;  // inputs/outputs bound to persistent state
   int64_t folded_constants = 0;  // nodes replaced by constants so far (constant folding)
 
   // Where this node came from, for error messages: "node 'addmm' (model.py:12 ...)".

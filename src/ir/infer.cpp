@@ -182,6 +182,19 @@ Types infer_GatherElements(const Graph& g, const Inputs& in, const Attrs& a) {
   return {TensorType{src.dtype, idx.shape}};
 }
 
+Types infer_IndexPut(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& base = g.type(in[0]);
+  const TensorType& idx = g.type(in[1]);
+  const TensorType& val = g.type(in[2]);
+  if (idx.dtype != DType::kI64 || idx.rank() != 1) fail("indices must be 1-D int64, got " + idx.str());
+  if (a.axis < 0 || a.axis >= base.rank()) fail("axis out of range for " + base.str());
+  if (val.dtype != base.dtype) fail("values " + val.str() + " differ in dtype from " + base.str());
+  Shape want = base.shape;
+  want[static_cast<size_t>(a.axis)] = idx.shape[0];
+  if (val.shape != want) fail("values " + val.str() + " do not match indices " + idx.str() + " into " + base.str());
+  return {base};
+}
+
 Types infer_Concat(const Graph& g, const Inputs& in, const Attrs& a) {
   if (in.empty()) fail("needs at least one input");
   TensorType out = g.type(in[0]);

@@ -210,6 +210,7 @@ class Parser {
         else if (key == "smallest") a.largest = false;
         else if (key == "sorted") a.sorted = true;
         else if (key == "log") a.log = true;
+        else if (key == "accumulate") a.accumulate = true;
         else {
           expect('=');
           if (key == "name") name = quoted();

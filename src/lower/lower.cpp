@@ -56,8 +56,17 @@ class Lowerer {
 
   Program run() {
     p_.constants = g_.constants;
+    p_.states = g_.states;
     p_.output_structure = g_.output_structure;
-    for (const GraphInput& in : g_.inputs) p_.input_names.push_back(in.name);
+    state_of_input_.assign(g_.inputs.size(), -1);
+    state_of_output_.assign(g_.outputs.size(), -1);
+    for (size_t s = 0; s < g_.states.size(); ++s) {
+      state_of_input_.at(static_cast<size_t>(g_.states[s].input)) = static_cast<int32_t>(s);
+      if (g_.states[s].output >= 0) state_of_output_.at(static_cast<size_t>(g_.states[s].output)) = static_cast<int32_t>(s);
+    }
+    for (size_t i = 0; i < g_.inputs.size(); ++i) {
+      if (state_of_input_[i] < 0) p_.input_names.push_back(g_.inputs[i].name);
+    }
     decide();
     for (size_t i = 0; i < g_.size(); ++i) visit(static_cast<int32_t>(i));
     finish_outputs();
@@ -74,6 +83,9 @@ class Lowerer {
   std::map<Value, int32_t> buffer_of_;
   std::map<Value, int32_t> output_slot_;  // first graph-output position of a value
   std::vector<int32_t> fused_into_;        // scratch: nodes inlined into the kernel being built
+  std::vector<int32_t> state_of_input_;    // graph input -> state slot, or -1
+  std::vector<int32_t> state_of_output_;   // graph output -> state slot, or -1
+  std::vector<bool> in_place_;             // IndexPut nodes that write their state directly
 
   // ---- decisions ---------------------------------------------------------------------------
 
@@ -85,7 +97,21 @@ class Lowerer {
       for (Value v : g_.nodes()[i].inputs) consumers[static_cast<size_t>(v.node)].push_back(static_cast<int32_t>(i));
     }
     for (size_t k = 0; k < g_.outputs.size(); ++k) {
-      output_slot_.emplace(g_.outputs[k], static_cast<int32_t>(k));
+      if (state_of_output_[k] < 0) output_slot_.emplace(g_.outputs[k], static_cast<int32_t>(k));
+    }
+    // A state update `IndexPut(state, idx, values)` whose state input has no other reader
+    // writes its rows straight into the state: no copy of the whole state.
+    in_place_.assign(g_.size(), false);
+    for (const StateBinding& s : g_.states) {
+      if (s.output < 0) continue;
+      const Value v = g_.outputs[static_cast<size_t>(s.output)];
+      const Node& n = g_.node(v);
+      const int32_t in_node = g_.inputs[static_cast<size_t>(s.input)].node;
+      if (n.op != Op::kIndexPut || n.inputs[0] != Value{in_node, 0}) continue;
+      const auto& cs = consumers[static_cast<size_t>(in_node)];
+      bool output = false;
+      for (Value o : g_.outputs) output = output || o.node == in_node;
+      if (cs.size() == 1 && !output) in_place_[static_cast<size_t>(v.node)] = true;
     }
     for (size_t i = g_.size(); i-- > 0;) {
       int r = 0;
@@ -388,9 +414,30 @@ class Lowerer {
     const Node& n = g_.node(id);
     const Value v{id, 0};
     switch (n.op) {
-      case Op::kInput:
-        new_buffer(v, Region::kInput, static_cast<int32_t>(n.attrs.index));
+      case Op::kInput: {
+        const int32_t s = state_of_input_.at(static_cast<size_t>(n.attrs.index));
+        new_buffer(v, s >= 0 ? Region::kState : Region::kInput, s >= 0 ? s : static_cast<int32_t>(n.attrs.index));
         return;
+      }
+      case Op::kIndexPut: {
+        Kernel k = start(n, Kernel::kIndexPut);
+        k.shape = g_.type(n.inputs[2]).shape;
+        k.in_place = in_place_[static_cast<size_t>(id)];
+        k.inputs.push_back(expr_of(n.inputs[0]));
+        k.inputs.push_back(expr_of(n.inputs[1]));
+        k.inputs.push_back(expr_of(n.inputs[2]));
+        int32_t out;
+        if (k.in_place) {
+          out = buffer_of_.at(n.inputs[0]);
+          buffer_of_[v] = out;
+        } else {
+          out = new_buffer(v, Region::kArena, -1);
+        }
+        k.outputs.push_back(out);
+        k.out_layouts.push_back(contiguous_layout(n.type().shape));
+        push(std::move(k), n);
+        return;
+      }
       case Op::kConstant:
         new_buffer(v, Region::kConstant, static_cast<int32_t>(n.attrs.index));
         return;
@@ -513,11 +560,13 @@ class Lowerer {
   // Outputs not written in place by their producer (inputs, constants, views, repeats) get
   // a copy kernel.
   void finish_outputs() {
-    p_.outputs.assign(g_.outputs.size(), -1);
+    size_t user_outputs = 0;
+    for (int32_t s : state_of_output_) user_outputs += s < 0 ? 1 : 0;
+    p_.outputs.assign(user_outputs, -1);
     for (const Buffer& b : p_.buffers) {
       if (b.region == Region::kOutput) p_.outputs[static_cast<size_t>(b.slot)] = static_cast<int32_t>(&b - p_.buffers.data());
     }
-    for (size_t k = 0; k < g_.outputs.size(); ++k) {
+    for (size_t k = 0; k < user_outputs; ++k) {
       if (p_.outputs[k] >= 0) continue;
       const Value v = g_.outputs[k];
       const Node& n = g_.node(v);
@@ -537,12 +586,63 @@ class Lowerer {
       push(std::move(kr), n);
       p_.kernels.back().label = "Copy <- " + p_.kernels.back().label;
     }
+    finish_states();
     for (const Buffer& b : p_.buffers) {
       if (b.region == Region::kInput) p_.inputs.push_back(static_cast<int32_t>(&b - p_.buffers.data()));
     }
     std::sort(p_.inputs.begin(), p_.inputs.end(), [&](int32_t a, int32_t b) {
       return p_.buffers[static_cast<size_t>(a)].slot < p_.buffers[static_cast<size_t>(b)].slot;
     });
+  }
+
+  // New state values not written in place are copied into their state after everything
+  // else has run (so every reader saw the old value); a value that is itself some state's
+  // buffer is first copied out, so updates like a swap read the old contents.
+  void finish_states() {
+    std::vector<std::pair<int32_t, int32_t>> copies;  // (state buffer, value buffer)
+    std::vector<std::string> names;
+    for (size_t s = 0; s < g_.states.size(); ++s) {
+      const StateBinding& st = g_.states[s];
+      if (st.output < 0) continue;
+      const Value v = g_.outputs[static_cast<size_t>(st.output)];
+      const int32_t sbuf = buffer_of_.at(Value{g_.inputs[static_cast<size_t>(st.input)].node, 0});
+      auto it = buffer_of_.find(v);
+      if (it != buffer_of_.end() && it->second == sbuf) continue;  // in place, or unchanged
+      if (it == buffer_of_.end() || p_.buffers[static_cast<size_t>(it->second)].region == Region::kState) {
+        Kernel k = start(g_.node(v), Kernel::kAssign);
+        k.shape = g_.type(v).shape;
+        k.inputs.push_back(expr_of(v));
+        k.outputs.push_back(new_buffer_of(g_.type(v), Region::kArena, g_.node(v).name));
+        k.out_layouts.push_back(contiguous_layout(k.shape));
+        push(std::move(k), g_.node(v));
+        p_.kernels.back().label = "Copy <- " + p_.kernels.back().label;
+        copies.emplace_back(sbuf, p_.kernels.back().outputs[0]);
+      } else {
+        copies.emplace_back(sbuf, it->second);
+      }
+      names.push_back(st.name);
+    }
+    for (size_t c = 0; c < copies.size(); ++c) {
+      const auto [sbuf, vbuf] = copies[c];
+      Kernel k;
+      k.kind = Kernel::kAssign;
+      k.shape = p_.buffers[static_cast<size_t>(sbuf)].type.shape;
+      k.inputs.push_back(load(vbuf));
+      k.outputs.push_back(sbuf);
+      k.out_layouts.push_back(contiguous_layout(k.shape));
+      k.label = "StateUpdate " + names[c];
+      k.name = names[c];
+      p_.kernels.push_back(std::move(k));
+    }
+  }
+
+  int32_t new_buffer_of(const TensorType& t, Region r, const std::string& name) {
+    Buffer b;
+    b.type = t;
+    b.region = r;
+    b.name = name;
+    p_.buffers.push_back(b);
+    return static_cast<int32_t>(p_.buffers.size() - 1);
   }
 
   static void reads(const Expr& e, std::vector<int32_t>& out) {

@@ -15,11 +15,11 @@
 
 namespace chroma {
 
-enum class Region : uint8_t { kInput, kOutput, kConstant, kArena };
+enum class Region : uint8_t { kInput, kOutput, kConstant, kArena, kState };
 
 struct Buffer {
   Region region = Region::kArena;
-  int32_t slot = -1;          // input/output position, constant slot
+  int32_t slot = -1;          // input/output position, constant slot, state (Program::states index)
   TensorType type;
   int64_t offset = -1;        // byte offset in the arena or the weights file
   int32_t first = -1, last = -1;  // kernel indices: producer and last reader (arena only)
@@ -43,7 +43,7 @@ struct Expr {
 };
 
 struct Kernel {
-  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked } kind = kAssign;
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut } kind = kAssign;
   Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
   std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves;
                                  // kMatMulPacked: A, then the packed constant, both kLoad)
@@ -54,6 +54,7 @@ struct Kernel {
   std::string name, source;      // IR node name and source line (for errors)
   // kMatMulPacked: per batch (flattened), element offsets of A, of the packed panels, of C.
   std::vector<int64_t> batch_a, batch_b, batch_c;
+  bool in_place = false;         // kIndexPut: the output already holds the base (state)
 };
 
 struct Program {
@@ -63,6 +64,7 @@ struct Program {
   std::vector<std::string> input_names;
   std::string output_structure;
   std::vector<ConstantData> constants;   // by constant slot
+  std::vector<StateBinding> states;      // persistent state, by state slot (Graph::states)
   int64_t arena_bytes = 0;
   int64_t arena_lower_bound = 0;
   int64_t temporaries_bytes = 0;         // sum of arena buffer sizes (no reuse)

@@ -43,6 +43,7 @@ Graph GraphRewriter::finish() {
   dst_.set_origin("", "");
   dst_.outputs = map(src_.outputs);
   dst_.output_structure = src_.output_structure;
+  dst_.states = src_.states;
   dst_.folded_constants += src_.folded_constants;
   return std::move(dst_);
 }

@@ -283,10 +283,10 @@ def test_missing_weights(copy):
 
 def test_manifest_version_changed(copy):
     d = copy()
-    _edit_manifest(d, lambda m: m.__setitem__("version", 2))
-    with pytest.raises(ArtifactError, match=r"manifest\.json.*version 2") as ei:
+    _edit_manifest(d, lambda m: m.__setitem__("version", 3))
+    with pytest.raises(ArtifactError, match=r"manifest\.json.*version 3") as ei:
         chroma.load(d)
-    assert "version 1" in str(ei.value)
+    assert "version 2" in str(ei.value)
 
 
 def test_manifest_abi_version_changed(copy):

@@ -23,6 +23,7 @@
 #include <limits>
 #include <numeric>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -392,6 +393,34 @@ inline bool gather(D d, S s, I ix, int64_t* bad) {
     d.at(o) = s.at(si);
   });
   return ok;
+}
+
+// index_put: d[o with o[Axis] = idx[o[Axis]]] = vals[o] (Acc: +=), o over the values'
+// shape ValSh. Every index is checked before anything is written.
+template <class ValSh, int Axis, int64_t Dim, bool Acc, class D, class I, class V>
+inline bool index_put(D d, I ix, V vals, int64_t* bad) {
+  constexpr int R = ValSh::kRank;
+  for (int64_t j = 0; j < ValSh::kDims[Axis]; ++j) {
+    const int64_t v = static_cast<int64_t>(ix.at(&j));
+    if (v < 0 || v >= Dim) {
+      *bad = v;
+      return false;
+    }
+  }
+  for_each_index<ValSh>([&](const int64_t* o) {
+    int64_t di[R];
+    std::copy(o, o + R, di);
+    di[Axis] = static_cast<int64_t>(ix.at(o + Axis));
+    auto& dst = d.at(di);
+    if constexpr (!Acc) {
+      dst = vals.at(o);
+    } else if constexpr (std::is_same_v<std::remove_reference_t<decltype(dst)>, bool>) {
+      dst = dst || vals.at(o);
+    } else {
+      dst = static_cast<std::remove_reference_t<decltype(dst)>>(dst + vals.at(o));
+    }
+  });
+  return true;
 }
 
 // torch.gather: out[o] = src[o with o[Axis] = idx[o]].

@@ -2,8 +2,8 @@
 // extension module `chroma_model`, both in the same shared library.
 //
 // Included once, at the end of the generated program.cpp, after it defined namespace
-// chroma_gen { kInputs, kOutputs, kKernels, kArenaBytes, kWeightsBytes, kWeightsSha256,
-// kSourceDigest, kUsesBlas, run_kernels() }.
+// chroma_gen { kNumEntries, kEntries, kNumStates, kStates, kStateBytes, kArenaBytes,
+// kWeightsBytes, kWeightsSha256, kSourceDigest }.
 //
 // The Python half references the CPython API through weak symbols: inside a Python process
 // they resolve to the interpreter, elsewhere they stay null and are never called, so the
@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -35,6 +36,7 @@ struct chroma_program {
   const uint8_t* weights = nullptr;
   size_t weights_len = 0;
   uint8_t* arena = nullptr;
+  uint8_t* state = nullptr;
   chroma::rt::ThreadPool* pool = nullptr;
 };
 
@@ -82,7 +84,16 @@ inline void close_program(chroma_program* p) {
   delete p->pool;
   if (p->weights) ::munmap(const_cast<uint8_t*>(p->weights), p->weights_len);
   std::free(p->arena);
+  std::free(p->state);
   delete p;
+}
+
+// Every state tensor back to its initial value (from the weights file).
+inline void reset_state(chroma_program* p) {
+  for (int s = 0; s < chroma_gen::kNumStates; ++s) {
+    const chroma::rt::StateInfo& st = chroma_gen::kStates[s];
+    std::memcpy(p->state + st.offset, p->weights + st.init_offset, static_cast<size_t>(st.nbytes));
+  }
 }
 
 inline chroma_program* open_program(const char* dir, int threads, std::string* why) {
@@ -134,6 +145,15 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
       return nullptr;
     }
   }
+  if (chroma_gen::kStateBytes > 0) {
+    p->state = static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>((chroma_gen::kStateBytes + 63) / 64 * 64)));
+    if (!p->state) {
+      *why = "cannot allocate the " + std::to_string(chroma_gen::kStateBytes) + "-byte state";
+      close_program(p);
+      return nullptr;
+    }
+    reset_state(p);
+  }
   if (!set_threads(p, threads, why)) {
     close_program(p);
     return nullptr;
@@ -141,16 +161,33 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
   return p;
 }
 
-inline int run_program(chroma_program* p, const void* const* in, void* const* out, std::string* why) {
+// Runs entry `entry`'s kernels in order. seconds (optional): per-kernel wall time is added.
+inline int run_program(chroma_program* p, int entry, const void* const* in, void* const* out, std::string* why,
+                       double* seconds = nullptr) {
+  if (entry < 0 || entry >= chroma_gen::kNumEntries) {
+    *why = "entry " + std::to_string(entry) + " does not exist (the artifact has " + std::to_string(chroma_gen::kNumEntries) + ")";
+    return CHROMA_ERR_INVALID;
+  }
+  const chroma::rt::EntryInfo& e = chroma_gen::kEntries[entry];
   chroma::rt::Ctx cx{in, out, p->weights, p->arena};
+  cx.state = p->state;
   cx.pool = p->pool;
   chroma::scalar::int_division_by_zero = false;
-  int rc = chroma_gen::run_kernels(cx);
+  int rc = 0;
+  if (!seconds) {
+    for (int k = 0; k < e.num_kernels && rc == 0; ++k) rc = e.fns[k](cx);
+  } else {
+    for (int k = 0; k < e.num_kernels && rc == 0; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      rc = e.fns[k](cx);
+      seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
   if (rc == 0 && chroma::scalar::int_division_by_zero) rc = CHROMA_ERR_ZERO_DIVISION;
   if (rc == CHROMA_ERR_ZERO_DIVISION) {
     *why = "integer division by zero";
   } else if (rc == CHROMA_ERR_INDEX) {
-    const chroma::rt::KernelInfo& k = chroma_gen::kKernels[cx.err_kernel];
+    const chroma::rt::KernelInfo& k = e.kernels[cx.err_kernel];
     *why = "index " + std::to_string(cx.err_value) + " is out of range for dimension " + std::to_string(k.axis) +
            " of size " + std::to_string(k.dim_size) + " in node '" + k.node + "'" +
            (k.source[0] ? std::string(" at ") + k.source : std::string());
@@ -197,20 +234,55 @@ __attribute__((visibility("default"))) int chroma_run(chroma_program* p, const v
     return CHROMA_ERR_INVALID;
   }
   std::string why;
-  const int rc = chroma_gen_detail::run_program(p, inputs, outputs, &why);
+  const int rc = chroma_gen_detail::run_program(p, 0, inputs, outputs, &why);
   if (rc) chroma_gen_detail::set_err(err, err_len, why);
   return rc;
 }
 
-__attribute__((visibility("default"))) int chroma_num_inputs(void) { return chroma_gen::kNumInputs; }
-__attribute__((visibility("default"))) int chroma_num_outputs(void) { return chroma_gen::kNumOutputs; }
-__attribute__((visibility("default"))) const char* chroma_input_name(int i) { return chroma_gen::kInputs[i].name; }
-__attribute__((visibility("default"))) const char* chroma_input_dtype(int i) { return chroma_gen::kInputs[i].dtype; }
-__attribute__((visibility("default"))) int chroma_input_rank(int i) { return chroma_gen::kInputs[i].rank; }
-__attribute__((visibility("default"))) const int64_t* chroma_input_shape(int i) { return chroma_gen::kInputs[i].shape; }
-__attribute__((visibility("default"))) const char* chroma_output_dtype(int i) { return chroma_gen::kOutputs[i].dtype; }
-__attribute__((visibility("default"))) int chroma_output_rank(int i) { return chroma_gen::kOutputs[i].rank; }
-__attribute__((visibility("default"))) const int64_t* chroma_output_shape(int i) { return chroma_gen::kOutputs[i].shape; }
+__attribute__((visibility("default"))) int chroma_run_entry(chroma_program* p, int entry, const void* const* inputs,
+                                                            void* const* outputs, char* err, size_t err_len) {
+  if (!p) {
+    chroma_gen_detail::set_err(err, err_len, "chroma_run_entry: program is NULL");
+    return CHROMA_ERR_INVALID;
+  }
+  std::string why;
+  const int rc = chroma_gen_detail::run_program(p, entry, inputs, outputs, &why);
+  if (rc) chroma_gen_detail::set_err(err, err_len, why);
+  return rc;
+}
+
+__attribute__((visibility("default"))) void chroma_reset_state(chroma_program* p) {
+  if (p && p->state) chroma_gen_detail::reset_state(p);
+}
+
+__attribute__((visibility("default"))) int chroma_num_entries(void) { return chroma_gen::kNumEntries; }
+__attribute__((visibility("default"))) const char* chroma_entry_name(int e) {
+  return e >= 0 && e < chroma_gen::kNumEntries ? chroma_gen::kEntries[e].name : nullptr;
+}
+__attribute__((visibility("default"))) int chroma_entry_index(const char* name) {
+  for (int e = 0; name && e < chroma_gen::kNumEntries; ++e) {
+    if (std::strcmp(chroma_gen::kEntries[e].name, name) == 0) return e;
+  }
+  return -1;
+}
+__attribute__((visibility("default"))) int chroma_entry_num_inputs(int e) { return chroma_gen::kEntries[e].num_inputs; }
+__attribute__((visibility("default"))) int chroma_entry_num_outputs(int e) { return chroma_gen::kEntries[e].num_outputs; }
+__attribute__((visibility("default"))) const chroma_tensor_spec* chroma_entry_input(int e, int i) {
+  return &chroma_gen::kEntries[e].inputs[i];
+}
+__attribute__((visibility("default"))) const chroma_tensor_spec* chroma_entry_output(int e, int i) {
+  return &chroma_gen::kEntries[e].outputs[i];
+}
+
+__attribute__((visibility("default"))) int chroma_num_inputs(void) { return chroma_gen::kEntries[0].num_inputs; }
+__attribute__((visibility("default"))) int chroma_num_outputs(void) { return chroma_gen::kEntries[0].num_outputs; }
+__attribute__((visibility("default"))) const char* chroma_input_name(int i) { return chroma_gen::kEntries[0].inputs[i].name; }
+__attribute__((visibility("default"))) const char* chroma_input_dtype(int i) { return chroma_gen::kEntries[0].inputs[i].dtype; }
+__attribute__((visibility("default"))) int chroma_input_rank(int i) { return chroma_gen::kEntries[0].inputs[i].rank; }
+__attribute__((visibility("default"))) const int64_t* chroma_input_shape(int i) { return chroma_gen::kEntries[0].inputs[i].shape; }
+__attribute__((visibility("default"))) const char* chroma_output_dtype(int i) { return chroma_gen::kEntries[0].outputs[i].dtype; }
+__attribute__((visibility("default"))) int chroma_output_rank(int i) { return chroma_gen::kEntries[0].outputs[i].rank; }
+__attribute__((visibility("default"))) const int64_t* chroma_output_shape(int i) { return chroma_gen::kEntries[0].outputs[i].shape; }
 __attribute__((visibility("default"))) const char* chroma_source_digest(void) { return chroma_gen::kSourceDigest; }
 
 }  // extern "C"

@@ -27,6 +27,9 @@
 #pragma weak PyUnicode_FromString
 #pragma weak PyLong_FromLong
 #pragma weak PyLong_AsLong
+#pragma weak PyList_New
+#pragma weak PyList_SetItem
+#pragma weak PyFloat_FromDouble
 #pragma weak PyErr_Occurred
 #pragma weak PyEval_SaveThread
 #pragma weak PyEval_RestoreThread
@@ -89,16 +92,39 @@ inline bool get_buffers(PyObject* list, const chroma::rt::IoSpec* specs, int n, 
   return true;
 }
 
+inline chroma_program* handle(PyObject* cap) {
+  return static_cast<chroma_program*>(PyCapsule_GetPointer(cap, "chroma_program"));
+}
+
+// run(program, entry, inputs, outputs[, iters]): with iters, runs that many times and
+// returns the mean seconds per kernel (a list); else None.
 inline PyObject* py_run(PyObject*, PyObject* args) {
-  if (PyTuple_Size(args) != 3) {
-    PyErr_SetString(PyExc_TypeError, "run(program, inputs, outputs) takes three arguments");
+  const Py_ssize_t nargs = PyTuple_Size(args);
+  if (nargs != 4 && nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "run(program, entry, inputs, outputs[, iters]) takes four or five arguments");
     return nullptr;
   }
-  auto* p = static_cast<chroma_program*>(PyCapsule_GetPointer(PyTuple_GetItem(args, 0), "chroma_program"));
+  chroma_program* p = handle(PyTuple_GetItem(args, 0));
   if (!p) return nullptr;
+  const long entry = PyLong_AsLong(PyTuple_GetItem(args, 1));
+  if (entry == -1 && PyErr_Occurred()) return nullptr;
+  if (entry < 0 || entry >= chroma_gen::kNumEntries) {
+    PyErr_SetString(PyExc_ValueError, "no such entry point");
+    return nullptr;
+  }
+  long iters = 0;
+  if (nargs == 5) {
+    iters = PyLong_AsLong(PyTuple_GetItem(args, 4));
+    if (iters == -1 && PyErr_Occurred()) return nullptr;
+    if (iters < 1) {
+      PyErr_SetString(PyExc_ValueError, "iters must be positive");
+      return nullptr;
+    }
+  }
+  const chroma::rt::EntryInfo& e = chroma_gen::kEntries[entry];
   Buffers ins, outs;
-  if (!get_buffers(PyTuple_GetItem(args, 1), chroma_gen::kInputs, chroma_gen::kNumInputs, false, "input", &ins)) return nullptr;
-  if (!get_buffers(PyTuple_GetItem(args, 2), chroma_gen::kOutputs, chroma_gen::kNumOutputs, true, "output", &outs)) return nullptr;
+  if (!get_buffers(PyTuple_GetItem(args, 2), e.inputs, e.num_inputs, false, "input", &ins)) return nullptr;
+  if (!get_buffers(PyTuple_GetItem(args, 3), e.outputs, e.num_outputs, true, "output", &outs)) return nullptr;
   std::vector<const void*> in_ptrs;
   std::vector<void*> out_ptrs;
   for (Py_buffer& b : ins.views) in_ptrs.push_back(b.buf);
@@ -106,8 +132,16 @@ inline PyObject* py_run(PyObject*, PyObject* args) {
   in_ptrs.push_back(nullptr);
   out_ptrs.push_back(nullptr);
   std::string why;
+  std::vector<double> seconds(static_cast<size_t>(e.num_kernels) + 1, 0.0);
+  int rc = 0;
   PyThreadState* ts = PyEval_SaveThread();
-  const int rc = chroma_gen_detail::run_program(p, in_ptrs.data(), out_ptrs.data(), &why);
+  if (iters == 0) {
+    rc = chroma_gen_detail::run_program(p, static_cast<int>(entry), in_ptrs.data(), out_ptrs.data(), &why);
+  } else {
+    for (long it = 0; it < iters && rc == 0; ++it) {
+      rc = chroma_gen_detail::run_program(p, static_cast<int>(entry), in_ptrs.data(), out_ptrs.data(), &why, seconds.data());
+    }
+  }
   PyEval_RestoreThread(ts);
   if (rc == CHROMA_ERR_INDEX) {
     PyErr_SetString(PyExc_IndexError, why.c_str());
@@ -121,6 +155,48 @@ inline PyObject* py_run(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_RuntimeError, why.c_str());
     return nullptr;
   }
+  if (iters == 0) {
+    Py_INCREF(Py_None);
+    return Py_None;
+  }
+  PyObject* list = PyList_New(e.num_kernels);
+  if (!list) return nullptr;
+  for (int k = 0; k < e.num_kernels; ++k) PyList_SetItem(list, k, PyFloat_FromDouble(seconds[static_cast<size_t>(k)] / static_cast<double>(iters)));
+  return list;
+}
+
+inline PyObject* py_reset_state(PyObject*, PyObject* cap) {
+  chroma_program* p = handle(cap);
+  if (!p) return nullptr;
+  chroma_reset_state(p);
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
+// read_state(program, index, out): copies state tensor `index` into the writable buffer out.
+inline PyObject* py_read_state(PyObject*, PyObject* args) {
+  if (PyTuple_Size(args) != 3) {
+    PyErr_SetString(PyExc_TypeError, "read_state(program, index, out) takes three arguments");
+    return nullptr;
+  }
+  chroma_program* p = handle(PyTuple_GetItem(args, 0));
+  if (!p) return nullptr;
+  const long s = PyLong_AsLong(PyTuple_GetItem(args, 1));
+  if (s == -1 && PyErr_Occurred()) return nullptr;
+  if (s < 0 || s >= chroma_gen::kNumStates) {
+    PyErr_SetString(PyExc_IndexError, "no such state tensor");
+    return nullptr;
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(PyTuple_GetItem(args, 2), &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) return nullptr;
+  const chroma::rt::StateInfo& st = chroma_gen::kStates[s];
+  if (view.len != st.nbytes) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "read_state: buffer size does not match the state tensor");
+    return nullptr;
+  }
+  std::memcpy(view.buf, p->state + st.offset, static_cast<size_t>(st.nbytes));
+  PyBuffer_Release(&view);
   Py_INCREF(Py_None);
   return Py_None;
 }
@@ -138,7 +214,11 @@ inline PyObject* py_weights_digest(PyObject*, PyObject*) { return PyUnicode_From
 inline PyMethodDef kMethods[] = {
     {"open", py_open, METH_VARARGS, "open(directory, threads) -> program handle; maps and verifies weights.bin"},
     {"num_threads", py_num_threads, METH_O, "num_threads(program) -> threads the program runs on"},
-    {"run", py_run, METH_VARARGS, "run(program, inputs, outputs): inputs/outputs are lists of C-contiguous buffers"},
+    {"run", py_run, METH_VARARGS,
+     "run(program, entry, inputs, outputs[, iters]): inputs/outputs are lists of C-contiguous buffers; with iters, "
+     "returns mean seconds per kernel"},
+    {"reset_state", py_reset_state, METH_O, "reset_state(program): state tensors back to their initial values"},
+    {"read_state", py_read_state, METH_VARARGS, "read_state(program, index, out): copy a state tensor into out"},
     {"source_digest", py_source_digest, METH_NOARGS, "digest of the generated source"},
     {"abi_version", py_abi_version, METH_NOARGS, "the C ABI version"},
     {"weights_digest", py_weights_digest, METH_NOARGS, "SHA-256 of the weights file this library was built for"},

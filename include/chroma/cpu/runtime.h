@@ -4,17 +4,12 @@
 
 #include <cstdint>
 
+#include "chroma/chroma.h"
 #include "chroma/cpu/threads.h"
 
 namespace chroma::rt {
 
-struct IoSpec {
-  const char* name;
-  const char* dtype;
-  int rank;
-  int64_t shape[8];
-  int64_t nbytes;
-};
+using IoSpec = ::chroma_tensor_spec;  // name, dtype, rank, shape[8], nbytes
 
 struct KernelInfo {
   const char* label;   // "Gather <- ..." 
@@ -24,12 +19,13 @@ struct KernelInfo {
   int axis;
 };
 
-// Everything a kernel addresses: user buffers, the weights mapping, the arena.
+// Everything a kernel addresses: user buffers, the weights mapping, the arena, the state.
 struct Ctx {
   const void* const* in;
   void* const* out;
   const uint8_t* weights;
   uint8_t* arena;
+  uint8_t* state = nullptr;    // persistent state region (KV caches), shared by all entries
   ThreadPool* pool = nullptr;  // null or one thread: run everything on the caller
   // Set by a kernel that fails (returns non-zero).
   int err_kernel = -1;
@@ -39,6 +35,30 @@ struct Ctx {
     err_value = value;
     return 2;
   }
+};
+
+using KernelFn = int (*)(Ctx&);
+
+// One entry point of an artifact (forward; or prefill and step): its signature and kernels.
+struct EntryInfo {
+  const char* name;
+  int num_inputs;
+  const IoSpec* inputs;
+  int num_outputs;
+  const IoSpec* outputs;
+  int num_kernels;
+  const KernelInfo* kernels;
+  const KernelFn* fns;
+  int64_t arena_bytes;
+};
+
+// A persistent state tensor: `nbytes` at `offset` in the state region, initialized from
+// the weights file at `init_offset`.
+struct StateInfo {
+  const char* name;
+  int64_t nbytes;
+  int64_t offset;
+  int64_t init_offset;
 };
 
 }  // namespace chroma::rt

@@ -241,6 +241,10 @@ class GptOss(nn.Module):
             x = blk.mlp.forward_reference(x) if reference_moe else blk.mlp(x)
         return self.unembedding(self.norm(x))
 
+    def make_decoder(self, cache_size: int):
+        """(prefill module, step module) over a rolling KV cache of ``cache_size`` rows."""
+        return decoder_entries(GptOssDecoder(self, cache_size))
+
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

@@ -42,16 +42,17 @@ template <class T> std::vector<T> norm_strides(const std::vector<T>& s) { return
 
 class Emitter {
  public:
-  Emitter(const Program& p, const CpuCodegenOptions& o) : p_(p), o_(o) {}
+  Emitter(const std::vector<CpuEntry>& entries, const CpuCodegenOptions& o) : entries_(entries), o_(o) {}
 
   std::string ptr(int32_t buf, bool mut) const {
-    const Buffer& b = p_.buffers[static_cast<size_t>(buf)];
+    const Buffer& b = p_->buffers[static_cast<size_t>(buf)];
     switch (b.region) {
       case Region::kInput: return "cx.in[" + std::to_string(b.slot) + "]";
       case Region::kOutput: return "cx.out[" + std::to_string(b.slot) + "]";
       case Region::kConstant:
         return std::string(mut ? "const_cast<void*>" : "") + "(static_cast<const void*>(cx.weights + " + std::to_string(b.offset) + "))";
       case Region::kArena: return "static_cast<void*>(cx.arena + " + std::to_string(b.offset) + ")";
+      case Region::kState: return "static_cast<void*>(cx.state + " + std::to_string(b.offset) + ")";
     }
     return "nullptr";
   }
@@ -91,7 +92,7 @@ class Emitter {
   }
 
   std::string out(int32_t buf, const Layout& l) const {
-    const Buffer& b = p_.buffers[static_cast<size_t>(buf)];
+    const Buffer& b = p_->buffers[static_cast<size_t>(buf)];
     return "et::out<" + ctype(b.type.dtype) + ", et::St<" + int_list(norm_strides(l.strides)) + ">, " +
            std::to_string(l.offset) + ">(" + ptr(buf, true) + ")";
   }
@@ -99,7 +100,7 @@ class Emitter {
   static std::string shape_t(const Shape& s) { return "et::Shape<" + int_list(norm_shape(s)) + ">"; }
 
   std::string kernel_body(size_t ki) const {
-    const Kernel& k = p_.kernels[ki];
+    const Kernel& k = p_->kernels[ki];
     std::ostringstream o;
     switch (k.kind) {
       case Kernel::kAssign:
@@ -119,14 +120,14 @@ class Emitter {
         for (int64_t a : k.attrs.ints) mask[static_cast<size_t>(a)] = true;
         std::string m;
         for (size_t i = 0; i < mask.size(); ++i) m += std::string(i ? ", " : "") + (mask[i] ? "true" : "false");
-        const Buffer& b = p_.buffers[static_cast<size_t>(k.outputs[0])];
+        const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
         o << "  et::reduce<" << shape_t(k.shape) << ", et::Mask<" << m << ">, " << kOps[static_cast<int>(k.attrs.reduce)]
           << ", " << ctype(b.type.dtype) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0])
           << ");\n";
         break;
       }
       case Kernel::kSoftmax: {
-        const Buffer& b = p_.buffers[static_cast<size_t>(k.outputs[0])];
+        const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
         o << "  et::softmax<" << shape_t(k.shape) << ", " << k.attrs.axis << ", " << (k.attrs.log ? "true" : "false") << ", "
           << ctype(b.type.dtype) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0]) << ");\n";
         break;
@@ -137,7 +138,7 @@ class Emitter {
           << ",\n      " << expr(k.inputs[0]) << ");\n";
         break;
       case Kernel::kTopK: {
-        const Buffer& b = p_.buffers[static_cast<size_t>(k.outputs[0])];
+        const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
         o << "  et::topk<" << shape_t(k.shape) << ", " << k.attrs.axis << ", " << k.attrs.k << ", "
           << (k.attrs.largest ? "true" : "false") << ", " << ctype(b.type.dtype) << ">("
           << out(k.outputs[0], k.out_layouts[0]) << ", " << out(k.outputs[1], k.out_layouts[1]) << ",\n      "
@@ -175,6 +176,22 @@ class Emitter {
       case Kernel::kMatMulPacked:
         o << matmul_packed(k);
         break;
+      case Kernel::kIndexPut: {
+        const Expr& base = k.inputs[0];
+        const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
+        const int64_t axis = k.attrs.axis;
+        if (!k.in_place && numel(b.type.shape) > 0) {
+          o << "  et::assign<" << shape_t(b.type.shape) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      "
+            << expr(base) << ");\n";
+        }
+        if (numel(k.shape) > 0) {
+          o << "  int64_t bad = 0;\n  if (!et::index_put<" << shape_t(k.shape) << ", " << axis << ", "
+            << b.type.shape[static_cast<size_t>(axis)] << ", " << (k.attrs.accumulate ? "true" : "false") << ">("
+            << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[1]) << ",\n      " << expr(k.inputs[2])
+            << ", &bad)) return cx.index_error(" << ki << ", bad);\n";
+        }
+        break;
+      }
     }
     return o.str();
   }
@@ -198,7 +215,7 @@ class Emitter {
   std::string matmul(const Kernel& k) const {
     const Expr& a = k.inputs[0];
     const Expr& b = k.inputs[1];
-    const Buffer& c = p_.buffers[static_cast<size_t>(k.outputs[0])];
+    const Buffer& c = p_->buffers[static_cast<size_t>(k.outputs[0])];
     const size_t r = k.shape.size();
     const int64_t m = k.shape[r - 2], n = k.shape[r - 1], kk = a.layout.shape[r - 1];
     const std::string t = ctype(c.type.dtype);
@@ -257,25 +274,31 @@ class Emitter {
     return s;
   }
 
-  GeneratedSource run(const std::string& weights_sha, int64_t weights_bytes) {
+  GeneratedSource run(const CpuArtifactInfo& info) {
     GeneratedSource g;
-    const size_t nk = p_.kernels.size();
+    // Kernels of every entry, in order, kernels_per_file to a file.
+    std::vector<std::pair<size_t, size_t>> all;  // (entry, kernel)
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      for (size_t ki = 0; ki < entries_[e].program->kernels.size(); ++ki) all.emplace_back(e, ki);
+    }
     const size_t per = static_cast<size_t>(std::max(1, o_.kernels_per_file));
-    for (size_t f = 0; f * per < nk || (f == 0 && nk == 0); ++f) {
+    for (size_t f = 0; f * per < all.size() || (f == 0 && all.empty()); ++f) {
       std::ostringstream o;
       o << prelude() << "namespace chroma_gen {\nnamespace et = ::chroma::et;\n\n";
-      for (size_t ki = f * per; ki < std::min(nk, (f + 1) * per); ++ki) {
-        const Kernel& k = p_.kernels[ki];
-        o << "// k" << ki << ": " << k.label;
+      for (size_t j = f * per; j < std::min(all.size(), (f + 1) * per); ++j) {
+        const auto [e, ki] = all[j];
+        p_ = entries_[e].program;
+        const Kernel& k = p_->kernels[ki];
+        o << "// " << entries_[e].name << " k" << ki << ": " << k.label;
         if (!k.source.empty()) o << "\n//   from " << k.source;
-        o << "\nint k" << ki << "(::chroma::rt::Ctx& cx) {\n" << kernel_body(ki) << "  return 0;\n}\n\n";
+        o << "\nint " << fn_name(e, ki) << "(::chroma::rt::Ctx& cx) {\n" << kernel_body(ki) << "  return 0;\n}\n\n";
       }
       o << "}  // namespace chroma_gen\n";
       char name[32];
       std::snprintf(name, sizeof name, "kernels_%03zu.cpp", f);
       g.files.emplace_back(name, o.str());
     }
-    g.files.emplace_back("program.cpp", main_file(weights_sha, weights_bytes));
+    g.files.emplace_back("program.cpp", main_file(info));
     chroma::detail::Sha256 h;
     for (const auto& [n, c] : g.files) {
       h.update(n.data(), n.size());
@@ -288,6 +311,8 @@ class Emitter {
     main.replace(main.find(ph), ph.size(), g.digest);
     return g;
   }
+
+  static std::string fn_name(size_t e, size_t ki) { return "e" + std::to_string(e) + "_k" + std::to_string(ki); }
 
   static std::string c_str(const std::string& s) {
     std::string r = "\"";
@@ -306,8 +331,8 @@ class Emitter {
     std::ostringstream o;
     o << "inline constexpr ::chroma::rt::IoSpec " << name << "[" << std::max<size_t>(1, ids.size()) << "] = {\n";
     for (size_t i = 0; i < ids.size(); ++i) {
-      const Buffer& b = p_.buffers[static_cast<size_t>(ids[i])];
-      const std::string nm = inputs ? p_.input_names[i] : "output" + std::to_string(i);
+      const Buffer& b = p_->buffers[static_cast<size_t>(ids[i])];
+      const std::string nm = inputs ? p_->input_names[i] : "output" + std::to_string(i);
       o << "    {" << c_str(nm) << ", \"" << dtype_name(b.type.dtype) << "\", " << b.type.rank() << ", {"
         << int_list(b.type.shape) << "}, " << b.type.nbytes() << "},\n";
     }
@@ -316,43 +341,69 @@ class Emitter {
     return o.str();
   }
 
-  std::string main_file(const std::string& weights_sha, int64_t weights_bytes) const {
+  std::string main_file(const CpuArtifactInfo& info) {
     std::ostringstream o;
-    o << "// Generated by Chroma " CHROMA_VERSION ": the program's tables, kernel sequence and entry points.\n";
+    o << "// Generated by Chroma " CHROMA_VERSION ": the program's tables, kernel sequences and entry points.\n";
     o << "#define CHROMA_WITH_BLAS " << (o_.blas ? 1 : 0) << "\n";
     o << "#include <cstdint>\n#include \"chroma/cpu/runtime.h\"\n\nnamespace chroma_gen {\n\n";
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) o << "int k" << ki << "(::chroma::rt::Ctx& cx);\n";
-    o << "\ninline constexpr int kNumInputs = " << p_.inputs.size() << ";\n";
-    o << "inline constexpr int kNumOutputs = " << p_.outputs.size() << ";\n";
-    o << io_table("kInputs", p_.inputs, true) << io_table("kOutputs", p_.outputs, false);
-    o << "inline constexpr int64_t kArenaBytes = " << p_.arena_bytes << ";\n";
-    o << "inline constexpr int64_t kWeightsBytes = " << weights_bytes << ";\n";
-    o << "inline constexpr const char* kWeightsSha256 = \"" << weights_sha << "\";\n";
-    o << "inline constexpr const char* kSourceDigest = \"@SOURCE_DIGEST@\";\n";
-    o << "inline constexpr ::chroma::rt::KernelInfo kKernels[" << std::max<size_t>(1, p_.kernels.size()) << "] = {\n";
-    for (const Kernel& k : p_.kernels) {
-      int64_t dim = 0;
-      if (k.kind == Kernel::kGather || k.kind == Kernel::kGatherElements) dim = k.inputs[0].shape()[static_cast<size_t>(k.attrs.axis)];
-      o << "    {" << c_str(k.label) << ", " << c_str(k.name) << ", " << c_str(k.source) << ", " << dim << ", "
-        << k.attrs.axis << "},\n";
+    int64_t arena = 0;
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      p_ = entries_[e].program;
+      arena = std::max(arena, p_->arena_bytes);
+      for (size_t ki = 0; ki < p_->kernels.size(); ++ki) o << "int " << fn_name(e, ki) << "(::chroma::rt::Ctx& cx);\n";
+      o << "\nnamespace e" << e << " {\n";
+      o << io_table("kInputs", p_->inputs, true) << io_table("kOutputs", p_->outputs, false);
+      const size_t nk = std::max<size_t>(1, p_->kernels.size());
+      o << "inline constexpr ::chroma::rt::KernelInfo kKernels[" << nk << "] = {\n";
+      for (const Kernel& k : p_->kernels) {
+        int64_t dim = 0;
+        if (k.kind == Kernel::kGather || k.kind == Kernel::kGatherElements) dim = k.inputs[0].shape()[static_cast<size_t>(k.attrs.axis)];
+        if (k.kind == Kernel::kIndexPut) dim = p_->buffers[static_cast<size_t>(k.outputs[0])].type.shape[static_cast<size_t>(k.attrs.axis)];
+        o << "    {" << c_str(k.label) << ", " << c_str(k.name) << ", " << c_str(k.source) << ", " << dim << ", "
+          << k.attrs.axis << "},\n";
+      }
+      if (p_->kernels.empty()) o << "    {\"\", \"\", \"\", 0, 0},\n";
+      o << "};\ninline constexpr ::chroma::rt::KernelFn kFns[" << nk << "] = {";
+      for (size_t ki = 0; ki < p_->kernels.size(); ++ki) o << (ki ? ", " : "") << fn_name(e, ki);
+      if (p_->kernels.empty()) o << "nullptr";
+      o << "};\n}  // namespace e" << e << "\n\n";
     }
-    if (p_.kernels.empty()) o << "    {\"\", \"\", \"\", 0, 0},\n";
-    o << "};\n\nint run_kernels(::chroma::rt::Ctx& cx) {\n";
-    for (size_t ki = 0; ki < p_.kernels.size(); ++ki) o << "  if (int rc = k" << ki << "(cx)) return rc;\n";
-    o << "  (void)cx;\n  return 0;\n}\n\n}  // namespace chroma_gen\n\n#include \"chroma/cpu/program_main.h\"\n";
+    o << "inline constexpr int kNumEntries = " << entries_.size() << ";\n";
+    o << "inline constexpr ::chroma::rt::EntryInfo kEntries[" << entries_.size() << "] = {\n";
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      const Program& p = *entries_[e].program;
+      o << "    {" << c_str(entries_[e].name) << ", " << p.inputs.size() << ", e" << e << "::kInputs, " << p.outputs.size()
+        << ", e" << e << "::kOutputs, " << p.kernels.size() << ", e" << e << "::kKernels, e" << e << "::kFns, "
+        << p.arena_bytes << "},\n";
+    }
+    o << "};\n";
+    o << "inline constexpr int kNumStates = " << info.states.size() << ";\n";
+    o << "inline constexpr ::chroma::rt::StateInfo kStates[" << std::max<size_t>(1, info.states.size()) << "] = {\n";
+    for (const CpuStateInfo& st : info.states) {
+      o << "    {" << c_str(st.name) << ", " << st.nbytes << ", " << st.offset << ", " << st.init_offset << "},\n";
+    }
+    if (info.states.empty()) o << "    {\"\", 0, 0, 0},\n";
+    o << "};\n";
+    o << "inline constexpr int64_t kStateBytes = " << info.state_bytes << ";\n";
+    o << "inline constexpr int64_t kArenaBytes = " << arena << ";\n";
+    o << "inline constexpr int64_t kWeightsBytes = " << info.weights_bytes << ";\n";
+    o << "inline constexpr const char* kWeightsSha256 = \"" << info.weights_sha256 << "\";\n";
+    o << "inline constexpr const char* kSourceDigest = \"@SOURCE_DIGEST@\";\n";
+    o << "\n}  // namespace chroma_gen\n\n#include \"chroma/cpu/program_main.h\"\n";
     return o.str();
   }
 
  private:
-  const Program& p_;
+  const std::vector<CpuEntry>& entries_;
+  const Program* p_ = nullptr;  // the entry being emitted
   const CpuCodegenOptions& o_;
 };
 
 }  // namespace
 
-GeneratedSource generate_cpu(const Program& p, const std::string& weights_sha256, int64_t weights_bytes,
+GeneratedSource generate_cpu(const std::vector<CpuEntry>& entries, const CpuArtifactInfo& info,
                              const CpuCodegenOptions& opts) {
-  return Emitter(p, opts).run(weights_sha256, weights_bytes);
+  return Emitter(entries, opts).run(info);
 }
 
 }  // namespace chroma

@@ -2,7 +2,8 @@
 // header-only expression-template library chroma/cpu/et.h.
 //
 // Output: several kernels_<n>.cpp files (so the system compiler builds them in parallel)
-// and program.cpp with the I/O tables, the kernel sequence and the entry points
+// and program.cpp with each entry's I/O tables and kernel sequence, the state table and the
+// entry points
 // (chroma/cpu/program_main.h). Requires: constant buffers already have weight offsets.
 #pragma once
 
@@ -24,7 +25,26 @@ struct GeneratedSource {
   std::string digest;                                      // SHA-256 over all files
 };
 
-GeneratedSource generate_cpu(const Program& p, const std::string& weights_sha256, int64_t weights_bytes,
+// One entry point of the artifact (a lowered program) and its name.
+struct CpuEntry {
+  std::string name;
+  const Program* program = nullptr;
+};
+
+struct CpuStateInfo {
+  std::string name;
+  int64_t nbytes = 0, offset = 0, init_offset = 0;  // in the state region / weights file
+};
+
+struct CpuArtifactInfo {
+  std::string weights_sha256;
+  int64_t weights_bytes = 0;
+  std::vector<CpuStateInfo> states;
+  int64_t state_bytes = 0;
+};
+
+// Requires: constant and state buffers already have their offsets.
+GeneratedSource generate_cpu(const std::vector<CpuEntry>& entries, const CpuArtifactInfo& info,
                              const CpuCodegenOptions& opts);
 
 }  // namespace chroma
