@@ -63,12 +63,16 @@ class ThreadPool {
     }
     cv_.notify_all();
     fn(arg, 0, n / use);
-    while (pending_.load(std::memory_order_acquire) != 0) CHROMA_CPU_RELAX();
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      CHROMA_CPU_RELAX();
+      if ((spin & 63) == 63) std::this_thread::yield();
+    }
   }
 
   template <class F>
-  void parallel_for(int64_t n, F& f) {
-    run(n, [](void* a, int64_t b, int64_t e) { (*static_cast<F*>(a))(b, e); }, &f);
+  void parallel_for(int64_t n, F&& f) {
+    using Body = std::remove_reference_t<F>;
+    run(n, [](void* a, int64_t b, int64_t e) { (*static_cast<Body*>(a))(b, e); }, static_cast<void*>(&f));
   }
 
  private:
@@ -76,8 +80,11 @@ class ThreadPool {
     uint64_t seen = 0;
     for (;;) {
       uint64_t g = gen_.load(std::memory_order_acquire);
-      for (int spin = 0; g == seen && spin < 200000; ++spin) {
+      // Spin about 50 microseconds (the next kernel of the same call usually comes
+      // sooner), yielding now and then so an oversubscribed machine is not starved.
+      for (int spin = 0; g == seen && spin < kSpin; ++spin) {
         CHROMA_CPU_RELAX();
+        if ((spin & 63) == 63) std::this_thread::yield();
         g = gen_.load(std::memory_order_acquire);
       }
       if (g == seen) {
@@ -107,6 +114,7 @@ class ThreadPool {
     }
   }
 
+  static constexpr int kSpin = 2048;
   int threads_;
   std::vector<std::thread> workers_;
   std::mutex m_;
