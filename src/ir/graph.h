@@ -51,6 +51,7 @@ struct Attrs {
   int64_t axis = 0, start = 0, end = 0, step = 1, k = 0;
   int64_t index = -1;                    // Input position, Constant slot
   bool keepdim = false, largest = true, sorted = true, log = false, accumulate = false;
+  // (every field here must also be in the CSE key, src/passes/cse.cpp)
   bool operator==(const Attrs&) const = default;
 };
 

@@ -21,7 +21,7 @@ struct Key {
   static bool attrs_less(const Attrs& a, const Attrs& b) {
     auto t = [](const Attrs& x) {
       return std::make_tuple(x.ew, x.reduce, x.dtype, x.ints, x.coeffs, x.scalar.is_int, x.scalar.i, x.scalar.f, x.axis,
-                             x.start, x.end, x.step, x.k, x.index, x.keepdim, x.largest, x.sorted, x.log);
+                             x.start, x.end, x.step, x.k, x.index, x.keepdim, x.largest, x.sorted, x.log, x.accumulate);
     };
     return t(a) < t(b);
   }

@@ -901,3 +901,53 @@ def test_normalize_and_norm(check):
 def test_elu_family(check):
     x = randn(4, 9, seed=43)
     check(lambda x: (F.elu(x), F.elu(x, alpha=0.5), F.selu(x), F.celu(x, 1.5)), x)
+
+
+# ---- scatter-style updates (IndexPut) --------------------------------------------------------
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("where", ["first", "mid", "last"])
+def test_index_put(check, where, accumulate):
+    idx = torch.tensor([1, -1, 0], dtype=torch.int64)  # unique: order of duplicate writes is unspecified
+    x = randn(*SHAPE)
+
+    def fn(x, i):
+        if where == "first":
+            v = torch.arange(3 * SHAPE[1] * SHAPE[2], dtype=torch.float32).reshape(3, SHAPE[1], SHAPE[2])
+            return x.index_put((i,), v, accumulate=accumulate)
+        if where == "mid":
+            return torch.ops.aten.index_put(x, [None, i], torch.full((3, SHAPE[2]), 2.0), accumulate)
+        return torch.ops.aten.index_put(x, [None, None, i], torch.tensor(5.0), accumulate)
+    check(fn, x, idx)
+
+
+def test_index_put_duplicates_accumulate(check):
+    check(lambda x, i, v: x.index_put((i,), v, accumulate=True),
+          randn(6, 3), torch.tensor([1, 4, 1, 1, -2], dtype=torch.int64), randn(5, 3, seed=2))
+
+
+def test_index_copy_and_add(check):
+    check(lambda x, i, s: (x.index_copy(1, i, s), x.index_add(1, i, s, alpha=2.0), torch.index_add(x, 1, i, s)),
+          randn(2, 6, 3), torch.tensor([5, 0, 2], dtype=torch.int64), randn(2, 3, 3, seed=4))
+
+
+def test_slice_scatter_and_select_scatter(check):
+    def fn(x, s, r):
+        return (torch.slice_scatter(x, s, dim=1, start=1, end=6, step=2), torch.select_scatter(x, r, 0, -1),
+                torch.slice_scatter(x, x[:, :0], dim=1, start=2, end=2))
+    check(fn, randn(3, 7, 2), randn(3, 3, 2, seed=5), randn(7, 2, seed=6))
+
+
+def test_inplace_setitem(check):
+    def fn(x, v):
+        y = x.clone()
+        y[1:3] = v
+        y[:, 0] = -1.0
+        return y
+    check(fn, randn(4, 5), randn(2, 5, seed=3))
+
+
+def test_index_put_out_of_range_raises(compile_to):
+    prog = compile_to(lambda x, i: x.index_put((i,), torch.zeros(2, 3)), randn(5, 3), torch.tensor([0, 1]))
+    with pytest.raises(IndexError, match=r"index 9 is out of range for dimension 0 of size 5"):
+        prog(np.zeros((5, 3), np.float32), np.array([9, 0]))
