@@ -5,7 +5,8 @@ peak memory (ru_maxrss) are its own.
 
 The orchestrator sets OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS in the
 environment before this process starts. Tasks that do not need torch (ONNX Runtime, Chroma)
-never import it, so their peak memory is that of their runtime alone.
+never import it, so their peak memory is that of their runtime alone (VmHWM, see
+peak_rss_mib).
 
 Tasks:
   chroma_compile  compile the 8-token model cold (fresh $CHROMA_CACHE_DIR) and cached, and
@@ -14,7 +15,8 @@ Tasks:
   aoti_compile    torch._inductor.aoti_compile_and_package with N threads
   run             time one system on the 8-token call (and, for eager and Chroma, the
                   256-token call)
-  decode          chroma.compile_decoder: prefill and cached decode steps
+  decode_compile  chroma.compile_decoder (prompt 32, cache 256)
+  decode          chroma.Decoder.load with N threads: prefill and cached decode steps
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ import numpy as np  # noqa: E402
 # ----------------------------------------------------------------------------------------
 
 def peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB.
+
+    VmHWM from /proc/self/status: ru_maxrss survives execve on Linux, so a worker started by
+    a large parent would report at least the parent's peak. ru_maxrss where /proc is absent.
+    """
+    try:
+        with open("/proc/self/status", "r", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)  # kB
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux
 
 
@@ -289,71 +303,93 @@ def task_run(spec):
     return res
 
 
-def task_decode(spec):
-    threads = spec["threads"]
+def task_decode_compile(spec):
+    """chroma.compile_decoder into spec["decoder_dir"] (the decode runs load it, without torch)."""
     import chroma
 
     if not (hasattr(chroma, "Decoder") and hasattr(chroma, "compile_decoder")):
         return {"skipped": "chroma.Decoder / chroma.compile_decoder do not exist yet in this checkout"}
-    torch = _torch_setup(threads)
+    _torch_setup(spec["threads"])
     model, _ = _build_model(spec)
-    tok = np.load(spec["tokens64"]).astype(np.int64)
-    ref = np.load(spec["ref64"])
-    prompt_len, steps = spec["prompt_len"], spec["steps"]
-    kw = dict(prompt_len=prompt_len, cache_size=spec["cache_size"], out=spec["decoder_dir"])
-    res = {"threads": threads}
+    kw = dict(prompt_len=spec["prompt_len"], cache_size=spec["cache_size"], out=spec["decoder_dir"])
+    res = {"cache_dir": os.environ.get("CHROMA_CACHE_DIR")}
     if "threads" in inspect.signature(chroma.compile_decoder).parameters:
-        kw["threads"] = threads
-        res["threads_keyword"] = True
-    else:
-        res["threads_keyword"] = False
-        res["note"] = "chroma.compile_decoder has no threads= yet: ran with its default threads"
+        kw["threads"] = spec["threads"]
     t0 = time.perf_counter()
     dec = chroma.compile_decoder(model, **kw)
     res["compile_s"] = time.perf_counter() - t0
-    del model
-    gc.collect()
-    res["torch_threads"] = torch.get_num_threads()
+    prog = getattr(dec, "program", None)
+    if prog is not None:
+        res["stats"] = prog.stats
+        res["source_digest"] = prog.manifest.get("source", {}).get("digest")
+    return res
+
+
+def task_decode(spec):
+    """Prefill and cached decode steps on the compiled decoder, loaded with N threads."""
+    threads = spec["threads"]
+    import chroma
+
+    if not hasattr(chroma, "Decoder"):
+        return {"skipped": "chroma.Decoder does not exist yet in this checkout"}
+    tok = np.load(spec["tokens64"]).astype(np.int64)
+    ref = np.load(spec["ref64"])
+    prompt_len, steps = spec["prompt_len"], spec["steps"]
+    res = {"threads": threads}
+    t0 = time.perf_counter()
+    load = getattr(chroma.Decoder, "load", None)
+    if load is not None and "threads" in inspect.signature(load).parameters:
+        dec = load(spec["decoder_dir"], threads=threads)
+        res["threads_keyword"] = True
+    else:
+        dec = chroma.Decoder(chroma.load(spec["decoder_dir"]))
+        res["threads_keyword"] = False
+        res["note"] = "chroma.Decoder.load has no threads= yet: ran with its default threads"
+    res["load_s"] = time.perf_counter() - t0
+    prog = getattr(dec, "program", None)
+    res["runtime_threads"] = getattr(prog, "threads", None)
     prompt = np.ascontiguousarray(tok[:prompt_len])
     cont = [int(t) for t in tok[prompt_len:prompt_len + steps]]
 
-    def sequence(timed):
-        t0 = time.perf_counter_ns()
+    def sequence(check):
         pre = dec.prefill(prompt)
-        pre_ms = (time.perf_counter_ns() - t0) / 1e6
+        pre_err = max_abs_error(pre, ref[:prompt_len]) if check else None
         step_ms, errs = [], []
         for i, t in enumerate(cont):
             t0 = time.perf_counter_ns()
             y = dec.step(t)
             step_ms.append((time.perf_counter_ns() - t0) / 1e6)
-            if not timed:
+            if check:
                 errs.append(max_abs_error(np.asarray(y).reshape(1, -1), ref[prompt_len + i:prompt_len + i + 1]))
-        pre_err = None if timed else max_abs_error(pre, ref[:prompt_len])
-        return pre_ms, step_ms, pre_err, errs
+        return step_ms, pre_err, errs
 
-    # Untimed first sequence: warm-up and correctness against eager on the same tokens.
-    _, _, res["prefill_max_abs_error"], errs = sequence(False)
+    # First sequence: warm-up, and the check against eager on the same tokens (positions
+    # 0..63 lie inside the 256-row cache, so eager's 64-token call gives the same logits).
+    _, res["prefill_max_abs_error"], errs = sequence(True)
     res["step_max_abs_error"] = max(errs) if errs else None
     for _ in range(max(0, spec["decode_warmup"] - 1)):
-        sequence(True)
+        sequence(False)
     res["prefill_samples_ms"] = time_calls(lambda: dec.prefill(prompt), spec["prefill_warmup"],
                                            spec["prefill_calls"], 1)
     res["prefill_median_ms"] = pooled_median(res["prefill_samples_ms"])
     step_runs = []
+    enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(spec["runs"]):
-            _, step_ms, _, _ = sequence(True)
+            step_ms, _, _ = sequence(False)  # prefill (untimed), then 32 timed steps
             step_runs.append(step_ms)
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
     res["step_samples_ms"] = step_runs
     res["step_median_ms"] = pooled_median(step_runs)
+    res["torch_imported"] = "torch" in sys.modules
     return res
 
 
 TASKS = {"chroma_compile": task_chroma_compile, "onnx_export": task_onnx_export, "aoti_compile": task_aoti_compile,
-         "run": task_run, "decode": task_decode}
+         "run": task_run, "decode_compile": task_decode_compile, "decode": task_decode}
 
 
 def main(argv):

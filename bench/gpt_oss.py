@@ -333,7 +333,9 @@ def summarize(report):
     log("")
     log(f"Decode (cache {report['protocol']['decode']['cache_size']}, prompt {report['protocol']['decode']['prompt_len']}, "
         f"{report['protocol']['decode']['steps']} steps); step floor {fl['step']['bytes'] / 1e6:.1f} MB: " +
-        ", ".join(f"{fmt_ms(fl['step']['ms'].get(str(t)))} ms ({t}t)" for t in thr))
+        ", ".join(f"{fmt_ms(fl['step']['ms'].get(str(t)))} ms ({t}t)" for t in thr) +
+        (f"; compile_decoder {report['decode_compile']['compile_s']:.1f} s"
+         if report.get("decode_compile", {}).get("ok") else ""))
     for t in thr:
         d = report["decode"].get(str(t), {})
         u = report["uncached"].get(str(t), {})
@@ -342,7 +344,8 @@ def summarize(report):
         line = f"  {t} thread{'s' if t != 1 else ' '}: "
         if d.get("ok"):
             line += (f"prefill {fmt_ms(d['prefill_median_ms'])} ms, step {fmt_ms(d['step_median_ms'])} ms "
-                     f"({fmt_x(d.get('x_floor'))} floor, max|err| {d.get('step_max_abs_error', 0):.1e}); ")
+                     f"({fmt_x(d.get('x_floor'))} floor, max|err| {d.get('step_max_abs_error', 0):.1e}, "
+                     f"peak {d['peak_rss_mib']:.0f} MiB); ")
         elif "skipped" in d:
             line += f"cached decode skipped: {d['skipped']}; "
         else:
@@ -493,7 +496,7 @@ def main(argv=None):
         base = dict(weight_digest=digest, **paths, **proto,
                     chroma8_cold=os.path.join(work, "chroma8_cold"), chroma8=os.path.join(work, "chroma8"),
                     chroma256=os.path.join(work, "chroma256"), onnx=os.path.join(work, "onnx", "model.onnx"),
-                    prompt_len=32, cache_size=256, steps=32)
+                    prompt_len=32, cache_size=256, steps=32, decoder_dir=os.path.join(work, "decoder"))
         run = Runner(work, base, timeout)
         report = {
             "benchmark": "gpt_oss",
@@ -517,10 +520,11 @@ def main(argv=None):
 
         # Preparation, each in its own process.
         need_chroma = "chroma" in systems and "chroma" not in skipped
+        chroma_env = {"CHROMA_CACHE_DIR": os.path.join(work, "chroma_cache")}
         if need_chroma:
-            cache = os.path.join(work, "chroma_cache")
+            cache = chroma_env["CHROMA_CACHE_DIR"]
             log(f"[prepare] Chroma compile: 8 tokens cold (CHROMA_CACHE_DIR={cache}, empty), cached, 256 tokens")
-            cc = run("chroma_compile", 1, extra_env={"CHROMA_CACHE_DIR": cache})
+            cc = run("chroma_compile", 1, extra_env=chroma_env)
             report["chroma_compile"] = cc
             if cc.get("ok"):
                 report["source_digest"] = cc["source_digest"]
@@ -571,13 +575,22 @@ def main(argv=None):
                 else:
                     log(f"    FAILED: {describe_failure(r)}")
             if not a.no_decode and need_chroma:
-                log(f"[decode] Chroma decoder, {t} thread(s)")
-                d = run("decode", t, extra_env={"CHROMA_CACHE_DIR": os.path.join(work, "chroma_cache")},
-                        decoder_dir=os.path.join(work, f"decoder_{t}"))
+                dc = report.get("decode_compile")
+                if dc is None:
+                    log(f"[prepare] Chroma compile_decoder (prompt 32, cache 256), {t} thread(s)")
+                    dc = report["decode_compile"] = run("decode_compile", t, extra_env=chroma_env)
+                    if dc.get("ok"):
+                        log(f"    {dc['compile_s']:.1f} s")
+                if not dc.get("ok"):
+                    d = dc if "skipped" in dc else {"ok": False, "error": "compile_decoder failed: " + describe_failure(dc, 1)}
+                else:
+                    log(f"[decode] Chroma decoder, {t} thread(s)")
+                    d = run("decode", t)
+                    d["compile_s"] = dc["compile_s"]
                 report["decode"][str(t)] = d
                 if d.get("ok"):
                     log(f"    prefill {fmt_ms(d['prefill_median_ms'])} ms, step {fmt_ms(d['step_median_ms'])} ms, "
-                        f"compile {d['compile_s']:.1f} s")
+                        f"max|err| {d['step_max_abs_error']:.1e}, peak {d['peak_rss_mib']:.0f} MiB")
                 elif "skipped" in d:
                     log(f"    skipped: {d['skipped']}")
                 else:
