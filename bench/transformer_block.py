@@ -1,15 +1,16 @@
-"""Compile-side figures for a transformer block and the demo model.
+"""Compile-side figures for a transformer block and a 2-layer gpt-oss.
 
     .venv/bin/python bench/transformer_block.py [--json out.json]
 
 Reports, for one pre-norm transformer block (hidden 64, 4 heads, 8 tokens) and for the
-2-layer demo model: kernel count, fused expressions, arena bytes against the total bytes of
+2-layer gpt-oss (vocabulary 1000): kernel count, fused expressions, arena bytes against the total bytes of
 temporaries (and the planner's lower bound), compile time cold (empty build cache) and
 cached (same model again, new artifact directory), and the median call time against eager
 PyTorch with one thread (medians of 200 calls after 20 warm-ups).
 """
 
 import argparse
+import math
 import json
 import os
 import platform
@@ -24,7 +25,55 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import chroma  # noqa: E402
-from chroma.demo import build_model, median_ms  # noqa: E402
+from chroma.demo import median_ms  # noqa: E402
+from chroma.models import gpt_oss  # noqa: E402
+
+
+def build_model(vocab=1000, hidden=64, heads=4, layers=2, seq=8):
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(hidden)
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.proj = nn.Linear(hidden, hidden)
+            self.norm2 = nn.LayerNorm(hidden)
+            self.fc1 = nn.Linear(hidden, 4 * hidden)
+            self.fc2 = nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.norm1(x)).split(c, dim=-1)
+            q = q.view(b, t, heads, c // heads).transpose(1, 2)
+            k = k.view(b, t, heads, c // heads).transpose(1, 2)
+            v = v.view(b, t, heads, c // heads).transpose(1, 2)
+            att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(c // heads))
+            mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, c)
+            x = x + self.proj(y)
+            return x + self.fc2(nn.functional.gelu(self.fc1(self.norm2(x))))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = nn.LayerNorm(hidden)
+            self.head = nn.Linear(hidden, vocab, bias=False)
+
+        def forward(self, tokens):
+            x = self.embed(tokens)
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.norm(x))
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    tokens = torch.randint(0, vocab, (1, seq), generator=torch.Generator().manual_seed(1))
+    return model, tokens
 
 
 def measure(name, model, inputs, cache):
@@ -71,8 +120,8 @@ def main():
     results = []
     with tempfile.TemporaryDirectory() as cache:
         results.append(measure("transformer_block", block, (x,), cache))
-        demo, tok = build_model(layers=2)
-        results.append(measure("demo_2_layers", demo, (tok,), cache))
+        small = gpt_oss.build(num_layers=2, vocab_size=1000)
+        results.append(measure("gpt_oss_2_layers_vocab_1000", small, (gpt_oss.sample_tokens(small.cfg, 8),), cache))
     report = {"environment": {"python": sys.version.split()[0], "torch": torch.__version__,
                               "machine": platform.machine(), "cpus": os.cpu_count()},
               "results": results}
