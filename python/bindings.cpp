@@ -8,6 +8,23 @@
 
 namespace nb = nanobind;
 
+namespace {
+
+chroma::CompileOptions options(const std::string& target, bool blas, const std::string& include_dir,
+                               const std::string& python_include, const std::string& cache_dir, int jobs, int max_depth) {
+  chroma::CompileOptions o;
+  o.target = target;
+  o.blas = blas;
+  o.include_dir = include_dir;
+  o.python_include = python_include;
+  o.cache_dir = cache_dir;
+  o.jobs = jobs;
+  o.max_expression_depth = max_depth;
+  return o;
+}
+
+}  // namespace
+
 NB_MODULE(_compiler, m) {
   m.doc() = "Chroma's C++ compiler: graph file -> artifact directory";
   static nb::exception<chroma::CompileError> compile_error(m, "CompileError", PyExc_RuntimeError);
@@ -16,14 +33,7 @@ NB_MODULE(_compiler, m) {
       [](const std::string& graph, const std::string& out, const std::string& target, bool blas,
          const std::string& include_dir, const std::string& python_include, const std::string& cache_dir, int jobs,
          int max_depth) {
-        chroma::CompileOptions o;
-        o.target = target;
-        o.blas = blas;
-        o.include_dir = include_dir;
-        o.python_include = python_include;
-        o.cache_dir = cache_dir;
-        o.jobs = jobs;
-        o.max_expression_depth = max_depth;
+        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth);
         nb::gil_scoped_release release;
         return chroma::compile_graph_file(graph, out, o);
       },
@@ -36,14 +46,7 @@ NB_MODULE(_compiler, m) {
          const std::string& target, bool blas, const std::string& include_dir, const std::string& python_include,
          const std::string& cache_dir, int jobs, int max_depth) {
         if (names.size() != graphs.size()) throw chroma::CompileError("compile_graphs: one name per graph file");
-        chroma::CompileOptions o;
-        o.target = target;
-        o.blas = blas;
-        o.include_dir = include_dir;
-        o.python_include = python_include;
-        o.cache_dir = cache_dir;
-        o.jobs = jobs;
-        o.max_expression_depth = max_depth;
+        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth);
         std::vector<chroma::EntrySpec> specs;
         for (size_t i = 0; i < names.size(); ++i) specs.push_back({names[i], graphs[i]});
         nb::gil_scoped_release release;

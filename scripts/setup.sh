@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Chroma needs on a fresh Debian 12/13 machine and builds the package
-# into ./.venv. Idempotent: re-running it only rebuilds what changed.
+# into ./.venv. Idempotent: re-running it only rebuilds what changed. `--bench` also installs
+# the benchmark peers (onnx, onnxruntime, onnxscript: bench/requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,5 +21,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/pip install -q -r requirements.txt
+if [ "${1:-}" = "--bench" ]; then
+  echo "[setup] installing the benchmark peers (bench/requirements.txt)"
+  .venv/bin/pip install -q -r bench/requirements.txt
+fi
 echo "[setup] building chroma"
 .venv/bin/pip install -q --no-build-isolation -e .

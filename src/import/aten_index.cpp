@@ -1,6 +1,8 @@
 // ATen indexing ops: embedding, index_select, index.Tensor, gather, topk, sort-free argmax
 // helpers. Bounds are checked at run time by the Gather kernels (IndexError), never skipped.
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "import/aten.h"
 
@@ -23,9 +25,8 @@ Value wrap_negative(Builder& b, Value idx, int64_t n) {
   return b.ew(EwOp::k_where, {Operand::of(neg), Operand::of(shifted), Operand::of(idx)});
 }
 
-Value index_tensor(Call& c) {
-  Builder& b = c.b;
-  Value src = c.tensor(0, "self");
+// The one index tensor of an `indices` list (None elsewhere) and the dimension it indexes.
+std::pair<Value, int64_t> single_index(Call& c, const char* what) {
   std::vector<std::optional<Value>> idx = c.opt_tensors(1, "indices");
   int n_tensors = 0, pos = -1;
   for (size_t i = 0; i < idx.size(); ++i) {
@@ -34,8 +35,16 @@ Value index_tensor(Call& c) {
       pos = static_cast<int>(i);
     }
   }
-  if (n_tensors != 1) c.fail("indexing with " + std::to_string(n_tensors) + " index tensors is not supported yet (one is)");
-  Value ix = *idx[static_cast<size_t>(pos)];
+  if (n_tensors != 1) {
+    c.fail(std::string(what) + " with " + std::to_string(n_tensors) + " index tensors is not supported yet (one is)");
+  }
+  return {*idx[static_cast<size_t>(pos)], pos};
+}
+
+Value index_tensor(Call& c) {
+  Builder& b = c.b;
+  Value src = c.tensor(0, "self");
+  auto [ix, pos] = single_index(c, "indexing");
   if (b.type(ix).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
   const int64_t n = b.type(src).shape.at(static_cast<size_t>(pos));
   return gather(b, src, wrap_negative(b, ix, n), pos);
@@ -111,19 +120,8 @@ void register_aten_index(HandlerTable& t) {
   t["aten.topk.default"] = [](Call& c) { return topk(c); };
   t["aten.index_put.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");
-    std::vector<std::optional<Value>> idx = c.opt_tensors(1, "indices");
-    int n_tensors = 0, pos = -1;
-    for (size_t i = 0; i < idx.size(); ++i) {
-      if (idx[i]) {
-        ++n_tensors;
-        pos = static_cast<int>(i);
-      }
-    }
-    if (n_tensors != 1) c.fail("index_put with " + std::to_string(n_tensors) + " index tensors is not supported yet (one is)");
-    for (int i = 0; i < pos; ++i) {
-      if (idx[static_cast<size_t>(i)]) c.fail("index_put: only one index tensor is supported");
-    }
-    return one(index_put(c, x, pos, *idx[static_cast<size_t>(pos)], c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
+    auto [ix, pos] = single_index(c, "index_put");
+    return one(index_put(c, x, pos, ix, c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
   };
   t["aten.index_copy.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");
