@@ -443,3 +443,22 @@ def test_out_buffer_aliasing_an_input_gives_the_unaliased_result(tmp_path):
     expected = prog(a)
     prog(a, out=a)  # input and output are the same array
     np.testing.assert_allclose(a, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_large_weights_copied_to_huge_pages_are_checked_too(tmp_path, monkeypatch):
+    # Weights of 16 MiB or more are copied into huge-page memory at load (program_main.h);
+    # the digest is checked on that copy, and CHROMA_WEIGHTS_MMAP=1 keeps the file mapping.
+    torch.manual_seed(0)
+    m = torch.nn.Linear(2048, 2304).eval()  # 18.9 MB of weights
+    x = torch.randn(3, 2048)
+    d = str(tmp_path / "big")
+    prog = chroma.compile(m, (x,), out=d)
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(prog(x.numpy()), want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv("CHROMA_WEIGHTS_MMAP", "1")
+    np.testing.assert_allclose(chroma.load(d)(x.numpy()), want, rtol=1e-5, atol=1e-5)
+    monkeypatch.delenv("CHROMA_WEIGHTS_MMAP")
+    _flip_byte(os.path.join(d, "weights.bin"), 12_000_000)
+    with pytest.raises(ArtifactError, match=r"weights\.bin.*(corrupt|SHA-256)"):
+        chroma.load(d)
