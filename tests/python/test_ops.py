@@ -951,3 +951,15 @@ def test_index_put_out_of_range_raises(compile_to):
     prog = compile_to(lambda x, i: x.index_put((i,), torch.zeros(2, 3)), randn(5, 3), torch.tensor([0, 1]))
     with pytest.raises(IndexError, match=r"index 9 is out of range for dimension 0 of size 5"):
         prog(np.zeros((5, 3), np.float32), np.array([9, 0]))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 21, 32])
+def test_packed_constant_matmul(check, rows):
+    # Constant right operands with at most 32 rows take the pre-packed kernel: every row
+    # block and panel tail (77 columns = 4 panels + 13), transposed (Linear) and batched.
+    torch.manual_seed(rows)
+    lin = nn.Linear(33, 77, bias=False).eval()
+    w = torch.randn(3, 33, 18)
+    prog = check(lambda x: (lin(x), torch.matmul(x.expand(3, rows, 33), w)), randn(rows, 33, seed=rows),
+                 rtol=1e-5, atol=1e-5)
+    assert [k["kind"] for k in prog.manifest["kernels"]].count("matmul_packed") == 2

@@ -108,22 +108,27 @@ inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, floa
   for (; p < p1; ++p) tile<MR, 1>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
 }
 
-// C[M, N] over panels [p0, p1): all rows, 8 at a time.
+// C[M, N] over panels [p0, p1): chunks of 4 panels outside, row blocks of 8 inside, so
+// every panel comes from memory once and the other row blocks find it in cache.
 inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, int64_t p0, int64_t p1) {
-  int64_t i = 0;
-  for (; i + 8 <= M; i += 8) rows<8>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, p0, p1);
-  const float* a = A + i * sar;
-  float* c = C + i * ldc;
-  switch (M - i) {
-    case 7: rows<7>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    case 6: rows<6>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    case 5: rows<5>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    case 4: rows<4>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    case 3: rows<3>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    case 2: rows<2>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    case 1: rows<1>(a, sar, sac, Bp, c, ldc, N, K, p0, p1); break;
-    default: break;
+  constexpr int64_t kChunk = 4;
+  for (int64_t q0 = p0; q0 < p1; q0 += kChunk) {
+    const int64_t q1 = q0 + kChunk < p1 ? q0 + kChunk : p1;
+    int64_t i = 0;
+    for (; i + 8 <= M; i += 8) rows<8>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, q0, q1);
+    const float* a = A + i * sar;
+    float* c = C + i * ldc;
+    switch (M - i) {
+      case 7: rows<7>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 6: rows<6>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 5: rows<5>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 4: rows<4>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 3: rows<3>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 2: rows<2>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 1: rows<1>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      default: break;
+    }
   }
 }
 
