@@ -1,0 +1,253 @@
+"""OpInfo conformance: every sample of PyTorch's OpInfo database, compiled with Chroma.
+
+Groundwork for issue 4: the runner and its JSON report. docs/ops.md is not generated yet.
+
+    .venv/bin/python tools/opinfo_conformance.py [--ops REGEX] [--dtypes float32,int64,...]
+                                                 [--max-samples N] [--json FILE]
+
+For each OpInfo (torch.testing._internal.common_methods_invocations.op_db; needs the
+`expecttest` package) and each requested dtype it supports on the CPU, every sample input is
+wrapped as a function of its tensors (other arguments are baked in), compiled with
+chroma.compile and run; each output is compared with eager PyTorch using
+torch.testing.assert_close's default tolerances for the dtype (float32: rtol 1.3e-6,
+atol 1e-5), NaNs equal. To keep compile time down, all samples of one (op, dtype) are
+compiled into one program first; when that fails, each sample is compiled on its own so every
+failure gets its own reason.
+
+Families left out on purpose (named in the report): random-number ops (their results depend
+on the generator), ops that return uninitialized memory, and ops with no CPU kernel.
+
+Each sample ends as `pass`, `fail` (compiled but wrong, or failed at run time), or
+`unsupported` (rejected at export or compile time, with the message). The JSON report lists
+them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+RANDOM = re.compile(r"(^|[._])(rand|randn|randint|normal|bernoulli|multinomial|dropout|uniform|"
+                    r"exponential|geometric|cauchy|log_normal|poisson|rrelu)|_like_random", re.I)
+UNINITIALIZED = re.compile(r"(^|[._])(empty|new_empty|empty_like|empty_strided|empty_permuted)$")
+
+DTYPES = {"float32": "float32", "float64": "float64", "int64": "int64", "int32": "int32", "bool": "bool",
+          "uint8": "uint8", "bfloat16": "bfloat16"}
+
+
+def excluded(op) -> str:
+    name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+    if RANDOM.search(name):
+        return "random-number op"
+    if UNINITIALIZED.search(op.name):
+        return "returns uninitialized memory"
+    return ""
+
+
+def _flatten(obj, leaves):
+    """Replaces every tensor in a nested args structure by a placeholder index."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        leaves.append(obj)
+        return ("__tensor__", len(leaves) - 1)
+    if isinstance(obj, (list, tuple)):
+        out = [_flatten(o, leaves) for o in obj]
+        return out if isinstance(obj, list) else tuple(out)
+    if isinstance(obj, dict):
+        return {k: _flatten(v, leaves) for k, v in obj.items()}
+    return obj
+
+
+def _rebuild(obj, tensors):
+    if isinstance(obj, tuple) and len(obj) == 2 and obj[0] == "__tensor__":
+        return tensors[obj[1]]
+    if isinstance(obj, list):
+        return [_rebuild(o, tensors) for o in obj]
+    if isinstance(obj, tuple):
+        return tuple(_rebuild(o, tensors) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _rebuild(v, tensors) for k, v in obj.items()}
+    return obj
+
+
+def _outputs(res):
+    import torch
+
+    if isinstance(res, torch.Tensor):
+        return [res]
+    if isinstance(res, (list, tuple)) and all(isinstance(r, torch.Tensor) for r in res):
+        return list(res)
+    raise TypeError(f"non-tensor output {type(res).__name__}")
+
+
+class Case:
+    """One sample as a function of its tensors."""
+
+    def __init__(self, op, sample):
+        self.leaves = []
+        self.spec = _flatten((sample.input, tuple(sample.args), dict(sample.kwargs)), self.leaves)
+        self.leaves = [t.detach().contiguous().clone() for t in self.leaves]
+        self.op = op
+        self.text = repr(sample)[:160]
+
+    def call(self, *tensors):
+        inp, args, kwargs = _rebuild(self.spec, list(tensors))
+        return self.op.op(inp, *args, **kwargs)
+
+
+def _compare(got, want):
+    import numpy as np
+    import torch
+
+    if len(got) != len(want):
+        return f"{len(got)} outputs, eager gives {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        g = torch.from_numpy(np.array(g, copy=True))  # (ascontiguousarray would make 0-d arrays 1-d)
+        try:
+            torch.testing.assert_close(g, w.detach().contiguous(), equal_nan=True)
+        except AssertionError as e:
+            return f"output {i}: " + " ".join(str(e).split())[:300]
+    return ""
+
+
+def _classify(e: BaseException) -> tuple:
+    from chroma.exporter import ExportError
+
+    msg = " ".join(str(e).split())
+    name = type(e).__name__
+    if isinstance(e, ExportError) or name == "ExportError":
+        return "unsupported", "export: " + msg[:300]
+    if name == "CompileError":
+        m = re.search(r"unsupported ops?:\s*(\S+)", msg)
+        if m:
+            return "unsupported", "op " + m.group(1)
+        return "unsupported", "compile: " + msg[:300]
+    return "fail", f"{name}: {msg[:300]}"
+
+
+def run_cases(cases, workdir, cache):
+    """Returns one (status, reason) per case; tries one program for all cases first."""
+    import chroma
+    import torch
+
+    wants = []
+    for c in cases:
+        with torch.no_grad():
+            try:
+                wants.append(_outputs(c.call(*c.leaves)))
+            except Exception as e:  # noqa: BLE001 - eager itself refuses the sample
+                wants.append(e)
+    live = [i for i, w in enumerate(wants) if not isinstance(w, Exception)]
+    results = [("skip", f"eager raises {type(w).__name__}") if isinstance(w, Exception) else None for w in wants]
+
+    def compile_and_check(idx, tag):
+        offsets, flat = [], []
+        for i in idx:
+            offsets.append(len(flat))
+            flat.extend(cases[i].leaves)
+
+        def fn(*ts):
+            outs = []
+            for i, off in zip(idx, offsets):
+                res = _outputs(cases[i].call(*ts[off:off + len(cases[i].leaves)]))
+                outs.extend(res)
+            return tuple(outs)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prog = chroma.compile(fn, tuple(flat), out=os.path.join(workdir, tag), cache_dir=cache)
+        got = prog(*[t.numpy() for t in flat])
+        got = list(got) if isinstance(got, tuple) else [got]
+        res, k = [], 0
+        for i in idx:
+            n = len(wants[i])
+            res.append(_compare(got[k:k + n], wants[i]))
+            k += n
+        return res
+
+    if len(live) > 1:
+        try:
+            for i, err in zip(live, compile_and_check(live, "all")):
+                results[i] = ("fail", err) if err else ("pass", "")
+            return results
+        except Exception:  # noqa: BLE001 - fall back to one program per sample
+            pass
+    for i in live:
+        try:
+            err = compile_and_check([i], f"s{i}")[0]
+            results[i] = ("fail", err) if err else ("pass", "")
+        except Exception as e:  # noqa: BLE001
+            results[i] = _classify(e)
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", default="", help="regular expression over OpInfo names")
+    ap.add_argument("--dtypes", default="float32")
+    ap.add_argument("--max-samples", type=int, default=0, help="samples per (op, dtype); 0: all")
+    ap.add_argument("--json", default=os.path.join("build", "opinfo.json"))
+    a = ap.parse_args(argv)
+    os.environ.setdefault("CHROMA_NUM_THREADS", "1")
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    dtypes = [getattr(torch, DTYPES[d]) for d in a.dtypes.split(",")]
+    pat = re.compile(a.ops) if a.ops else None
+    report = {"torch": torch.__version__, "dtypes": a.dtypes.split(","), "ops": []}
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="chroma-opinfo-") as tmp:
+        cache = os.path.join(tmp, "cache")
+        for op in op_db:
+            full = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+            if pat and not pat.search(full):
+                continue
+            entry = {"name": full, "aten_name": op.aten_name, "dtypes": {}}
+            why = excluded(op)
+            if why:
+                entry["excluded"] = why
+                report["ops"].append(entry)
+                continue
+            supported = op.supported_dtypes("cpu")
+            for dt in dtypes:
+                dname = str(dt).replace("torch.", "")
+                if dt not in supported:
+                    continue
+                try:
+                    samples = list(op.sample_inputs("cpu", dt, requires_grad=False))
+                except Exception as e:  # noqa: BLE001
+                    entry["dtypes"][dname] = {"error": f"sample generation: {e}"}
+                    continue
+                if a.max_samples:
+                    samples = samples[:a.max_samples]
+                cases = [Case(op, s) for s in samples]
+                work = os.path.join(tmp, re.sub(r"\W", "_", full) + "_" + dname)
+                try:
+                    res = run_cases(cases, work, cache)
+                except Exception:  # noqa: BLE001 - the runner itself must not stop
+                    res = [("fail", "runner: " + traceback.format_exc(limit=2)[-300:])] * len(cases)
+                entry["dtypes"][dname] = {"samples": [{"sample": c.text, "status": s, "reason": r}
+                                                      for c, (s, r) in zip(cases, res)]}
+                counts = {k: sum(1 for s, _ in res if s == k) for k in ("pass", "fail", "unsupported", "skip")}
+                print(f"{full:40s} {dname:9s} " + " ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
+            report["ops"].append(entry)
+    report["seconds"] = round(time.time() - t0, 1)
+    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"report: {a.json} ({report['seconds']} s)")
+
+
+if __name__ == "__main__":
+    main()
