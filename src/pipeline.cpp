@@ -154,14 +154,13 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   WeightsLayout wl;
   CpuArtifactInfo info;
   std::map<std::string, size_t> state_index;
+  std::vector<TensorType> state_types;
   json states = json::array();
   for (Entry& e : entries) {
     for (const StateBinding& st : e.program.states) {
       auto it = state_index.find(st.name);
       if (it != state_index.end()) {
-        const CpuStateInfo& have = info.states[it->second];
-        if (have.nbytes != st.init.type.nbytes() || states[it->second]["dtype"] != dtype_name(st.init.type.dtype) ||
-            states[it->second]["shape"] != json(st.init.type.shape)) {
+        if (state_types[it->second] != st.init.type) {
           throw CompileError("state '" + st.name + "' is " + st.init.type.str() + " in entry '" + e.name +
                              "' but has another type in an earlier entry");
         }
@@ -174,6 +173,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
       info.state_bytes = si.offset + si.nbytes;
       state_index[st.name] = info.states.size();
       info.states.push_back(si);
+      state_types.push_back(st.init.type);
       states.push_back({{"name", st.name}, {"dtype", dtype_name(st.init.type.dtype)}, {"shape", st.init.type.shape},
                         {"offset", si.offset}, {"bytes", si.nbytes}});
     }

@@ -156,8 +156,7 @@ class Program:
         self.directory = directory
         self.manifest = manifest
         self._module = module
-        descs = manifest.get("entries") or [dict(manifest, name="forward")]
-        self.entries = [Entry(self, i, d) for i, d in enumerate(descs)]
+        self.entries = [Entry(self, i, d) for i, d in enumerate(manifest["entries"])]
         self._main = self.entries[0]
         self.inputs = self._main.inputs
         self.outputs = self._main.outputs
@@ -248,7 +247,7 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     abi = _field(manifest, "abi_version", mpath)
     if abi != ABI_VERSION:
         raise ArtifactError(f"{mpath}: ABI version {abi} does not match this runtime's {ABI_VERSION}")
-    for key in ("inputs", "outputs", "stats", "library.file", "library.sha256", "weights.file", "weights.sha256",
+    for key in ("entries", "inputs", "outputs", "stats", "library.file", "library.sha256", "weights.file", "weights.sha256",
                 "source.digest"):
         _field(manifest, key, mpath)
     lib = os.path.join(directory, manifest["library"]["file"])

@@ -155,20 +155,16 @@ class Lowerer {
 
   // ---- buffers -----------------------------------------------------------------------------
 
+  // A buffer holding value v; an arena buffer for a graph output becomes that output.
   int32_t new_buffer(Value v, Region r, int32_t slot) {
-    Buffer b;
-    b.type = g_.type(v);
-    b.region = r;
-    b.slot = slot;
-    b.name = g_.node(v).name;
     auto it = output_slot_.find(v);
     if (r == Region::kArena && it != output_slot_.end()) {
-      b.region = Region::kOutput;
-      b.slot = it->second;
+      r = Region::kOutput;
+      slot = it->second;
       output_slot_.erase(it);  // the first occurrence is written in place
     }
-    p_.buffers.push_back(b);
-    const auto id = static_cast<int32_t>(p_.buffers.size() - 1);
+    const int32_t id = new_buffer_of(g_.type(v), r, g_.node(v).name);
+    p_.buffers[static_cast<size_t>(id)].slot = slot;
     buffer_of_[v] = id;
     return id;
   }

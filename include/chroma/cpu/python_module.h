@@ -41,10 +41,11 @@
 
 namespace chroma_gen_py {
 
-inline void capsule_free(PyObject* cap) {
-  auto* p = static_cast<chroma_program*>(PyCapsule_GetPointer(cap, "chroma_program"));
-  chroma_close(p);
+inline chroma_program* handle(PyObject* cap) {
+  return static_cast<chroma_program*>(PyCapsule_GetPointer(cap, "chroma_program"));
 }
+
+inline void capsule_free(PyObject* cap) { chroma_close(handle(cap)); }
 
 inline PyObject* py_open(PyObject*, PyObject* args) {
   if (PyTuple_Size(args) != 2) {
@@ -90,10 +91,6 @@ inline bool get_buffers(PyObject* list, const chroma::rt::IoSpec* specs, int n, 
     }
   }
   return true;
-}
-
-inline chroma_program* handle(PyObject* cap) {
-  return static_cast<chroma_program*>(PyCapsule_GetPointer(cap, "chroma_program"));
 }
 
 // run(program, entry, inputs, outputs[, iters]): with iters, runs that many times and
@@ -202,7 +199,7 @@ inline PyObject* py_read_state(PyObject*, PyObject* args) {
 }
 
 inline PyObject* py_num_threads(PyObject*, PyObject* args) {
-  auto* p = static_cast<chroma_program*>(PyCapsule_GetPointer(args, "chroma_program"));
+  chroma_program* p = handle(args);
   if (!p) return nullptr;
   return PyLong_FromLong(chroma_num_threads(p));
 }
