@@ -211,6 +211,9 @@ const HandlerTable& aten_handlers() {
     register_aten_reduce(t);
     register_aten_linalg(t);
     register_aten_index(t);
+    register_aten_conv(t);
+    register_aten_pool(t);
+    register_aten_misc(t);
     return t;
   }();
   return table;
