@@ -13,7 +13,7 @@ FX graph is serialized. ``export`` does NOT call ``module.eval()``: export in
 the mode you want to compile (usually eval). Buffer mutations (e.g. BatchNorm
 running stats in train mode) are dropped with a warning.
 
-Supported torch: 2.13 (other versions >= 2.1 work with a warning).
+Supported torch: 2.14 (other versions >= 2.1 work with a warning).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ __all__ = ["export", "ExportedGraph", "ExportError", "check_torch_version", "PRO
            "SUPPORTED_TORCH", "DTYPES"]
 
 PRODUCER_VERSION = "0.1.0"
-SUPPORTED_TORCH = (2, 13)
+SUPPORTED_TORCH = (2, 14)
 MIN_TORCH = (2, 1)
 
 DTYPES: Dict[torch.dtype, str] = {
@@ -119,7 +119,7 @@ def _wrap_function(fn: Callable) -> torch.nn.Module:
 
 
 def check_torch_version(version: str) -> None:
-    """Error if ``version`` < 2.1, warn if its major.minor is not 2.13."""
+    """Error if ``version`` < 2.1, warn if its major.minor is not 2.14."""
     m = re.match(r"(\d+)\.(\d+)", version)
     if not m:
         warnings.warn(f"chroma: cannot parse torch version {version!r}")
@@ -127,9 +127,9 @@ def check_torch_version(version: str) -> None:
     mm = (int(m.group(1)), int(m.group(2)))
     if mm < MIN_TORCH:
         raise ExportError(f"chroma requires torch >= 2.1 (found {version}); "
-                          f"supported version is 2.13")
+                          f"supported version is 2.14")
     if mm != SUPPORTED_TORCH:
-        warnings.warn(f"chroma is tested with torch 2.13; found {version}, proceeding")
+        warnings.warn(f"chroma is tested with torch 2.14; found {version}, proceeding")
 
 
 def _dtype_name(dtype: torch.dtype, what: str) -> str:

@@ -267,7 +267,7 @@ def test_non_aten_ops_all_listed():
 def test_torch_version_policy():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_torch_version("2.13.0+cpu")
+        check_torch_version("2.14.1+cu130")
     with pytest.warns(UserWarning, match="2.12"):
         check_torch_version("2.12.1")
     with pytest.raises(ExportError, match="2.1"):
