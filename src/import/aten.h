@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,12 +45,17 @@ class Call {
   TensorType out_type(size_t k = 0) const;
 
   [[noreturn]] void fail(const std::string& msg) const;
+  // A node the importer fused into this one (an inference batch norm that is a convolution's
+  // only reader, folded into its weights): the fused node as a Call, or nullopt.
+  std::optional<Call> fused() const;
+  void set_fused(const json* node) { fused_ = node; }
   Builder& b;
 
  private:
   const json& node_;
   std::string target_;
   const std::unordered_map<std::string, std::vector<Value>>& values_;
+  const json* fused_ = nullptr;
   Value ref(const json& j, const char* name) const;
 };
 

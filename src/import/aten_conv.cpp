@@ -1,8 +1,323 @@
 // ATen convolution: aten.convolution.default in all its forms, decomposed into IR primitives.
+//
+// No convolution primitive exists: every form becomes operations the rest of the compiler
+// already fuses, plans and generates code for.
+//  * General (and grouped) convolution is im2col + one matrix product per group. The padded
+//    input's K = prod(kernel) strided windows are stacked by one Concat (the im2col buffer,
+//    [G, Cin/G, K, N, out...]) and multiplied by the weight viewed as [G, Cout/G, Cin/G*K]:
+//    BLAS does the arithmetic. A 1x1 convolution with stride 1 needs no im2col at all.
+//  * Depthwise convolution (groups == Cin, one input channel per group) would make that
+//    product a batch of 1-row GEMMs, so it becomes a sum of K shifted windows scaled by
+//    per-channel weights instead: one fused elementwise loop, no buffer but the output.
+//  * Transposed convolution is the convolution of the input with zeros inserted between
+//    elements (stride - 1 of them), padded by dilation * (kernel - 1) - padding, with the
+//    kernel flipped and its channel axes swapped.
+#include <numeric>
+#include <string>
+
 #include "import/aten.h"
 
 namespace chroma {
+namespace {
 
-void register_aten_conv(HandlerTable& t) { (void)t; }
+std::vector<Value> one(Value v) { return {v}; }
+
+std::string ints_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Pads (or, for negative amounts, crops) `axis` with zeros.
+Value pad_axis(Builder& b, Value x, int64_t axis, int64_t lo, int64_t hi) {
+  const int64_t n = b.type(x).shape[static_cast<size_t>(axis)];
+  if (lo < 0 || hi < 0) {
+    x = b.slice(x, axis, lo < 0 ? -lo : 0, hi < 0 ? n + hi : n, 1);
+    lo = std::max<int64_t>(lo, 0);
+    hi = std::max<int64_t>(hi, 0);
+  }
+  if (lo == 0 && hi == 0) return x;
+  const TensorType t = b.type(x);
+  std::vector<Value> parts;
+  auto zeros = [&](int64_t size) {
+    Shape s = t.shape;
+    s[static_cast<size_t>(axis)] = size;
+    return b.full(Scalar::of_int(0), t.dtype, s);
+  };
+  if (lo) parts.push_back(zeros(lo));
+  parts.push_back(x);
+  if (hi) parts.push_back(zeros(hi));
+  Attrs a;
+  a.axis = axis;
+  return b.graph().add(Op::kConcat, parts, a);
+}
+
+// Inserts `s - 1` zeros between consecutive elements along `axis`: n -> (n - 1) * s + 1.
+Value dilate_axis(Builder& b, Value x, int64_t axis, int64_t s) {
+  if (s == 1) return x;
+  const TensorType t = b.type(x);
+  const int64_t n = t.shape[static_cast<size_t>(axis)];
+  Shape col = t.shape;
+  col.insert(col.begin() + axis + 1, 1);
+  Shape zs = col;
+  zs[static_cast<size_t>(axis) + 1] = s - 1;
+  Attrs a;
+  a.axis = axis + 1;
+  Value v = b.graph().add(Op::kConcat, {b.reshape(x, col), b.full(Scalar::of_int(0), t.dtype, zs)}, a);
+  Shape flat = t.shape;
+  flat[static_cast<size_t>(axis)] = n * s;
+  return b.slice(b.reshape(v, flat), axis, 0, (n - 1) * s + 1, 1);
+}
+
+// Balanced sum: keeps the expression shallow so the whole tree fuses into one loop.
+Value sum_tree(Builder& b, std::vector<Value> terms) {
+  while (terms.size() > 1) {
+    std::vector<Value> next;
+    for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(b.ew(EwOp::k_add, terms[i], terms[i + 1]));
+    if (terms.size() % 2) next.push_back(terms.back());
+    terms = std::move(next);
+  }
+  return terms.front();
+}
+
+struct ConvGeom {
+  int64_t d = 0;                    // spatial rank
+  std::vector<int64_t> kernel, stride, padding, dilation, out;
+  int64_t kk = 1;                   // prod(kernel)
+  // Kernel offset `k` (row-major over `kernel`) as per-axis indices.
+  std::vector<int64_t> offset(int64_t k) const {
+    std::vector<int64_t> r(static_cast<size_t>(d));
+    for (int64_t i = d - 1; i >= 0; --i) {
+      r[static_cast<size_t>(i)] = k % kernel[static_cast<size_t>(i)];
+      k /= kernel[static_cast<size_t>(i)];
+    }
+    return r;
+  }
+};
+
+// The window of the (already padded) input `xp` [N, C, S...] that kernel offset `k` reads:
+// [N, C, out...].
+Value window(Builder& b, Value xp, const ConvGeom& g, int64_t k) {
+  const std::vector<int64_t> o = g.offset(k);
+  for (int64_t i = 0; i < g.d; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    const int64_t start = o[u] * g.dilation[u];
+    xp = b.slice(xp, 2 + i, start, start + (g.out[u] - 1) * g.stride[u] + 1, g.stride[u]);
+  }
+  return xp;
+}
+
+// Convolution of batched `x` [N, Cin, S...] with `w` [Cout, Cin/groups, K...], no bias.
+Value conv_forward(Call& c, Value x, Value w, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                   std::vector<int64_t> dilation, int64_t groups) {
+  Builder& b = c.b;
+  const TensorType xt = b.type(x), wt = b.type(w);
+  ConvGeom g;
+  g.d = xt.rank() - 2;
+  g.stride = std::move(stride);
+  g.padding = std::move(padding);
+  g.dilation = std::move(dilation);
+  const int64_t n = xt.shape[0], cin = xt.shape[1], cout = wt.shape[0], cin_g = wt.shape[1];
+  for (int64_t i = 0; i < g.d; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    g.kernel.push_back(wt.shape[2 + u]);
+    g.kk *= g.kernel.back();
+    const int64_t span = g.dilation[u] * (g.kernel[u] - 1) + 1;
+    const int64_t padded = xt.shape[2 + u] + 2 * g.padding[u];
+    if (padded < span) {
+      c.fail("convolution: the kernel (size " + ints_str(g.kernel) + ", dilation " + ints_str(g.dilation) +
+             ") is larger than the padded input " + xt.str());
+    }
+    g.out.push_back((padded - span) / g.stride[u] + 1);
+  }
+  if (groups <= 0 || cin % groups || cout % groups) {
+    c.fail("convolution: groups = " + std::to_string(groups) + " must divide the input channels (" +
+           std::to_string(cin) + ") and the output channels (" + std::to_string(cout) + ")");
+  }
+  if (cin_g * groups != cin) {
+    c.fail("convolution: the weight " + wt.str() + " expects " + std::to_string(cin_g * groups) +
+           " input channels with groups = " + std::to_string(groups) + ", the input " + xt.str() + " has " +
+           std::to_string(cin));
+  }
+  Value xp = x;
+  for (int64_t i = 0; i < g.d; ++i) xp = pad_axis(b, xp, 2 + i, g.padding[static_cast<size_t>(i)], g.padding[static_cast<size_t>(i)]);
+
+  Shape out_shape = {n, cout};
+  out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
+  const int64_t out_numel = std::accumulate(g.out.begin(), g.out.end(), int64_t{1}, std::multiplies<>());
+
+  if (groups == cin && cin_g == 1 && groups > 1) {
+    // Depthwise: out[:, c*m + j] = sum_k window_k[:, c] * w[c*m + j, 0, k].
+    const int64_t mult = cout / cin;
+    Value wk_all = b.reshape(w, {cout, g.kk});
+    Shape wshape(static_cast<size_t>(xt.rank()), 1);
+    wshape[1] = cout;
+    std::vector<Value> terms;
+    for (int64_t k = 0; k < g.kk; ++k) {
+      Value win = window(b, xp, g, k);
+      if (mult > 1) {
+        Shape s1 = {n, cin, 1}, s2 = {n, cin, mult};
+        s1.insert(s1.end(), g.out.begin(), g.out.end());
+        s2.insert(s2.end(), g.out.begin(), g.out.end());
+        win = b.reshape(b.expand(b.reshape(win, s1), s2), out_shape);
+      }
+      Value wk = b.reshape(b.slice(wk_all, 1, k, k + 1, 1), wshape);
+      terms.push_back(b.ew(EwOp::k_mul, win, wk));
+    }
+    return sum_tree(b, std::move(terms));
+  }
+
+  // im2col: [G, Cin/G, K, N, out...], then one product per group.
+  const int64_t cout_g = cout / groups;
+  std::vector<int64_t> perm = {1, 2, 3, 0};  // [N, G, Cin/G, 1, out...] -> [G, Cin/G, 1, N, out...]
+  for (int64_t i = 0; i < g.d; ++i) perm.push_back(4 + i);
+  Shape split = {n, groups, cin_g, 1};
+  split.insert(split.end(), g.out.begin(), g.out.end());
+  std::vector<Value> parts;
+  for (int64_t k = 0; k < g.kk; ++k) parts.push_back(b.permute(b.reshape(window(b, xp, g, k), split), perm));
+  Value col = parts.front();
+  if (parts.size() > 1) {
+    Attrs a;
+    a.axis = 2;
+    col = b.graph().add(Op::kConcat, parts, a);
+  }
+  col = b.reshape(col, {groups, cin_g * g.kk, n * out_numel});
+  Value wm = b.reshape(w, {groups, cout_g, cin_g * g.kk});
+  Value y = b.graph().add(Op::kMatMul, {wm, col});  // [G, Cout/G, N*out]
+  Shape cno = {cout, n};
+  cno.insert(cno.end(), g.out.begin(), g.out.end());
+  std::vector<int64_t> back = {1, 0};
+  for (int64_t i = 0; i < g.d; ++i) back.push_back(2 + i);
+  if (n == 1) return b.reshape(y, out_shape);  // moving a size-1 axis: no data movement
+  return b.permute(b.reshape(y, cno), back);
+}
+
+std::vector<int64_t> per_dim(Call& c, size_t i, const char* name, int64_t d, int64_t dflt) {
+  std::vector<int64_t> v = c.has(i, name) ? c.ints(i, name) : std::vector<int64_t>{};
+  if (v.empty()) v.assign(static_cast<size_t>(d), dflt);
+  if (v.size() == 1 && d > 1) v.assign(static_cast<size_t>(d), v[0]);
+  if (static_cast<int64_t>(v.size()) != d) {
+    c.fail(std::string(name) + " " + ints_str(v) + " has " + std::to_string(v.size()) + " values for a " +
+           std::to_string(d) + "-d convolution");
+  }
+  return v;
+}
+
+Value convolution(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  Value w = c.tensor(1, "weight");
+  const TensorType wt = b.type(w);
+  const int64_t d = wt.rank() - 2;
+  if (d < 1 || d > 3) c.fail("convolution: the weight " + wt.str() + " is not that of a 1-d, 2-d or 3-d convolution");
+  const bool batched = b.type(x).rank() == d + 2;
+  if (!batched && b.type(x).rank() != d + 1) {
+    c.fail("convolution: the input " + b.type(x).str() + " does not fit the weight " + wt.str() + " (expected rank " +
+           std::to_string(d + 2) + " or, unbatched, " + std::to_string(d + 1) + ")");
+  }
+  if (!batched) x = b.unsqueeze(x, 0);
+  const DType dt = b.type(x).dtype;
+  if (dt != DType::kF32 && dt != DType::kF64) {
+    c.fail("convolution of " + b.type(x).str() + " is not supported (float32 and float64 are)");
+  }
+  if (wt.dtype != dt) c.fail("convolution: input " + b.type(x).str() + " and weight " + wt.str() + " dtypes differ");
+  const std::vector<int64_t> stride = per_dim(c, 3, "stride", d, 1);
+  const std::vector<int64_t> padding = per_dim(c, 4, "padding", d, 0);
+  const std::vector<int64_t> dilation = per_dim(c, 5, "dilation", d, 1);
+  const bool transposed = c.bool_or(6, "transposed", false);
+  const std::vector<int64_t> output_padding = per_dim(c, 7, "output_padding", d, 0);
+  const int64_t groups = c.int_or(8, "groups", 1);
+  for (int64_t i = 0; i < d; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    if (stride[u] < 1) c.fail("convolution: stride " + ints_str(stride) + " must be positive");
+    if (dilation[u] < 1) c.fail("convolution: dilation " + ints_str(dilation) + " must be positive");
+    if (padding[u] < 0) c.fail("convolution: padding " + ints_str(padding) + " must be non-negative");
+    if (output_padding[u] < 0 || (transposed && output_padding[u] >= std::max(stride[u], dilation[u]))) {
+      c.fail("convolution: output_padding " + ints_str(output_padding) +
+             " must be non-negative and smaller than the stride or the dilation");
+    }
+  }
+  if (!transposed && std::any_of(output_padding.begin(), output_padding.end(), [](int64_t v) { return v != 0; })) {
+    c.fail("convolution: output_padding " + ints_str(output_padding) + " is only meaningful for a transposed convolution");
+  }
+
+  // An inference batch norm folded into this convolution (see conv_bn_folds in importer.cpp):
+  // y = conv(x, w * alpha) + (bias - mean) * alpha + beta, alpha = weight / sqrt(var + eps),
+  // the same alpha and beta PyTorch's CPU batch norm computes. All constants: folded at
+  // compile time.
+  std::optional<Value> bias;
+  if (c.is_tensor(2, "bias")) bias = c.tensor(2, "bias");
+  if (std::optional<Call> bn = c.fused()) {
+    const int64_t cout = wt.shape[0];
+    Value mean = bn->tensor(3, "running_mean"), var = bn->tensor(4, "running_var");
+    const double eps = bn->float_or(6, "eps", 1e-5);
+    for (Value v : {mean, var}) {
+      if (b.type(v).shape != Shape{cout}) bn->fail("batch norm statistics " + b.type(v).str() + " do not match " + std::to_string(cout) + " channels");
+    }
+    Value alpha = b.ew(EwOp::k_div, b.full(Scalar::of_float(1.0), b.type(var).dtype, {cout}),
+                       b.ew(EwOp::k_sqrt, b.ew(EwOp::k_add, var, Scalar::of_float(eps))));
+    if (bn->is_tensor(1, "weight")) alpha = b.ew(EwOp::k_mul, alpha, bn->tensor(1, "weight"));
+    Value beta = b.ew(EwOp::k_mul, b.ew(EwOp::k_neg, mean), alpha);
+    if (bias) beta = b.ew(EwOp::k_add, b.ew(EwOp::k_mul, *bias, alpha), beta);
+    if (bn->is_tensor(2, "bias")) beta = b.ew(EwOp::k_add, beta, bn->tensor(2, "bias"));
+    Shape as(static_cast<size_t>(d + 2), 1);
+    as[0] = cout;
+    w = b.ew(EwOp::k_mul, w, b.cast(b.reshape(alpha, as), dt));
+    bias = b.cast(beta, dt);
+  }
+
+  Value y;
+  if (!transposed) {
+    y = conv_forward(c, x, w, stride, padding, dilation, groups);
+  } else {
+    // weight [Cin, Cout/G, K...] -> [Cout, Cin/G, K...], kernel flipped.
+    const int64_t cin = wt.shape[0], cout_g = wt.shape[1];
+    if (groups <= 0 || cin % groups) {
+      c.fail("convolution: groups = " + std::to_string(groups) + " must divide the weight's " + std::to_string(cin) +
+             " input channels");
+    }
+    if (b.type(x).shape[1] != cin) {
+      c.fail("transposed convolution: the input " + b.type(x).str() + " has " + std::to_string(b.type(x).shape[1]) +
+             " channels, the weight " + wt.str() + " expects " + std::to_string(cin));
+    }
+    const int64_t cin_g = cin / groups;
+    Shape gs = {groups, cin_g, cout_g};
+    gs.insert(gs.end(), wt.shape.begin() + 2, wt.shape.end());
+    std::vector<int64_t> perm = {0, 2, 1};
+    for (int64_t i = 0; i < d; ++i) perm.push_back(3 + i);
+    Shape ws = {groups * cout_g, cin_g};
+    ws.insert(ws.end(), wt.shape.begin() + 2, wt.shape.end());
+    Value wf = b.reshape(b.permute(b.reshape(w, gs), perm), ws);
+    Attrs fa;
+    for (int64_t i = 0; i < d; ++i) fa.ints.push_back(2 + i);
+    wf = b.graph().add(Op::kFlip, {wf}, fa);
+    Value xs = x;
+    for (int64_t i = 0; i < d; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      xs = dilate_axis(b, xs, 2 + i, stride[u]);
+      const int64_t edge = dilation[u] * (wt.shape[2 + u] - 1) - padding[u];
+      xs = pad_axis(b, xs, 2 + i, edge, edge + output_padding[u]);
+    }
+    y = conv_forward(c, xs, wf, std::vector<int64_t>(static_cast<size_t>(d), 1), std::vector<int64_t>(static_cast<size_t>(d), 0),
+                     dilation, groups);
+  }
+  if (bias) {
+    Shape bs(static_cast<size_t>(d + 2), 1);
+    bs[1] = b.type(y).shape[1];
+    if (b.type(*bias).rank() != 1 || b.type(*bias).shape[0] != bs[1]) {
+      c.fail("convolution: the bias " + b.type(*bias).str() + " does not match the " + std::to_string(bs[1]) +
+             " output channels");
+    }
+    y = b.ew(EwOp::k_add, y, b.reshape(*bias, bs));
+  }
+  if (!batched) y = b.reshape(y, Shape(b.type(y).shape.begin() + 1, b.type(y).shape.end()));
+  return y;
+}
+
+}  // namespace
+
+void register_aten_conv(HandlerTable& t) {
+  t["aten.convolution.default"] = [](Call& c) { return one(convolution(c)); };
+}
 
 }  // namespace chroma

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "import/aten.h"
@@ -74,6 +76,11 @@ Call::Call(const json& node, Builder& builder, const std::unordered_map<std::str
     : b(builder), node_(node), target_(node.at("target").get<std::string>()), values_(values) {}
 
 void Call::fail(const std::string& msg) const { throw CompileError(where(node_) + ": " + msg); }
+
+std::optional<Call> Call::fused() const {
+  if (!fused_) return std::nullopt;
+  return Call(*fused_, b, values_);
+}
 
 const json* Call::get(size_t i, const char* name) const {
   const json& args = node_.at("args");
@@ -227,18 +234,86 @@ std::vector<std::string> supported_aten_targets() {
 
 // ---- the import -------------------------------------------------------------------------
 
+namespace {
+
+// Counts the references to each (node, output index) in `j` (an ARG-encoded value).
+void count_refs(const json& j, std::map<std::pair<std::string, int>, int>& uses) {
+  if (j.is_object() && j.contains("ref")) {
+    ++uses[{j["ref"].get<std::string>(), j.value("index", 0)}];
+  } else if (j.is_array()) {
+    for (const json& e : j) count_refs(e, uses);
+  } else if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) count_refs(v, uses);
+  }
+}
+
+// Inference batch norms folded into the convolution they normalize: conv node name -> BN
+// node. The convolution must be non-transposed with a constant weight and bias and be read
+// only by the BN, whose parameters are constants and whose statistics outputs are unused.
+// Folding scales the weights once at compile time (constant folding) instead of running a
+// normalization pass over every activation.
+bool no_kwargs(const json& node) { return !node.contains("kwargs") || node["kwargs"].empty(); }
+
+std::map<std::string, const json*> conv_bn_folds(const json& m, const std::set<std::string>& weights) {
+  std::map<std::pair<std::string, int>, int> uses;
+  for (const json& node : m.at("nodes")) {
+    count_refs(node.at("args"), uses);
+    if (node.contains("kwargs")) count_refs(node["kwargs"], uses);
+  }
+  count_refs(m.at("outputs"), uses);
+  if (m.contains("state_updates")) count_refs(m["state_updates"], uses);
+  auto is_weight_or_none = [&](const json& args, size_t i) {
+    if (i >= args.size() || args[i].is_null()) return true;
+    return args[i].is_object() && args[i].contains("ref") && weights.count(args[i]["ref"].get<std::string>()) > 0;
+  };
+  std::map<std::string, const json*> convs;
+  for (const json& node : m.at("nodes")) {
+    if (node.at("target") == "aten.convolution.default" && no_kwargs(node)) {
+      const json& a = node.at("args");
+      if (a.size() == 9 && a[6].is_boolean() && !a[6].get<bool>() && is_weight_or_none(a, 1) && !a[1].is_null() &&
+          is_weight_or_none(a, 2)) {
+        convs[node.at("name").get<std::string>()] = &node;
+      }
+    }
+  }
+  std::map<std::string, const json*> folds;
+  for (const json& node : m.at("nodes")) {
+    if (node.at("target") != "aten._native_batch_norm_legit_no_training.default" || !no_kwargs(node)) continue;
+    const json& a = node.at("args");
+    if (a.size() != 7 || !a[0].is_object() || !a[0].contains("ref")) continue;
+    const std::string src = a[0]["ref"].get<std::string>();
+    const std::string name = node.at("name").get<std::string>();
+    if (!convs.count(src) || uses[{src, 0}] != 1 || folds.count(src)) continue;
+    if (uses[{name, 1}] || uses[{name, 2}]) continue;
+    bool ok = true;
+    for (size_t i = 1; i <= 4; ++i) ok = ok && is_weight_or_none(a, i);
+    if (ok && !a[3].is_null() && !a[4].is_null()) folds[src] = &node;
+  }
+  return folds;
+}
+
+}  // namespace
+
 Graph import_graph_file(const std::string& path) {
   GraphFile gf = read_file(path);
   const json& m = gf.meta;
   if (m.value("format", std::string()) != "chroma.graph") throw CompileError("graph file '" + path + "': not a chroma.graph document");
   const HandlerTable& handlers = aten_handlers();
 
+  std::set<std::string> weight_names;
+  for (const json& w : m.at("weights")) {
+    if (w.value("kind", std::string()) != "state") weight_names.insert(w.at("name").get<std::string>());
+  }
+  const std::map<std::string, const json*> folds = conv_bn_folds(m, weight_names);
+  std::set<std::string> folded;
+  for (const auto& [conv, bn] : folds) folded.insert(bn->at("name").get<std::string>());
+
   // Report every unsupported op at once, before building anything.
   std::ostringstream unsupported;
   int n_unsupported = 0;
   for (const json& node : m.at("nodes")) {
     const std::string target = node.at("target").get<std::string>();
-    if (!handlers.count(target)) {
+    if (!handlers.count(target) && !folded.count(node.at("name").get<std::string>())) {
       ++n_unsupported;
       unsupported << "\n  " << target << " (node '" << node.value("name", std::string("?")) << "')";
       const std::string src = node.value("source", std::string());
@@ -288,8 +363,19 @@ Graph import_graph_file(const std::string& path) {
     g.set_origin(name, node.value("source", std::string()));
     Call call(node, b, values);
     std::vector<Value> outs;
+    if (auto f = folds.find(name); f != folds.end()) call.set_fused(f->second);
     try {
-      outs = handlers.at(call.target())(call);
+      if (folded.count(name)) {
+        // Folded into its convolution: the normalized value is the convolution's output, the
+        // (unused) statistics outputs are zeros of the recorded types.
+        outs.push_back(call.tensor(0, "input"));
+        for (size_t k = 1; k < node.at("outputs").size(); ++k) {
+          const TensorType t = call.out_type(k);
+          outs.push_back(b.full(Scalar::of_int(0), t.dtype, t.shape));
+        }
+      } else {
+        outs = handlers.at(call.target())(call);
+      }
     } catch (const CompileError& e) {
       const std::string msg = e.what();
       if (msg.rfind("node '", 0) == 0) throw;
