@@ -1,17 +1,13 @@
 // ATen convolution: aten.convolution.default in all its forms, decomposed into IR primitives.
 //
-// No convolution primitive exists: every form becomes operations the rest of the compiler
-// already fuses, plans and generates code for.
-//  * General (and grouped) convolution is im2col + one matrix product per group. The padded
-//    input's K = prod(kernel) strided windows are stacked by one Concat (the im2col buffer,
-//    [G, Cin/G, K, N, out...]) and multiplied by the weight viewed as [G, Cout/G, Cin/G*K]:
-//    BLAS does the arithmetic. A 1x1 convolution with stride 1 needs no im2col at all.
-//  * Depthwise convolution (groups == Cin, one input channel per group) would make that
-//    product a batch of 1-row GEMMs, so it becomes a sum of K shifted windows scaled by
-//    per-channel weights instead: one fused elementwise loop, no buffer but the output.
+//  * Plain, strided, dilated, grouped and depthwise convolutions become the Conv primitive
+//    (zero padding inside; its runtime kernel is include/chroma/cpu/conv.h). The bias is an
+//    elementwise add that fuses into whatever reads the result.
 //  * Transposed convolution is the convolution of the input with zeros inserted between
 //    elements (stride - 1 of them), padded by dilation * (kernel - 1) - padding, with the
 //    kernel flipped and its channel axes swapped.
+//  * An inference batch norm that is a convolution's only reader is folded into its weights
+//    and bias (the importer finds the pairs: conv_bn_folds in importer.cpp).
 #include <numeric>
 #include <string>
 
@@ -69,66 +65,22 @@ Value dilate_axis(Builder& b, Value x, int64_t axis, int64_t s) {
   return b.slice(b.reshape(v, flat), axis, 0, (n - 1) * s + 1, 1);
 }
 
-// Balanced sum: keeps the expression shallow so the whole tree fuses into one loop.
-Value sum_tree(Builder& b, std::vector<Value> terms) {
-  while (terms.size() > 1) {
-    std::vector<Value> next;
-    for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(b.ew(EwOp::k_add, terms[i], terms[i + 1]));
-    if (terms.size() % 2) next.push_back(terms.back());
-    terms = std::move(next);
-  }
-  return terms.front();
-}
-
-struct ConvGeom {
-  int64_t d = 0;                    // spatial rank
-  std::vector<int64_t> kernel, stride, padding, dilation, out;
-  int64_t kk = 1;                   // prod(kernel)
-  // Kernel offset `k` (row-major over `kernel`) as per-axis indices.
-  std::vector<int64_t> offset(int64_t k) const {
-    std::vector<int64_t> r(static_cast<size_t>(d));
-    for (int64_t i = d - 1; i >= 0; --i) {
-      r[static_cast<size_t>(i)] = k % kernel[static_cast<size_t>(i)];
-      k /= kernel[static_cast<size_t>(i)];
-    }
-    return r;
-  }
-};
-
-// The window of the (already padded) input `xp` [N, C, S...] that kernel offset `k` reads:
-// [N, C, out...].
-Value window(Builder& b, Value xp, const ConvGeom& g, int64_t k) {
-  const std::vector<int64_t> o = g.offset(k);
-  for (int64_t i = 0; i < g.d; ++i) {
-    const size_t u = static_cast<size_t>(i);
-    const int64_t start = o[u] * g.dilation[u];
-    xp = b.slice(xp, 2 + i, start, start + (g.out[u] - 1) * g.stride[u] + 1, g.stride[u]);
-  }
-  return xp;
-}
-
-// Convolution of batched `x` [N, Cin, S...] with `w` [Cout, Cin/groups, K...], no bias.
-Value conv_forward(Call& c, Value x, Value w, std::vector<int64_t> stride, std::vector<int64_t> padding,
-                   std::vector<int64_t> dilation, int64_t groups) {
+// Convolution of batched `x` [N, Cin, S...] with `w` [Cout, Cin/groups, K...], no bias: the
+// Conv primitive, after the checks that name the problem in PyTorch's terms.
+Value conv_forward(Call& c, Value x, Value w, const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                   const std::vector<int64_t>& dilation, int64_t groups) {
   Builder& b = c.b;
   const TensorType xt = b.type(x), wt = b.type(w);
-  ConvGeom g;
-  g.d = xt.rank() - 2;
-  g.stride = std::move(stride);
-  g.padding = std::move(padding);
-  g.dilation = std::move(dilation);
-  const int64_t n = xt.shape[0], cin = xt.shape[1], cout = wt.shape[0], cin_g = wt.shape[1];
-  for (int64_t i = 0; i < g.d; ++i) {
+  const int64_t d = xt.rank() - 2;
+  const int64_t cin = xt.shape[1], cout = wt.shape[0], cin_g = wt.shape[1];
+  std::vector<int64_t> kernel(wt.shape.begin() + 2, wt.shape.end());
+  for (int64_t i = 0; i < d; ++i) {
     const size_t u = static_cast<size_t>(i);
-    g.kernel.push_back(wt.shape[2 + u]);
-    g.kk *= g.kernel.back();
-    const int64_t span = g.dilation[u] * (g.kernel[u] - 1) + 1;
-    const int64_t padded = xt.shape[2 + u] + 2 * g.padding[u];
-    if (padded < span) {
-      c.fail("convolution: the kernel (size " + ints_str(g.kernel) + ", dilation " + ints_str(g.dilation) +
-             ") is larger than the padded input " + xt.str());
+    const int64_t span = dilation[u] * (kernel[u] - 1) + 1;
+    if (xt.shape[2 + u] + 2 * padding[u] < span) {
+      c.fail("convolution: the kernel (size " + ints_str(kernel) + ", dilation " + ints_str(dilation) +
+             ") is larger than the padded input " + xt.str() + " (padding " + ints_str(padding) + ")");
     }
-    g.out.push_back((padded - span) / g.stride[u] + 1);
   }
   if (groups <= 0 || cin % groups || cout % groups) {
     c.fail("convolution: groups = " + std::to_string(groups) + " must divide the input channels (" +
@@ -139,57 +91,12 @@ Value conv_forward(Call& c, Value x, Value w, std::vector<int64_t> stride, std::
            " input channels with groups = " + std::to_string(groups) + ", the input " + xt.str() + " has " +
            std::to_string(cin));
   }
-  Value xp = x;
-  for (int64_t i = 0; i < g.d; ++i) xp = pad_axis(b, xp, 2 + i, g.padding[static_cast<size_t>(i)], g.padding[static_cast<size_t>(i)]);
-
-  Shape out_shape = {n, cout};
-  out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
-  const int64_t out_numel = std::accumulate(g.out.begin(), g.out.end(), int64_t{1}, std::multiplies<>());
-
-  if (groups == cin && cin_g == 1 && groups > 1) {
-    // Depthwise: out[:, c*m + j] = sum_k window_k[:, c] * w[c*m + j, 0, k].
-    const int64_t mult = cout / cin;
-    Value wk_all = b.reshape(w, {cout, g.kk});
-    Shape wshape(static_cast<size_t>(xt.rank()), 1);
-    wshape[1] = cout;
-    std::vector<Value> terms;
-    for (int64_t k = 0; k < g.kk; ++k) {
-      Value win = window(b, xp, g, k);
-      if (mult > 1) {
-        Shape s1 = {n, cin, 1}, s2 = {n, cin, mult};
-        s1.insert(s1.end(), g.out.begin(), g.out.end());
-        s2.insert(s2.end(), g.out.begin(), g.out.end());
-        win = b.reshape(b.expand(b.reshape(win, s1), s2), out_shape);
-      }
-      Value wk = b.reshape(b.slice(wk_all, 1, k, k + 1, 1), wshape);
-      terms.push_back(b.ew(EwOp::k_mul, win, wk));
-    }
-    return sum_tree(b, std::move(terms));
-  }
-
-  // im2col: [G, Cin/G, K, N, out...], then one product per group.
-  const int64_t cout_g = cout / groups;
-  std::vector<int64_t> perm = {1, 2, 3, 0};  // [N, G, Cin/G, 1, out...] -> [G, Cin/G, 1, N, out...]
-  for (int64_t i = 0; i < g.d; ++i) perm.push_back(4 + i);
-  Shape split = {n, groups, cin_g, 1};
-  split.insert(split.end(), g.out.begin(), g.out.end());
-  std::vector<Value> parts;
-  for (int64_t k = 0; k < g.kk; ++k) parts.push_back(b.permute(b.reshape(window(b, xp, g, k), split), perm));
-  Value col = parts.front();
-  if (parts.size() > 1) {
-    Attrs a;
-    a.axis = 2;
-    col = b.graph().add(Op::kConcat, parts, a);
-  }
-  col = b.reshape(col, {groups, cin_g * g.kk, n * out_numel});
-  Value wm = b.reshape(w, {groups, cout_g, cin_g * g.kk});
-  Value y = b.graph().add(Op::kMatMul, {wm, col});  // [G, Cout/G, N*out]
-  Shape cno = {cout, n};
-  cno.insert(cno.end(), g.out.begin(), g.out.end());
-  std::vector<int64_t> back = {1, 0};
-  for (int64_t i = 0; i < g.d; ++i) back.push_back(2 + i);
-  if (n == 1) return b.reshape(y, out_shape);  // moving a size-1 axis: no data movement
-  return b.permute(b.reshape(y, cno), back);
+  Attrs a;
+  a.ints = stride;
+  a.ints.insert(a.ints.end(), padding.begin(), padding.end());
+  a.ints.insert(a.ints.end(), dilation.begin(), dilation.end());
+  a.k = groups;
+  return b.graph().add(Op::kConv, {x, w}, a);
 }
 
 std::vector<int64_t> per_dim(Call& c, size_t i, const char* name, int64_t d, int64_t dflt) {
@@ -298,8 +205,8 @@ Value convolution(Call& c) {
       const int64_t edge = dilation[u] * (wt.shape[2 + u] - 1) - padding[u];
       xs = pad_axis(b, xs, 2 + i, edge, edge + output_padding[u]);
     }
-    y = conv_forward(c, xs, wf, std::vector<int64_t>(static_cast<size_t>(d), 1), std::vector<int64_t>(static_cast<size_t>(d), 0),
-                     dilation, groups);
+    y = conv_forward(c, xs, wf, std::vector<int64_t>(static_cast<size_t>(d), 1),
+                     std::vector<int64_t>(static_cast<size_t>(d), 0), dilation, groups);
   }
   if (bias) {
     Shape bs(static_cast<size_t>(d + 2), 1);

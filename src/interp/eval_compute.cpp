@@ -231,6 +231,66 @@ Tensors eval_MatMul(const Node& n, const Tensors& in) {
   return {out.finish()};
 }
 
+// Direct convolution over the dense definition (constant folding only; the runtime uses
+// include/chroma/cpu/conv.h).
+Tensors eval_Conv(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const size_t d = x.type.shape.size() - 2;
+  int64_t is[3] = {1, 1, 1}, ks[3] = {1, 1, 1}, os[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1};
+  for (size_t i = 0; i < d; ++i) {
+    const size_t j = 3 - d + i;
+    is[j] = x.type.shape[2 + i];
+    ks[j] = w.type.shape[2 + i];
+    os[j] = n.type().shape[2 + i];
+    st[j] = n.attrs.ints[i];
+    pd[j] = n.attrs.ints[d + i];
+    dl[j] = n.attrs.ints[2 * d + i];
+  }
+  const int64_t nb = x.type.shape[0], c = x.type.shape[1], cout = w.type.shape[0], groups = n.attrs.k;
+  const int64_t cin_g = c / groups, cout_g = cout / groups;
+  OutBuffer out(n.type());
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      using A = Acc<T>;
+      const T* xp = x.data<T>();
+      const T* wp = w.data<T>();
+      T* o = out.data<T>();
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t co = 0; co < cout; ++co) {
+          const int64_t grp = co / cout_g;
+          for (int64_t od = 0; od < os[0]; ++od)
+            for (int64_t oh = 0; oh < os[1]; ++oh)
+              for (int64_t ow = 0; ow < os[2]; ++ow) {
+                A acc = 0;
+                for (int64_t ci = 0; ci < cin_g; ++ci) {
+                  const int64_t cx = grp * cin_g + ci;
+                  for (int64_t kd = 0; kd < ks[0]; ++kd) {
+                    const int64_t id = od * st[0] - pd[0] + kd * dl[0];
+                    if (id < 0 || id >= is[0]) continue;
+                    for (int64_t kh = 0; kh < ks[1]; ++kh) {
+                      const int64_t ih = oh * st[1] - pd[1] + kh * dl[1];
+                      if (ih < 0 || ih >= is[1]) continue;
+                      for (int64_t kw = 0; kw < ks[2]; ++kw) {
+                        const int64_t iw = ow * st[2] - pd[2] + kw * dl[2];
+                        if (iw < 0 || iw >= is[2]) continue;
+                        acc += static_cast<A>(xp[(((b * c + cx) * is[0] + id) * is[1] + ih) * is[2] + iw]) *
+                               static_cast<A>(wp[(((co * cin_g + ci) * ks[0] + kd) * ks[1] + kh) * ks[2] + kw]);
+                      }
+                    }
+                  }
+                }
+                o[(((b * cout + co) * os[0] + od) * os[1] + oh) * os[2] + ow] = convert<T>(acc);
+              }
+        }
+    } else {
+      throw CompileError("Conv of " + x.type.str() + ": floating point only");
+    }
+  });
+  return {out.finish()};
+}
+
 Tensors eval_TopK(const Node& n, const Tensors& in) {
   const Tensor& x = in[0];
   const size_t axis = static_cast<size_t>(n.attrs.axis);

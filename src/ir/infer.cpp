@@ -213,6 +213,32 @@ Types infer_Concat(const Graph& g, const Inputs& in, const Attrs& a) {
   return {out};
 }
 
+Types infer_Conv(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& x = g.type(in[0]);
+  const TensorType& w = g.type(in[1]);
+  const int64_t d = x.rank() - 2;
+  if (d < 1 || d > 3) fail("input " + x.str() + " is not [N, C, S...] with 1 to 3 spatial dims");
+  if (w.rank() != x.rank()) fail("weight " + w.str() + " does not have the input's rank");
+  if (w.dtype != x.dtype || (x.dtype != DType::kF32 && x.dtype != DType::kF64)) {
+    fail("input " + x.str() + " and weight " + w.str() + " must both be f32 or both f64");
+  }
+  if (static_cast<int64_t>(a.ints.size()) != 3 * d) fail("needs stride, padding and dilation for each spatial dim");
+  const int64_t groups = a.k;
+  if (groups < 1 || x.shape[1] % groups || w.shape[0] % groups || w.shape[1] * groups != x.shape[1]) {
+    fail("groups=" + std::to_string(groups) + " does not fit input " + x.str() + " and weight " + w.str());
+  }
+  Shape out = {x.shape[0], w.shape[0]};
+  for (int64_t i = 0; i < d; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    const int64_t s = a.ints[u], p = a.ints[static_cast<size_t>(d) + u], dl = a.ints[2 * static_cast<size_t>(d) + u];
+    if (s < 1 || p < 0 || dl < 1) fail("stride and dilation must be positive, padding non-negative");
+    const int64_t span = dl * (w.shape[2 + u] - 1) + 1, padded = x.shape[2 + u] + 2 * p;
+    if (padded < span) fail("kernel " + w.str() + " larger than the padded input " + x.str());
+    out.push_back((padded - span) / s + 1);
+  }
+  return {TensorType{x.dtype, out}};
+}
+
 Types infer_TopK(const Graph& g, const Inputs& in, const Attrs& a) {
   const TensorType& t = g.type(in[0]);
   if (a.axis < 0 || a.axis >= t.rank()) fail("axis out of range for " + t.str());

@@ -219,9 +219,9 @@ class Parser {
           else if (key == "start") a.start = integer();
           else if (key == "end") a.end = integer();
           else if (key == "step") a.step = integer();
-          else if (key == "k") a.k = integer();
+          else if (key == "k" || key == "groups") a.k = integer();
           else if (key == "value" || key == "base") a.scalar = scalar();
-          else if (key == "perm" || key == "axes") list([&] { a.ints.push_back(integer()); });
+          else if (key == "perm" || key == "axes" || key == "window") list([&] { a.ints.push_back(integer()); });
           else if (key == "coeffs") list([&] { a.coeffs.push_back(scalar().as_double()); });
           else if (key == "data") {
             has_data = true;

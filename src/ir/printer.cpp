@@ -72,6 +72,7 @@ std::string attrs_str(const Graph& g, const Node& n) {
     case Op::kSlice: o << "axis=" << a.axis << ", start=" << a.start << ", end=" << a.end << ", step=" << a.step; break;
     case Op::kGather: case Op::kGatherElements: case Op::kConcat: o << "axis=" << a.axis; break;
     case Op::kIndexPut: o << "axis=" << a.axis << (a.accumulate ? ", accumulate" : ""); break;
+    case Op::kConv: o << "window=" << shape_str(a.ints) << ", groups=" << a.k; break;
     case Op::kTopK:
       o << "axis=" << a.axis << ", k=" << a.k << (a.largest ? ", largest" : ", smallest") << (a.sorted ? ", sorted" : "");
       break;

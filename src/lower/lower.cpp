@@ -4,7 +4,7 @@
 //  * leaves (Input, Constant) own buffers;
 //  * deferred nodes (Map, Cast, Full, Iota and the views) become expression trees inside
 //    whichever kernel consumes them; views are pushed down to the leaves as layouts;
-//  * kernel nodes (Reduce, ArgReduce, MatMul, Gather, GatherElements, Concat, TopK) always
+//  * kernel nodes (Reduce, ArgReduce, MatMul, Conv, Gather, GatherElements, Concat, TopK) always
 //    write buffers.
 // A deferred Map/Cast is written to a buffer (an Assign kernel) only when
 //  (a) two or more operations read it (views are transparent: a view's readers count as
@@ -321,6 +321,16 @@ class Lowerer {
     return false;
   }
 
+  // A contiguous row-major operand (a buffer at some offset), copied into one if needed.
+  Expr dense_operand(Value v) {
+    const size_t mark = fused_into_.size();
+    Expr e = expr_of(v);
+    if (e.kind == Expr::kLoad && e.layout.strides == contiguous_strides(e.layout.shape)) return e;
+    fused_into_.resize(mark);
+    materialize(v);
+    return expr_of(v);
+  }
+
   Expr matmul_operand(Value v) {
     const size_t mark = fused_into_.size();
     Expr e = expr_of(v);
@@ -534,6 +544,13 @@ class Lowerer {
           k.out_layouts.push_back(l);
         }
         push(std::move(k), n);
+        return;
+      }
+      case Op::kConv: {
+        Kernel k = start(n, Kernel::kConv);
+        k.inputs.push_back(dense_operand(n.inputs[0]));
+        k.inputs.push_back(dense_operand(n.inputs[1]));
+        push_over_output(std::move(k), n, v);
         return;
       }
       case Op::kTopK: {
