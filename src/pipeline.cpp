@@ -206,6 +206,16 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   co.blas = opts.blas;
   std::vector<CpuEntry> ces;
   for (const Entry& e : entries) ces.push_back(CpuEntry{e.name, &e.program});
+  // float32 convolutions go through oneDNN when Chroma was built with its headers and the
+  // performance libraries are on (blas).
+#if __has_include(<oneapi/dnnl/dnnl.hpp>)
+  for (const Entry& e : entries) {
+    for (const Kernel& k : e.program.kernels) {
+      co.dnnl = co.dnnl || (opts.blas && k.kind == Kernel::kConv &&
+                            e.program.buffers[static_cast<size_t>(k.outputs[0])].type.dtype == DType::kF32);
+    }
+  }
+#endif
   GeneratedSource src = generate_cpu(ces, info, co);
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -218,6 +228,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   bo.python_include = opts.python_include;
   bo.cache_dir = opts.cache_dir;
   bo.blas = opts.blas;
+  bo.dnnl = co.dnnl;
   bo.jobs = opts.jobs;
   BuildResult br = build_library(src.files, (out / "src").string(), out_dir, bo);
 
@@ -281,7 +292,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   m["compiler_version"] = CHROMA_VERSION;
   m["abi_version"] = CHROMA_ABI_VERSION;
   m["target"] = opts.target;
-  m["options"] = {{"blas", opts.blas}, {"max_expression_depth", opts.max_expression_depth}};
+  m["options"] = {{"blas", opts.blas}, {"dnnl", co.dnnl}, {"max_expression_depth", opts.max_expression_depth}};
   json es = json::array();
   for (const Entry& e : entries) es.push_back(describe_entry(e));
   // The first entry's description also sits at the top level (single-entry readers).

@@ -99,7 +99,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     key.update(name.data(), name.size());
     key.update(body.data(), body.size());
   }
-  const std::string cmd = cxx + " " + join(flags) + (opts.blas ? " -lopenblas" : "");
+  const std::string cmd = cxx + " " + join(flags) + (opts.blas ? " -lopenblas" : "") + (opts.dnnl ? " -ldnnl -lgomp" : "");
   key.update(cmd.data(), cmd.size());
   const std::string hd = headers_digest(opts.include_dir);
   key.update(hd.data(), hd.size());
@@ -170,6 +170,10 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   argv.push_back(tmp_lib);
   argv.insert(argv.end(), objects.begin(), objects.end());
   if (opts.blas) argv.push_back("-lopenblas");
+  if (opts.dnnl) {
+    argv.push_back("-ldnnl");
+    argv.push_back("-lgomp");
+  }
   const std::string log = (obj_dir / "link.log").string();
   pid_t pid = spawn(argv, log);
   int status = 0;

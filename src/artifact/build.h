@@ -19,6 +19,7 @@ struct BuildOptions {
   std::string python_include;          // CPython headers ("" builds without the Python module)
   std::string cache_dir;               // "" disables the cache
   bool blas = true;
+  bool dnnl = false;                   // link oneDNN (and its OpenMP runtime)
   int jobs = 0;                        // 0: one per core
   std::vector<std::string> extra_flags;
 };

@@ -17,6 +17,7 @@ namespace chroma {
 
 struct CpuCodegenOptions {
   bool blas = true;           // FP32/FP64 matrix products through CBLAS (OpenBLAS)
+  bool dnnl = false;          // FP32 convolutions through oneDNN (chroma/cpu/conv_dnnl.h)
   int kernels_per_file = 48;
 };
 
