@@ -1,0 +1,74 @@
+"""A fast subset of the OpInfo conformance run (tools/opinfo_conformance.py): one or two
+OpInfo entries per op family, their first float32 samples compiled together into one program
+per entry and compared with eager PyTorch at torch.testing.assert_close's default
+tolerances. The full run (every entry, every sample) regenerates docs/ops.md.
+
+Run: cd /work/main && .venv/bin/python -m pytest tests/python/test_opinfo_subset.py -q
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+
+from opinfo_conformance import Case, run_cases  # noqa: E402
+
+# family -> OpInfo names (name or name.variant)
+FAMILIES = {
+    "unary elementwise": ["sin", "nn.functional.gelu"],
+    "binary elementwise": ["add", "where"],
+    "comparison / logical": ["lt", "logical_and"],
+    "reduction": ["sum", "amax"],
+    "normalizing reduction": ["softmax", "var"],
+    "matrix product": ["matmul", "addmm"],
+    "convolution": ["nn.functional.conv2d", "nn.functional.conv_transpose1d"],
+    "pooling": ["nn.functional.max_pool2d", "nn.functional.adaptive_avg_pool2d"],
+    "normalization": ["nn.functional.batch_norm", "nn.functional.group_norm"],
+    "upsampling / padding": ["nn.functional.interpolate.bilinear", "nn.functional.pad.reflect"],
+    "shape": ["cat", "permute", "flip"],
+    "indexing": ["index_select", "gather"],
+    "scatter": ["scatter_add", "index_put"],
+    "sort / top-k": ["sort", "topk"],
+    "scan": ["cumsum"],
+}
+
+MAX_SAMPLES = 3
+
+
+def _ops():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    by_name = {}
+    for op in op_db:
+        by_name[op.name + ("." + op.variant_test_name if op.variant_test_name else "")] = op
+    return by_name
+
+
+_BY_NAME = None
+
+
+def _op(name):
+    global _BY_NAME
+    if _BY_NAME is None:
+        _BY_NAME = _ops()
+    if name not in _BY_NAME:
+        pytest.fail(f"OpInfo '{name}' is not in this torch's op_db")
+    return _BY_NAME[name]
+
+
+PARAMS = [(fam, name) for fam, names in FAMILIES.items() for name in names]
+
+
+@pytest.mark.parametrize("family,name", PARAMS, ids=[f"{f.split()[0]}-{n}" for f, n in PARAMS])
+def test_opinfo_samples(family, name, tmp_path):
+    op = _op(name)
+    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:MAX_SAMPLES]
+    assert samples, f"{name} has no float32 samples"
+    cases = [Case(op, s) for s in samples]
+    results = run_cases(cases, str(tmp_path), str(tmp_path / "cache"))
+    bad = [(c.text, s, r) for c, (s, r) in zip(cases, results) if s not in ("pass", "skip")]
+    assert not bad, f"{family} / {name}: " + "; ".join(f"{s}: {r} [{t}]" for t, s, r in bad)
+    assert any(s == "pass" for s, _ in results), f"{name}: no sample ran"
