@@ -1,0 +1,315 @@
+"""The rest of the core ATen opset (src/import/aten_misc.cpp): scans, sort, scatters,
+strided views, fills, masked_scatter, embedding_bag, cdist/pdist, col2im/im2col,
+grid_sample, and the ops refused by design (random numbers, data-dependent shapes,
+complex numbers).
+
+Every test compiles with Chroma and compares with eager PyTorch at rtol=atol=1e-5 unless
+it says why not; integer and bool outputs must match exactly.
+
+Run: CHROMA_CACHE_DIR=build/cache .venv/bin/python -m pytest tests/python/test_core_ops.py -q -p no:logging
+"""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import randint, randn
+
+import chroma
+
+# ---------------------------------------------------------------------------- scans
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum_float(check, dim):
+    check(lambda x: torch.cumsum(x, dim), randn(3, 5, 7))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_cumsum_integer_promotes_to_int64(check, dtype):
+    x = randint(0, 3, 4, 9).to(dtype)
+    check(lambda x: (torch.cumsum(x, 1), torch.cumsum(x, 0, dtype=torch.int32)), x)
+
+
+def test_cumsum_long_row_is_exact_for_integers(check):
+    check(lambda x: torch.cumsum(x, 0), randint(-1000, 1000, 10007) * 1_000_000)
+
+
+def test_cumsum_scalar_and_through_view(check):
+    check(lambda x, s: (torch.cumsum(x.transpose(0, 1), 0), torch.cumsum(s, 0)), randn(5, 3), randn())
+
+
+def test_cumprod(check):
+    check(lambda x: (torch.cumprod(x, -1), torch.cumprod(x, 0)), randn(3, 6).abs() + 0.5)
+    check(lambda x: torch.cumprod(x, 1), randint(-3, 4, 3, 11))
+
+
+def test_cummax_cummin_ties_and_nans(check):
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0],
+                      [2.0, float("nan"), 1.0, float("nan"), 7.0, -1.0, 9.0],
+                      [-1.0, -1.0, -2.0, -2.0, -3.0, 4.0, 4.0]])
+    check(lambda x: (*torch.cummax(x, 1), *torch.cummin(x, 1), *torch.cummax(x, 0), *torch.cummin(x, -2)), x)
+
+
+def test_cummax_integer(check):
+    x = randint(0, 4, 5, 13)
+    check(lambda x: (*torch.cummax(x, 1), *torch.cummin(x, 0)), x)
+
+
+def test_logcumsumexp(check):
+    x = randn(4, 9) * 5
+    x[1, 0] = -1000.0  # would underflow without the running-maximum formulation
+    x[2, 3] = float("-inf")
+    check(lambda x: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x, 0)), x)
+
+
+# ---------------------------------------------------------------------------- sort
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_sort_float(check, dim, descending):
+    check(lambda x: tuple(torch.sort(x, dim=dim, descending=descending)), randn(5, 3, 7))
+
+
+def test_sort_stable_ties_and_nans(check):
+    x = torch.tensor([[3.0, 1.0, float("nan"), 1.0, 2.0, 3.0, -0.0, 0.0, float("nan"), float("-inf")],
+                      [1.0, 1.0, 1.0, 0.5, 0.5, float("inf"), 2.0, 2.0, -1.0, 1.0]])
+    check(lambda x: (*torch.sort(x, dim=1, stable=True), *torch.sort(x, dim=1, descending=True, stable=True),
+                     torch.argsort(x, dim=1, stable=True)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_sort_integer_stable(check, dtype):
+    x = randint(0, 3, 4, 17).to(dtype)
+    check(lambda x: (*torch.sort(x, stable=True), *torch.sort(x, dim=0, descending=True, stable=True)), x)
+
+
+def test_argsort_and_msort(check):
+    check(lambda x: (torch.argsort(x, dim=0), torch.msort(x)), randn(6, 5))
+
+
+# ---------------------------------------------------------------------------- scatters
+
+
+def test_scatter_src_and_value(check):
+    x = randn(4, 6)
+    idx = torch.tensor([[0, 5, 2], [1, 1, 4], [3, 0, 0]])  # smaller than x and src: src is cut
+    src = randn(4, 5, seed=1)
+    check(lambda x, i, s: (x.scatter(1, i, s), x.scatter(1, i, 2.5), x.scatter(0, i[:, :2], s)), x, idx, src)
+
+
+def test_scatter_negative_dim_int(check):
+    x = randint(0, 9, 3, 4, 5)
+    idx = randint(0, 5, 3, 4, 2)
+    check(lambda x, i: x.scatter(-1, i, -7), x, idx)
+
+
+def test_scatter_add_duplicates(check):
+    x = randn(3, 5)
+    idx = torch.tensor([[0, 0, 0, 4], [1, 2, 1, 2], [4, 4, 3, 0]])
+    check(lambda x, i, s: (x.scatter_add(1, i, s), x.scatter_add(0, i.clamp(max=2), s)), x, idx, randn(3, 4, seed=2))
+    xi = randint(0, 5, 3, 5)
+    check(lambda x, i: x.scatter_add(1, i, x[:, :4]), xi, idx)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce(check, reduce, include_self):
+    x = randn(4, 6)
+    idx = torch.tensor([[0, 0, 5, 5, 2], [1, 1, 1, 3, 3], [0, 2, 4, 0, 2], [5, 5, 5, 5, 5]])
+    src = randn(4, 5, seed=3)
+    check(lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), x, idx, src)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_int(check, reduce):
+    x = randint(-5, 6, 3, 7)
+    idx = randint(0, 3, 4, 7)
+    src = randint(-4, 5, 4, 7, seed=1)
+    check(lambda x, i, s: (x.scatter_reduce(0, i, s, reduce), x.scatter_reduce(0, i, s, reduce, include_self=False)),
+          x, idx, src)
+
+
+def test_scatter_reduce_nan_propagates(check):
+    x = torch.tensor([1.0, 2.0, 3.0])
+    src = torch.tensor([float("nan"), 5.0, 0.5, 9.0])
+    idx = torch.tensor([0, 0, 1, 2])
+    check(lambda x, i, s: (x.scatter_reduce(0, i, s, "amax"), x.scatter_reduce(0, i, s, "amin")), x, idx, src)
+
+
+def test_scatter_out_of_range_index_fails_at_run_time(compile_to):
+    prog = compile_to(lambda x, i: x.scatter(1, i, 1.0), randn(3, 4), torch.tensor([[0], [1], [2]]))
+    with pytest.raises(Exception) as ei:
+        prog(np.zeros((3, 4), np.float32), np.array([[0], [4], [1]], np.int64))
+    msg = str(ei.value)
+    assert "index 4 is out of range for dimension 1 of size 4" in msg and "scatter" in msg, msg
+
+
+def test_masked_scatter(check):
+    x = randn(4, 5)
+    mask = randn(4, 5, seed=1) > 0
+    src = randn(30, seed=2)
+    check(lambda x, m, s: x.masked_scatter(m, s), x, mask, src)
+    # broadcast mask, integer dtype
+    check(lambda x, m, s: x.masked_scatter(m, s), randint(0, 9, 3, 5), torch.tensor([True, False, True, True, False]),
+          randint(0, 9, 4, 4, seed=3))
+
+
+# ---------------------------------------------------------------------------- strided views
+
+
+@pytest.mark.parametrize("offset,d1,d2", [(0, 0, 1), (2, 0, 1), (-1, 1, 0), (1, -1, 0), (0, 2, -3), (7, 0, 1)])
+def test_diagonal(check, offset, d1, d2):
+    check(lambda x: torch.diagonal(x, offset, d1, d2), randn(4, 5, 3))
+
+
+def test_diag_and_trace_like(check):
+    check(lambda x: (torch.diag(x), torch.diag(x, -2), x.diagonal().sum()), randn(5, 7))
+    check(lambda x: torch.diag_embed(x, offset=1), randn(3, 4))
+
+
+def test_diagonal_scatter(check):
+    check(lambda x, s: torch.diagonal_scatter(x, s, 1), randn(4, 6), randn(4, seed=1))
+    check(lambda x, s: torch.diagonal_scatter(x, s, -1, 0, 2), randn(5, 2, 4), randn(2, 4, seed=1))
+
+
+def test_as_strided(check):
+    check(lambda x: (x.as_strided((3, 3), (1, 3), 2), x.as_strided((2, 2, 2), (6, 1, 3)), x.as_strided((4,), (0,), 5)),
+          randn(3, 6))
+    check(lambda x: x.as_strided((2, 3), (3, 1), 1), randint(0, 99, 12))
+
+
+def test_fill_and_empty(check):
+    def f(x):
+        y = x.clone()
+        y.fill_(2.5)
+        z = torch.empty(3, 4, dtype=torch.int32)
+        z.fill_(7)
+        e = torch.empty_like(x).zero_()
+        s = torch.empty_strided((2, 3), (1, 2)).fill_(1.0)
+        return y, z, e + x, s
+
+    check(f, randn(2, 5))
+
+
+# ---------------------------------------------------------------------------- embedding_bag
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(check, mode):
+    w = randn(10, 6)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0])
+    offs = torch.tensor([0, 3, 3, 7])  # bag 1 is empty
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, idx, offs)
+    check(lambda w, i: F.embedding_bag(i, w, mode=mode, padding_idx=2), w, torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]]))
+
+
+def test_embedding_bag_per_sample_weights_and_last_offset(check):
+    w = randn(8, 5)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3])
+    psw = randn(6, seed=4)
+    offs = torch.tensor([0, 2, 6])
+    check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, include_last_offset=True),
+          w, idx, offs, psw)
+
+
+def test_embedding_bag_module_with_parameter(check):
+    bag = torch.nn.EmbeddingBag(7, 4, mode="mean")
+    check(lambda i, o: bag(i, o), torch.tensor([0, 6, 2, 2, 5]), torch.tensor([0, 1, 4]))
+
+
+# ---------------------------------------------------------------------------- distances
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf")])
+def test_cdist(check, p):
+    check(lambda a, b: torch.cdist(a, b, p=p), randn(2, 5, 3), randn(2, 4, 3, seed=1))
+
+
+def test_cdist_matrix_product_path(check):
+    # P > 25: PyTorch switches to the |a|^2 + |b|^2 - 2ab form, and so do we; the rounding of
+    # that form (cancellation) is only reproduced to a few ulp of the squared norms
+    check(lambda a, b: torch.cdist(a, b), randn(30, 7), randn(6, 7, seed=1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 0.5, float("inf")])
+def test_pdist(check, p):
+    check(lambda x: F.pdist(x, p=p), randn(6, 4))
+
+
+# ---------------------------------------------------------------------------- patches and sampling
+
+
+def test_col2im_im2col_direct(check):
+    x = randn(2, 3 * 2 * 3, 12)  # 3 channels, kernel 2x3, output 5x6 padding 1 stride 2 -> 3x4 blocks
+    check(lambda x: torch.ops.aten.col2im(x, [5, 6], [2, 3], [1, 1], [1, 1], [2, 2]), x)
+    y = randn(2, 3, 5, 6)
+    check(lambda y: torch.ops.aten.im2col(y, [2, 3], [1, 2], [1, 0], [2, 1]), y)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample(check, mode, padding, align):
+    x = randn(2, 3, 5, 7)
+    g = randn(2, 4, 6, 2, seed=1) * 0.8  # some samples fall outside [-1, 1]
+    g[0, 0, 0] = torch.tensor([1.0, -1.0])
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align), x, g)
+
+
+def test_embedding_dense_backward(check):
+    g = randn(2, 3, 4)
+    idx = torch.tensor([[1, 2, 1], [0, 5, 1]])
+    check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 7, 1, False), g, idx)
+    check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 7, -1, True), g, idx)
+
+
+def test_item_becomes_a_scalar_tensor(check):
+    check(lambda x: x * x.sum().item(), randn(3, 4))
+
+
+def test_dropout_in_eval_is_identity(check):
+    check(lambda x: torch.ops.aten.native_dropout(x, 0.5, False)[0], randn(3, 4))
+
+
+# ---------------------------------------------------------------------------- refused
+
+
+def _refused(tmp_path, fn, *inputs):
+    with pytest.raises(Exception) as ei:
+        chroma.compile(fn, tuple(inputs), out=str(tmp_path / "bad"))
+    assert not isinstance(ei.value, AssertionError)
+    return str(ei.value)
+
+
+def test_nonzero_is_refused(tmp_path):
+    msg = _refused(tmp_path, lambda x: torch.nonzero(x), randn(3, 4))
+    assert "aten.nonzero" in msg and re.search(r"data-dependent", msg), msg
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x: x + torch.rand(3, 4), "aten.rand"),
+    (lambda x: x + torch.randn_like(x), "aten.randn_like"),
+    (lambda x: x[torch.randperm(3)], "aten.randperm"),
+])
+def test_random_ops_are_refused(tmp_path, fn, op):
+    msg = _refused(tmp_path, fn, randn(3, 4))
+    assert op in msg and "random-number" in msg, msg
+
+
+def test_training_dropout_is_refused(tmp_path):
+    msg = _refused(tmp_path, lambda x: F.dropout(x, 0.5, training=True), randn(3, 4))
+    assert "native_dropout" in msg and "random" in msg, msg
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x: torch.fft.rfft(x).abs(), "aten._fft_r2c"),
+    (lambda x: torch.fft.irfft(x), "aten._fft_c2r"),
+])
+def test_fft_is_refused(tmp_path, fn, op):
+    msg = _refused(tmp_path, fn, randn(3, 8))
+    assert "complex" in msg and ("fft" in msg.lower()), msg
