@@ -7,6 +7,10 @@
 // through a GatherElements of an Iota first so that an out-of-range index fails at run time
 // with PyTorch's message (the index, the dimension and its size). Strided views (diagonal,
 // as_strided) are Slice/Reshape views or a Gather with Iota indices.
+//
+// Not here because run_decompositions() never leaves them in a graph: col2im/im2col (fold,
+// unfold: index_put/index with several index tensors, src/import/aten_index.cpp),
+// embedding_dense_backward, diag_embed, argsort (sort), fill (full_like).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -525,112 +529,6 @@ Value pdist(Call& c) {
   return pnorm_last(b, b.ew(EwOp::k_sub, xi, xj), p);
 }
 
-// ---- col2im / im2col ---------------------------------------------------------------------------
-
-struct Window {
-  int64_t kh, kw, dh, dw, ph, pw, sh, sw;
-};
-
-Window window(Call& c, size_t first) {
-  auto pair = [&](size_t i, const char* name) {
-    std::vector<int64_t> v = c.ints(i, name);
-    if (v.size() == 1) v.push_back(v[0]);
-    if (v.size() != 2) c.fail(std::string(name) + " must have two elements");
-    return v;
-  };
-  auto k = pair(first, "kernel_size"), d = pair(first + 1, "dilation"), p = pair(first + 2, "padding"), s = pair(first + 3, "stride");
-  return Window{k[0], k[1], d[0], d[1], p[0], p[1], s[0], s[1]};
-}
-
-// col2im(input [N, C kh kw, L], output_size, kernel_size, dilation, padding, stride): the sum
-// of overlapping patches, one IndexPut (accumulate) into the padded image with constant
-// positions.
-Value col2im(Call& c) {
-  Builder& b = c.b;
-  Value x = c.tensor(0, "self");
-  std::vector<int64_t> os = c.ints(1, "output_size");
-  if (os.size() == 1) os.push_back(os[0]);
-  const Window w = window(c, 2);
-  const TensorType t = b.type(x);
-  const bool batched = t.rank() == 3;
-  if (!batched) x = b.unsqueeze(x, 0);
-  const Shape s = b.type(x).shape;
-  const int64_t nbatch = s[0], ckk = s[1], l = s[2];
-  const int64_t kk = w.kh * w.kw;
-  if (ckk % kk) c.fail("col2im: input channels " + std::to_string(ckk) + " not divisible by the kernel size");
-  const int64_t ch = ckk / kk;
-  const int64_t hp = os[0] + 2 * w.ph, wp = os[1] + 2 * w.pw;
-  const int64_t bh = (hp - w.dh * (w.kh - 1) - 1) / w.sh + 1, bw = (wp - w.dw * (w.kw - 1) - 1) / w.sw + 1;
-  if (bh * bw != l) c.fail("col2im: expected " + std::to_string(bh * bw) + " blocks, got " + std::to_string(l));
-  std::vector<int64_t> pos;
-  for (int64_t ki = 0; ki < w.kh; ++ki) {
-    for (int64_t kj = 0; kj < w.kw; ++kj) {
-      for (int64_t by = 0; by < bh; ++by) {
-        for (int64_t bx = 0; bx < bw; ++bx) pos.push_back((by * w.sh + ki * w.dh) * wp + bx * w.sw + kj * w.dw);
-      }
-    }
-  }
-  Value out;
-  if (pos.empty() || nbatch * ch == 0) {
-    out = zeros(b, t.dtype, {nbatch, ch, os[0], os[1]});
-  } else {
-    Attrs a;
-    a.axis = 2;
-    a.accumulate = true;
-    Value vals = b.reshape(x, {nbatch, ch, kk * l});
-    Value img = b.graph().add(Op::kIndexPut, {zeros(b, t.dtype, {nbatch, ch, hp * wp}), const_i64(b, pos, {kk * l}), vals}, a);
-    img = b.reshape(img, {nbatch, ch, hp, wp});
-    out = b.slice(b.slice(img, 2, w.ph, w.ph + os[0], 1), 3, w.pw, w.pw + os[1], 1);
-  }
-  return batched ? out : b.reshape(out, {ch, os[0], os[1]});
-}
-
-// im2col(input [N, C, H, W], kernel_size, dilation, padding, stride) -> [N, C kh kw, L]: a
-// Gather from the zero-padded image with constant positions.
-Value im2col(Call& c) {
-  Builder& b = c.b;
-  Value x = c.tensor(0, "self");
-  const Window w = window(c, 1);
-  const TensorType t = b.type(x);
-  const bool batched = t.rank() == 4;
-  if (!batched) x = b.unsqueeze(x, 0);
-  const Shape s = b.type(x).shape;
-  const int64_t nbatch = s[0], ch = s[1], hp = s[2] + 2 * w.ph, wp = s[3] + 2 * w.pw;
-  const int64_t bh = (hp - w.dh * (w.kh - 1) - 1) / w.sh + 1, bw = (wp - w.dw * (w.kw - 1) - 1) / w.sw + 1;
-  const int64_t kk = w.kh * w.kw, l = std::max<int64_t>(bh, 0) * std::max<int64_t>(bw, 0);
-  Value out;
-  if (l == 0 || nbatch * ch == 0) {
-    out = zeros(b, t.dtype, {nbatch, ch * kk, l});
-  } else {
-    Value padded = x;
-    if (w.ph || w.pw) {
-      Value z = zeros(b, t.dtype, {nbatch, ch, hp, wp});
-      std::vector<int64_t> pos;
-      for (int64_t y = 0; y < s[2]; ++y) {
-        for (int64_t xx = 0; xx < s[3]; ++xx) pos.push_back((y + w.ph) * wp + xx + w.pw);
-      }
-      Attrs a;
-      a.axis = 2;
-      padded = b.reshape(b.graph().add(Op::kIndexPut, {b.reshape(z, {nbatch, ch, hp * wp}), const_i64(b, pos, {s[2] * s[3]}),
-                                                        b.reshape(x, {nbatch, ch, s[2] * s[3]})}, a),
-                         {nbatch, ch, hp, wp});
-    }
-    std::vector<int64_t> pos;
-    for (int64_t ki = 0; ki < w.kh; ++ki) {
-      for (int64_t kj = 0; kj < w.kw; ++kj) {
-        for (int64_t by = 0; by < bh; ++by) {
-          for (int64_t bx = 0; bx < bw; ++bx) pos.push_back((by * w.sh + ki * w.dh) * wp + bx * w.sw + kj * w.dw);
-        }
-      }
-    }
-    Attrs a;
-    a.axis = 2;
-    Value g = b.graph().add(Op::kGather, {b.reshape(padded, {nbatch, ch, hp * wp}), const_i64(b, pos, {kk * l})}, a);
-    out = b.reshape(g, {nbatch, ch * kk, l});
-  }
-  return batched ? out : b.reshape(out, {ch * kk, l});
-}
-
 // ---- grid_sampler_2d ---------------------------------------------------------------------------
 
 // PyTorch's reflect_coordinates: reflect `in` into [twice_low / 2, twice_high / 2].
@@ -727,38 +625,6 @@ Value grid_sampler_2d(Call& c) {
   return b.reshape(out, {n, ch, ho, wo});
 }
 
-// embedding_dense_backward(grad_output [.., D], indices, num_weights, padding_idx,
-// scale_grad_by_freq) -> [num_weights, D].
-Value embedding_dense_backward(Call& c) {
-  Builder& b = c.b;
-  Value grad = c.tensor(0, "grad_output");
-  Value idx = b.cast(c.tensor(1, "indices"), DType::kI64);
-  const int64_t nw = c.int_(2, "num_weights");
-  const int64_t padding_idx = c.int_or(3, "padding_idx", -1);
-  const bool scale = c.bool_or(4, "scale_grad_by_freq", false);
-  const TensorType gt = b.type(grad);
-  const int64_t d = gt.shape.back();
-  const int64_t n = b.type(idx).numel();
-  if (n == 0) return zeros(b, gt.dtype, {nw, d});
-  idx = flat(b, idx);
-  Value g = b.reshape(grad, {n, d});
-  if (padding_idx >= 0) {
-    Value keep = b.expand(b.reshape(b.ew(EwOp::k_ne, idx, Scalar::of_int(padding_idx)), {n, 1}), {n, d});
-    g = where(b, keep, g, Scalar::of_int(0));
-  }
-  Attrs a;
-  a.axis = 0;
-  a.accumulate = true;
-  if (scale) {
-    Value counts = b.graph().add(Op::kIndexPut, {zeros(b, gt.dtype, {nw}), idx, b.full(Scalar::of_int(1), gt.dtype, {n})}, a);
-    Attrs ga;
-    ga.axis = 0;
-    Value per = b.graph().add(Op::kGather, {counts, idx}, ga);
-    g = b.ew(EwOp::k_div, g, b.expand(b.reshape(per, {n, 1}), {n, d}));
-  }
-  return b.graph().add(Op::kIndexPut, {zeros(b, gt.dtype, {nw, d}), idx, g}, a);
-}
-
 }  // namespace
 
 void register_aten_misc(HandlerTable& t) {
@@ -812,14 +678,11 @@ void register_aten_misc(HandlerTable& t) {
       return one(zeros(c.b, o.dtype, o.shape));
     };
   }
-  // embeddings, distances, patches, sampling
+  // embeddings, distances, sampling
   t["aten._embedding_bag.default"] = [](Call& c) { return embedding_bag(c); };
   t["aten._embedding_bag_forward_only.default"] = [](Call& c) { return embedding_bag(c); };
-  t["aten.embedding_dense_backward.default"] = [](Call& c) { return one(embedding_dense_backward(c)); };
   t["aten._cdist_forward.default"] = [](Call& c) { return one(cdist(c)); };
   t["aten._pdist_forward.default"] = [](Call& c) { return one(pdist(c)); };
-  t["aten.col2im.default"] = [](Call& c) { return one(col2im(c)); };
-  t["aten.im2col.default"] = [](Call& c) { return one(im2col(c)); };
   t["aten.grid_sampler_2d.default"] = [](Call& c) { return one(grid_sampler_2d(c)); };
   // native_dropout(input, p, train): the identity outside training; in training it draws
   // random numbers, which are excluded (see refusal() in importer.cpp).

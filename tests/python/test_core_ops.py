@@ -1,7 +1,7 @@
 """The rest of the core ATen opset (src/import/aten_misc.cpp): scans, sort, scatters,
-strided views, fills, masked_scatter, embedding_bag, cdist/pdist, col2im/im2col,
-grid_sample, and the ops refused by design (random numbers, data-dependent shapes,
-complex numbers).
+strided views, fills, masked_scatter, embedding_bag, cdist/pdist, fold/unfold (indexing
+with several index tensors), grid_sample, and the ops refused by design (random numbers,
+data-dependent shapes, complex numbers).
 
 Every test compiles with Chroma and compares with eager PyTorch at rtol=atol=1e-5 unless
 it says why not; integer and bool outputs must match exactly.
@@ -99,7 +99,7 @@ def test_scatter_src_and_value(check):
     x = randn(4, 6)
     idx = torch.tensor([[0, 5, 2], [1, 1, 4], [3, 0, 0]])  # smaller than x and src: src is cut
     src = randn(4, 5, seed=1)
-    check(lambda x, i, s: (x.scatter(1, i, s), x.scatter(1, i, 2.5), x.scatter(0, i[:, :2], s)), x, idx, src)
+    check(lambda x, i, s: (x.scatter(1, i, s), x.scatter(1, i, 2.5), x.scatter(0, i[:, :2].clamp(max=3), s)), x, idx, src)
 
 
 def test_scatter_negative_dim_int(check):
@@ -244,11 +244,30 @@ def test_pdist(check, p):
 # ---------------------------------------------------------------------------- patches and sampling
 
 
-def test_col2im_im2col_direct(check):
-    x = randn(2, 3 * 2 * 3, 12)  # 3 channels, kernel 2x3, output 5x6 padding 1 stride 2 -> 3x4 blocks
-    check(lambda x: torch.ops.aten.col2im(x, [5, 6], [2, 3], [1, 1], [1, 1], [2, 2]), x)
+def test_fold_unfold(check):
+    # col2im/im2col decompose to index_put/index with several index tensors
+    x = randn(2, 3 * 2 * 3, 9)  # 3 channels, kernel 2x3, output 5x6, padding 1, stride 2 -> 3x3 blocks
+    check(lambda x: F.fold(x, (5, 6), (2, 3), padding=1, stride=2), x)
     y = randn(2, 3, 5, 6)
-    check(lambda y: torch.ops.aten.im2col(y, [2, 3], [1, 2], [1, 0], [2, 1]), y)
+    check(lambda y: F.unfold(y, (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)), y)
+
+
+def test_multi_tensor_index_and_index_put(check):
+    x = randn(4, 5, 6)
+    i = torch.tensor([[0, 3], [-1, 2]])
+    j = torch.tensor([4, -5])
+    # adjacent indexed dims keep their place; separated ones move to the front
+    check(lambda x, i, j: (x[:, i, j], x[i, :, j], x[i, j]), x, i, j)
+    v = randn(2, 2, 6, seed=1)
+    check(lambda x, i, j, v: (torch.index_put(x, (i, j), v, accumulate=True), torch.index_put(x, (i, j), v)),
+          x, torch.tensor([[0, 0], [3, 0]]), torch.tensor([1, 1]), v)
+
+
+def test_multi_tensor_index_out_of_range(compile_to):
+    prog = compile_to(lambda x, i, j: x[i, j], randn(3, 4), torch.tensor([0, 1]), torch.tensor([1, 2]))
+    with pytest.raises(Exception) as ei:
+        prog(np.zeros((3, 4), np.float32), np.array([0, 1]), np.array([1, 4]))
+    assert "index 4 is out of range for dimension 1 of size 4" in str(ei.value), str(ei.value)
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
@@ -259,13 +278,6 @@ def test_grid_sample(check, mode, padding, align):
     g = randn(2, 4, 6, 2, seed=1) * 0.8  # some samples fall outside [-1, 1]
     g[0, 0, 0] = torch.tensor([1.0, -1.0])
     check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align), x, g)
-
-
-def test_embedding_dense_backward(check):
-    g = randn(2, 3, 4)
-    idx = torch.tensor([[1, 2, 1], [0, 5, 1]])
-    check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 7, 1, False), g, idx)
-    check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 7, -1, True), g, idx)
 
 
 def test_item_becomes_a_scalar_tensor(check):
