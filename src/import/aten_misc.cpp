@@ -456,6 +456,30 @@ std::vector<Value> embedding_bag(Call& c) {
   return finish(out, bag, count);
 }
 
+// embedding_renorm(weight, indices, max_norm, norm_type): rows that indices reference and
+// whose norm exceeds max_norm are scaled by max_norm / (norm + 1e-7), as
+// embedding(max_norm=...) does in place before the lookup.
+Value pnorm_last(Builder& b, Value d, double p);
+Value embedding_renorm(Call& c) {
+  Builder& b = c.b;
+  Value w = c.tensor(0, "self");
+  Value idx = b.cast(c.tensor(1, "indices"), DType::kI64);
+  const double max_norm = c.float_or(2, "max_norm", 0.0);
+  const double p = c.float_or(3, "norm_type", 2.0);
+  const TensorType wt = b.type(w);
+  if (wt.rank() != 2) c.fail("embedding_renorm needs a 2-D weight, got " + wt.str());
+  const int64_t n = b.type(idx).numel(), rows = wt.shape[0], d = wt.shape[1];
+  if (n == 0 || wt.numel() == 0) return w;
+  Attrs a;
+  a.axis = 0;
+  Value used = b.graph().add(Op::kIndexPut, {zeros(b, DType::kBool, {rows}), flat(b, idx), b.full(Scalar::of_int(1), DType::kBool, {n})}, a);
+  Value norm = pnorm_last(b, w, p);
+  Value scale = b.ew(EwOp::k_div, b.full(Scalar::of_float(max_norm), wt.dtype, {rows}), b.ew(EwOp::k_add, norm, Scalar::of_float(1e-7)));
+  Value cond = b.ew(EwOp::k_logical_and, used, b.ew(EwOp::k_gt, norm, Scalar::of_float(max_norm)));
+  auto rowwise = [&](Value v) { return b.expand(b.reshape(v, {rows, 1}), {rows, d}); };
+  return where(b, rowwise(cond), b.ew(EwOp::k_mul, w, rowwise(scale)), w);
+}
+
 // ---- distances -------------------------------------------------------------------------------
 
 // The p-norm over the last axis of d (differences), as PyTorch's cdist/pdist define it.
@@ -549,22 +573,40 @@ Value clip(Builder& b, Value v, int64_t size) {
   return b.ew(EwOp::k_minimum, lo, Scalar::of_float(static_cast<double>(size - 1)));
 }
 
-// grid_sampler_compute_source_index: unnormalize, then apply the padding mode.
-Value source_index(Builder& b, Value coord, int64_t size, int64_t padding, bool align) {
-  Value v;
+// grid_sampler_unnormalize: [-1, 1] to pixel coordinates.
+Value unnormalize(Builder& b, Value coord, int64_t size, bool align) {
   if (align) {
-    v = b.ew(EwOp::k_mul, b.ew(EwOp::k_div, b.ew(EwOp::k_add, coord, Scalar::of_float(1.0)), Scalar::of_float(2.0)),
-             Scalar::of_float(static_cast<double>(size - 1)));
-  } else {
-    v = b.ew(EwOp::k_div, b.ew(EwOp::k_sub, b.ew(EwOp::k_mul, b.ew(EwOp::k_add, coord, Scalar::of_float(1.0)), Scalar::of_float(static_cast<double>(size))), Scalar::of_float(1.0)),
-             Scalar::of_float(2.0));
+    return b.ew(EwOp::k_mul, b.ew(EwOp::k_div, b.ew(EwOp::k_add, coord, Scalar::of_float(1.0)), Scalar::of_float(2.0)),
+                Scalar::of_float(static_cast<double>(size - 1)));
   }
+  return b.ew(EwOp::k_div, b.ew(EwOp::k_sub, b.ew(EwOp::k_mul, b.ew(EwOp::k_add, coord, Scalar::of_float(1.0)), Scalar::of_float(static_cast<double>(size))), Scalar::of_float(1.0)),
+              Scalar::of_float(2.0));
+}
+
+// compute_coordinates: the padding mode applied to pixel coordinates.
+Value pad_coordinates(Builder& b, Value v, int64_t size, int64_t padding, bool align) {
   if (padding == 1) return clip(b, v, size);
   if (padding == 2) {
     v = align ? reflect(b, v, 0, 2 * (size - 1)) : reflect(b, v, -1, 2 * size - 1);
     return clip(b, v, size);
   }
   return v;
+}
+
+// Cubic convolution weights of PyTorch's upsampling (A = -0.75) for the four taps around t.
+std::vector<Value> cubic_coefficients(Builder& b, Value t) {
+  const double A = -0.75;
+  auto conv1 = [&](Value x) {  // ((A + 2) x - (A + 3)) x x + 1
+    Value r = b.ew(EwOp::k_sub, b.ew(EwOp::k_mul, x, Scalar::of_float(A + 2)), Scalar::of_float(A + 3));
+    return b.ew(EwOp::k_add, b.ew(EwOp::k_mul, b.ew(EwOp::k_mul, r, x), x), Scalar::of_float(1.0));
+  };
+  auto conv2 = [&](Value x) {  // ((A x - 5A) x + 8A) x - 4A
+    Value r = b.ew(EwOp::k_sub, b.ew(EwOp::k_mul, x, Scalar::of_float(A)), Scalar::of_float(5 * A));
+    r = b.ew(EwOp::k_add, b.ew(EwOp::k_mul, r, x), Scalar::of_float(8 * A));
+    return b.ew(EwOp::k_sub, b.ew(EwOp::k_mul, r, x), Scalar::of_float(4 * A));
+  };
+  auto minus = [&](double a) { return b.ew(EwOp::k_sub, b.full(Scalar::of_float(a), b.type(t).dtype, b.type(t).shape), t); };
+  return {conv2(b.ew(EwOp::k_add, t, Scalar::of_float(1.0))), conv1(t), conv1(minus(1.0)), conv2(minus(2.0))};
 }
 
 Value grid_sampler_2d(Call& c) {
@@ -574,7 +616,6 @@ Value grid_sampler_2d(Call& c) {
   const int64_t interp = c.int_(2, "interpolation_mode");
   const int64_t padding = c.int_(3, "padding_mode");
   const bool align = c.bool_or(4, "align_corners", false);
-  if (interp == 2) c.fail("grid_sampler_2d: bicubic interpolation is not supported (bilinear and nearest are)");
   if (interp < 0 || interp > 2 || padding < 0 || padding > 2) c.fail("grid_sampler_2d: unknown interpolation or padding mode");
   const TensorType it = b.type(input), gt = b.type(grid);
   if (it.rank() != 4 || gt.rank() != 4 || gt.shape[3] != 2) c.fail("grid_sampler_2d: expects input [N, C, H, W] and grid [N, H, W, 2]");
@@ -587,8 +628,9 @@ Value grid_sampler_2d(Call& c) {
   grid = b.cast(grid, ft);
   Value gx = b.reshape(b.slice(grid, 3, 0, 1, 1), {n, ho * wo});
   Value gy = b.reshape(b.slice(grid, 3, 1, 2, 1), {n, ho * wo});
-  Value ix = source_index(b, gx, w, padding, align);
-  Value iy = source_index(b, gy, h, padding, align);
+  Value ux = unnormalize(b, gx, w, align), uy = unnormalize(b, gy, h, align);
+  Value ix = pad_coordinates(b, ux, w, padding, align);
+  Value iy = pad_coordinates(b, uy, h, padding, align);
   Value src = b.reshape(input, {n, ch, h * w});
   const Shape full = {n, ch, ho * wo};
   // Value at integer coordinates (xi, yi) (float tensors [n, ho wo]), 0 outside the image.
@@ -609,6 +651,23 @@ Value grid_sampler_2d(Call& c) {
   Value out;
   if (interp == 1) {
     out = fetch(b.ew(EwOp::k_round, ix), b.ew(EwOp::k_round, iy));
+  } else if (interp == 2) {
+    // Bicubic: 4x4 taps around the unpadded coordinate, each tap's coordinates padded on
+    // their own (PyTorch's get_value_bounded), rows then columns combined.
+    Value x0 = b.ew(EwOp::k_floor, ux), y0 = b.ew(EwOp::k_floor, uy);
+    std::vector<Value> cx = cubic_coefficients(b, b.ew(EwOp::k_sub, ux, x0));
+    std::vector<Value> cy = cubic_coefficients(b, b.ew(EwOp::k_sub, uy, y0));
+    for (int i = 0; i < 4; ++i) {
+      Value yi = pad_coordinates(b, b.ew(EwOp::k_add, y0, Scalar::of_float(i - 1.0)), h, padding, align);
+      Value row;
+      for (int j = 0; j < 4; ++j) {
+        Value xj = pad_coordinates(b, b.ew(EwOp::k_add, x0, Scalar::of_float(j - 1.0)), w, padding, align);
+        Value term = b.ew(EwOp::k_mul, fetch(xj, yi), bc(cx[static_cast<size_t>(j)]));
+        row = row.valid() ? b.ew(EwOp::k_add, row, term) : term;
+      }
+      Value term = b.ew(EwOp::k_mul, row, bc(cy[static_cast<size_t>(i)]));
+      out = out.valid() ? b.ew(EwOp::k_add, out, term) : term;
+    }
   } else {
     Value x0 = b.ew(EwOp::k_floor, ix), y0 = b.ew(EwOp::k_floor, iy);
     Value x1 = b.ew(EwOp::k_add, x0, Scalar::of_float(1.0)), y1 = b.ew(EwOp::k_add, y0, Scalar::of_float(1.0));
@@ -681,6 +740,7 @@ void register_aten_misc(HandlerTable& t) {
   // embeddings, distances, sampling
   t["aten._embedding_bag.default"] = [](Call& c) { return embedding_bag(c); };
   t["aten._embedding_bag_forward_only.default"] = [](Call& c) { return embedding_bag(c); };
+  t["aten.embedding_renorm.default"] = [](Call& c) { return one(embedding_renorm(c)); };
   t["aten._cdist_forward.default"] = [](Call& c) { return one(cdist(c)); };
   t["aten._pdist_forward.default"] = [](Call& c) { return one(pdist(c)); };
   t["aten.grid_sampler_2d.default"] = [](Call& c) { return one(grid_sampler_2d(c)); };

@@ -254,9 +254,11 @@ Tensors eval_TopK(const Node& n, const Tensors& in) {
       for (int64_t i = 0; i < inner; ++i) {
         for (int64_t j = 0; j < dim; ++j) row[static_cast<size_t>(j)] = p[(a * dim + j) * inner + i];
         std::iota(order.begin(), order.end(), int64_t{0});
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t u, int64_t v) {
+        auto before = [&](int64_t u, int64_t v) {
           return topk_before(row[static_cast<size_t>(u)], u, row[static_cast<size_t>(v)], v, largest);
-        });
+        };
+        if (k == dim) std::sort(order.begin(), order.end(), before);  // same result: `before` is total
+        else std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
         for (int64_t j = 0; j < k; ++j) {
           const int64_t src = order[static_cast<size_t>(j)];
           ov[(a * k + j) * inner + i] = row[static_cast<size_t>(src)];

@@ -23,40 +23,32 @@ import chroma
 # ---------------------------------------------------------------------------- scans
 
 
-@pytest.mark.parametrize("dim", [0, 1, -1])
-def test_cumsum_float(check, dim):
-    check(lambda x: torch.cumsum(x, dim), randn(3, 5, 7))
+def test_cumsum_float_every_dim_view_and_scalar(check):
+    check(lambda x, t, s: (torch.cumsum(x, 0), torch.cumsum(x, 1), torch.cumsum(x, -1),
+                           torch.cumsum(t.transpose(0, 1), 0), torch.cumsum(s, 0)),
+          randn(3, 5, 7), randn(5, 3, seed=1), randn())
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
-def test_cumsum_integer_promotes_to_int64(check, dtype):
-    x = randint(0, 3, 4, 9).to(dtype)
-    check(lambda x: (torch.cumsum(x, 1), torch.cumsum(x, 0, dtype=torch.int32)), x)
-
-
-def test_cumsum_long_row_is_exact_for_integers(check):
-    check(lambda x: torch.cumsum(x, 0), randint(-1000, 1000, 10007) * 1_000_000)
-
-
-def test_cumsum_scalar_and_through_view(check):
-    check(lambda x, s: (torch.cumsum(x.transpose(0, 1), 0), torch.cumsum(s, 0)), randn(5, 3), randn())
+def test_cumsum_integers_promote_to_int64_and_are_exact(check):
+    # int32/uint8/bool accumulate in int64 unless a dtype is given; the long row would lose
+    # digits in float32
+    xs = [randint(0, 3, 4, 9).to(dt) for dt in (torch.int64, torch.int32, torch.uint8, torch.bool)]
+    check(lambda a, b, c, d, e: (torch.cumsum(a, 1), torch.cumsum(b, 1), torch.cumsum(c, 0), torch.cumsum(d, 1),
+                                 torch.cumsum(b, 0, dtype=torch.int32), torch.cumsum(e, 0)),
+          *xs, randint(-1000, 1000, 10007) * 1_000_000)
 
 
 def test_cumprod(check):
-    check(lambda x: (torch.cumprod(x, -1), torch.cumprod(x, 0)), randn(3, 6).abs() + 0.5)
-    check(lambda x: torch.cumprod(x, 1), randint(-3, 4, 3, 11))
+    check(lambda x, i: (torch.cumprod(x, -1), torch.cumprod(x, 0), torch.cumprod(i, 1)),
+          randn(3, 6).abs() + 0.5, randint(-3, 4, 3, 11))
 
 
 def test_cummax_cummin_ties_and_nans(check):
     x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0],
                       [2.0, float("nan"), 1.0, float("nan"), 7.0, -1.0, 9.0],
                       [-1.0, -1.0, -2.0, -2.0, -3.0, 4.0, 4.0]])
-    check(lambda x: (*torch.cummax(x, 1), *torch.cummin(x, 1), *torch.cummax(x, 0), *torch.cummin(x, -2)), x)
-
-
-def test_cummax_integer(check):
-    x = randint(0, 4, 5, 13)
-    check(lambda x: (*torch.cummax(x, 1), *torch.cummin(x, 0)), x)
+    check(lambda x, i: (*torch.cummax(x, 1), *torch.cummin(x, 1), *torch.cummax(x, 0), *torch.cummin(x, -2),
+                        *torch.cummax(i, 1), *torch.cummin(i, 0)), x, randint(0, 4, 5, 13))
 
 
 def test_logcumsumexp(check):
@@ -69,10 +61,9 @@ def test_logcumsumexp(check):
 # ---------------------------------------------------------------------------- sort
 
 
-@pytest.mark.parametrize("descending", [False, True])
-@pytest.mark.parametrize("dim", [0, -1])
-def test_sort_float(check, dim, descending):
-    check(lambda x: tuple(torch.sort(x, dim=dim, descending=descending)), randn(5, 3, 7))
+def test_sort_float(check):
+    check(lambda x: (*torch.sort(x, dim=0), *torch.sort(x, dim=-1), *torch.sort(x, dim=1, descending=True),
+                     *torch.sort(x, dim=-3, descending=True)), randn(5, 3, 7))
 
 
 def test_sort_stable_ties_and_nans(check):
@@ -82,14 +73,11 @@ def test_sort_stable_ties_and_nans(check):
                      torch.argsort(x, dim=1, stable=True)), x)
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
-def test_sort_integer_stable(check, dtype):
-    x = randint(0, 3, 4, 17).to(dtype)
-    check(lambda x: (*torch.sort(x, stable=True), *torch.sort(x, dim=0, descending=True, stable=True)), x)
-
-
-def test_argsort_and_msort(check):
-    check(lambda x: (torch.argsort(x, dim=0), torch.msort(x)), randn(6, 5))
+def test_sort_integer_stable_argsort_msort(check):
+    a, b, c = (randint(0, 3, 4, 17).to(dt) for dt in (torch.int64, torch.int32, torch.bool))
+    check(lambda a, b, c, x: (*torch.sort(a, stable=True), *torch.sort(b, dim=0, descending=True, stable=True),
+                              *torch.sort(c, stable=True), *torch.sort(c, descending=True, stable=True),
+                              torch.argsort(x, dim=0), torch.msort(x)), a, b, c, randn(6, 5))
 
 
 # ---------------------------------------------------------------------------- scatters
@@ -111,26 +99,27 @@ def test_scatter_negative_dim_int(check):
 def test_scatter_add_duplicates(check):
     x = randn(3, 5)
     idx = torch.tensor([[0, 0, 0, 4], [1, 2, 1, 2], [4, 4, 3, 0]])
-    check(lambda x, i, s: (x.scatter_add(1, i, s), x.scatter_add(0, i.clamp(max=2), s)), x, idx, randn(3, 4, seed=2))
-    xi = randint(0, 5, 3, 5)
-    check(lambda x, i: x.scatter_add(1, i, x[:, :4]), xi, idx)
+    check(lambda x, i, s, xi: (x.scatter_add(1, i, s), x.scatter_add(0, i.clamp(max=2), s), xi.scatter_add(1, i, xi[:, :4])),
+          x, idx, randn(3, 4, seed=2), randint(0, 5, 3, 5))
 
 
-@pytest.mark.parametrize("include_self", [True, False])
-@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
-def test_scatter_reduce(check, reduce, include_self):
+REDUCES = ["sum", "prod", "mean", "amax", "amin"]
+
+
+def test_scatter_reduce_duplicates_every_mode(check):
     x = randn(4, 6)
     idx = torch.tensor([[0, 0, 5, 5, 2], [1, 1, 1, 3, 3], [0, 2, 4, 0, 2], [5, 5, 5, 5, 5]])
     src = randn(4, 5, seed=3)
-    check(lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), x, idx, src)
+    check(lambda x, i, s: tuple(x.scatter_reduce(1, i, s, r, include_self=inc) for r in REDUCES for inc in (True, False)),
+          x, idx, src)
 
 
-@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
-def test_scatter_reduce_int(check, reduce):
+def test_scatter_reduce_int_every_mode(check):
+    # mean of integers is floor division, as in PyTorch
     x = randint(-5, 6, 3, 7)
     idx = randint(0, 3, 4, 7)
     src = randint(-4, 5, 4, 7, seed=1)
-    check(lambda x, i, s: (x.scatter_reduce(0, i, s, reduce), x.scatter_reduce(0, i, s, reduce, include_self=False)),
+    check(lambda x, i, s: tuple(x.scatter_reduce(0, i, s, r, include_self=inc) for r in REDUCES for inc in (True, False)),
           x, idx, src)
 
 
@@ -153,34 +142,34 @@ def test_masked_scatter(check):
     x = randn(4, 5)
     mask = randn(4, 5, seed=1) > 0
     src = randn(30, seed=2)
-    check(lambda x, m, s: x.masked_scatter(m, s), x, mask, src)
-    # broadcast mask, integer dtype
-    check(lambda x, m, s: x.masked_scatter(m, s), randint(0, 9, 3, 5), torch.tensor([True, False, True, True, False]),
-          randint(0, 9, 4, 4, seed=3))
+    # second case: broadcast mask, integer dtype
+    check(lambda x, m, s, y, n, t: (x.masked_scatter(m, s), y.masked_scatter(n, t)), x, mask, src,
+          randint(0, 9, 3, 5), torch.tensor([True, False, True, True, False]), randint(0, 9, 4, 4, seed=3))
 
 
 # ---------------------------------------------------------------------------- strided views
 
 
-@pytest.mark.parametrize("offset,d1,d2", [(0, 0, 1), (2, 0, 1), (-1, 1, 0), (1, -1, 0), (0, 2, -3), (7, 0, 1)])
-def test_diagonal(check, offset, d1, d2):
-    check(lambda x: torch.diagonal(x, offset, d1, d2), randn(4, 5, 3))
+DIAGONALS = [(0, 0, 1), (2, 0, 1), (-1, 1, 0), (1, -1, 0), (0, 2, -3), (7, 0, 1)]  # (offset, dim1, dim2)
+
+
+def test_diagonal(check):
+    check(lambda x: tuple(torch.diagonal(x, o, d1, d2) for o, d1, d2 in DIAGONALS), randn(4, 5, 3))
 
 
 def test_diag_and_trace_like(check):
-    check(lambda x: (torch.diag(x), torch.diag(x, -2), x.diagonal().sum()), randn(5, 7))
-    check(lambda x: torch.diag_embed(x, offset=1), randn(3, 4))
+    check(lambda x, v: (torch.diag(x), torch.diag(x, -2), x.diagonal().sum(), torch.diag_embed(v, offset=1)),
+          randn(5, 7), randn(3, 4))
 
 
 def test_diagonal_scatter(check):
-    check(lambda x, s: torch.diagonal_scatter(x, s, 1), randn(4, 6), randn(4, seed=1))
-    check(lambda x, s: torch.diagonal_scatter(x, s, -1, 0, 2), randn(5, 2, 4), randn(2, 4, seed=1))
+    check(lambda x, s, y, t: (torch.diagonal_scatter(x, s, 1), torch.diagonal_scatter(y, t, -1, 0, 2)),
+          randn(4, 6), randn(4, seed=1), randn(5, 2, 4), randn(2, 4, seed=1))
 
 
 def test_as_strided(check):
-    check(lambda x: (x.as_strided((3, 3), (1, 3), 2), x.as_strided((2, 2, 2), (6, 1, 3)), x.as_strided((4,), (0,), 5)),
-          randn(3, 6))
-    check(lambda x: x.as_strided((2, 3), (3, 1), 1), randint(0, 99, 12))
+    check(lambda x, i: (x.as_strided((3, 3), (1, 3), 2), x.as_strided((2, 2, 2), (6, 1, 3)), x.as_strided((4,), (0,), 5),
+                        i.as_strided((2, 3), (3, 1), 1)), randn(3, 6), randint(0, 99, 12))
 
 
 def test_fill_and_empty(check):
@@ -199,13 +188,14 @@ def test_fill_and_empty(check):
 # ---------------------------------------------------------------------------- embedding_bag
 
 
-@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_embedding_bag(check, mode):
+def test_embedding_bag(check):
     w = randn(10, 6)
     idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0])
     offs = torch.tensor([0, 3, 3, 7])  # bag 1 is empty
-    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, idx, offs)
-    check(lambda w, i: F.embedding_bag(i, w, mode=mode, padding_idx=2), w, torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]]))
+    bags = torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]])  # 2-D input; padding_idx=2 leaves bag 1 empty
+    check(lambda w, i, o, j: tuple(y for m in ("sum", "mean", "max")
+                                   for y in (F.embedding_bag(i, w, o, mode=m), F.embedding_bag(j, w, mode=m, padding_idx=2))),
+          w, idx, offs, bags)
 
 
 def test_embedding_bag_per_sample_weights_and_last_offset(check):
@@ -217,6 +207,13 @@ def test_embedding_bag_per_sample_weights_and_last_offset(check):
           w, idx, offs, psw)
 
 
+def test_embedding_max_norm_renormalizes_used_rows(check):
+    w = randn(9, 4) * 2
+    idx = torch.tensor([1, 2, 4, 1, 8])
+    check(lambda w, i: (F.embedding(i, w.clone(), max_norm=1.5), F.embedding(i, w.clone(), max_norm=2.0, norm_type=1.0),
+                        F.embedding_bag(i, w.clone(), torch.tensor([0, 2]), max_norm=1.0)), w, idx)
+
+
 def test_embedding_bag_module_with_parameter(check):
     bag = torch.nn.EmbeddingBag(7, 4, mode="mean")
     check(lambda i, o: bag(i, o), torch.tensor([0, 6, 2, 2, 5]), torch.tensor([0, 1, 4]))
@@ -225,9 +222,9 @@ def test_embedding_bag_module_with_parameter(check):
 # ---------------------------------------------------------------------------- distances
 
 
-@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf")])
-def test_cdist(check, p):
-    check(lambda a, b: torch.cdist(a, b, p=p), randn(2, 5, 3), randn(2, 4, 3, seed=1))
+def test_cdist(check):
+    check(lambda a, b: tuple(torch.cdist(a, b, p=p) for p in (0.0, 1.0, 2.0, 3.0, float("inf"))),
+          randn(2, 5, 3), randn(2, 4, 3, seed=1))
 
 
 def test_cdist_matrix_product_path(check):
@@ -236,9 +233,8 @@ def test_cdist_matrix_product_path(check):
     check(lambda a, b: torch.cdist(a, b), randn(30, 7), randn(6, 7, seed=1), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("p", [1.0, 2.0, 0.5, float("inf")])
-def test_pdist(check, p):
-    check(lambda x: F.pdist(x, p=p), randn(6, 4))
+def test_pdist(check):
+    check(lambda x: tuple(F.pdist(x, p=p) for p in (1.0, 2.0, 0.5, float("inf"))), randn(6, 4))
 
 
 # ---------------------------------------------------------------------------- patches and sampling
@@ -247,9 +243,9 @@ def test_pdist(check, p):
 def test_fold_unfold(check):
     # col2im/im2col decompose to index_put/index with several index tensors
     x = randn(2, 3 * 2 * 3, 9)  # 3 channels, kernel 2x3, output 5x6, padding 1, stride 2 -> 3x3 blocks
-    check(lambda x: F.fold(x, (5, 6), (2, 3), padding=1, stride=2), x)
     y = randn(2, 3, 5, 6)
-    check(lambda y: F.unfold(y, (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)), y)
+    check(lambda x, y: (F.fold(x, (5, 6), (2, 3), padding=1, stride=2),
+                        F.unfold(y, (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1))), x, y)
 
 
 def test_multi_tensor_index_and_index_put(check):
@@ -270,14 +266,21 @@ def test_multi_tensor_index_out_of_range(compile_to):
     assert "index 4 is out of range for dimension 1 of size 4" in str(ei.value), str(ei.value)
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
-@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
-@pytest.mark.parametrize("align", [False, True])
-def test_grid_sample(check, mode, padding, align):
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample(check, mode):
     x = randn(2, 3, 5, 7)
     g = randn(2, 4, 6, 2, seed=1) * 0.8  # some samples fall outside [-1, 1]
     g[0, 0, 0] = torch.tensor([1.0, -1.0])
-    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align), x, g)
+    check(lambda x, g: tuple(F.grid_sample(x, g, mode=mode, padding_mode=p, align_corners=a)
+                             for p in ("zeros", "border", "reflection") for a in (False, True)), x, g)
+
+
+def test_embedding_dense_backward(check):
+    # decomposed by run_decompositions() into index_put(accumulate=True)
+    g = randn(2, 3, 4)
+    idx = torch.tensor([[1, 2, 1], [0, 5, 1]])
+    check(lambda g, i: (torch.ops.aten.embedding_dense_backward(g, i, 7, 1, False),
+                        torch.ops.aten.embedding_dense_backward(g, i, 7, -1, True)), g, idx)
 
 
 def test_item_becomes_a_scalar_tensor(check):

@@ -460,7 +460,10 @@ inline void topk(DV dv, DI di, E e) {
       i[Axis] = j;
       buf[static_cast<size_t>(j)] = {static_cast<T>(e.at(i)), j};
     }
-    std::partial_sort(buf.begin(), buf.begin() + K, buf.end(), before);
+    // `before` is a total order (ties broken by index), so both give the same result; a full
+    // sort (sort/argsort lower to k = n) is faster than a heap-based partial sort.
+    if constexpr (K == Sh::kDims[Axis]) std::sort(buf.begin(), buf.end(), before);
+    else std::partial_sort(buf.begin(), buf.begin() + K, buf.end(), before);
     for (int64_t j = 0; j < K; ++j) {
       i[Axis] = j;
       dv.at(i) = buf[static_cast<size_t>(j)].first;
