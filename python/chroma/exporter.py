@@ -208,6 +208,15 @@ def _refusal(target: str) -> str:
     return _compiler.refusal(target)
 
 
+def _data_dependent(n: torch.fx.Node) -> bool:
+    """True when a node's result has a symbolic (data-dependent) size."""
+    val = n.meta.get("val")
+    for v in (val if isinstance(val, (list, tuple)) else [val]):
+        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            return True
+    return False
+
+
 def _check_targets(graph: torch.fx.Graph) -> None:
     """Raise one ExportError listing every node that is not an ATen op/getitem.
 
@@ -220,6 +229,9 @@ def _check_targets(graph: torch.fx.Graph) -> None:
         t = n.target
         if n.op == "call_function" and isinstance(t, torch._ops.OpOverload) and t.namespace == "aten":
             why = _refusal(str(t))
+            if not why and _data_dependent(n):
+                why = ("its output shape depends on the input values (data-dependent shape, e.g. "
+                       "boolean-mask indexing); Chroma compiles fixed shapes only")
             if why:
                 refused.append(f"  - {t} (node {n.name}) at {source_of(n) or '<unknown source>'}: {why}")
     if refused:

@@ -162,6 +162,52 @@ Value index_put(Call& c, Value base, int64_t axis, Value idx, Value values, bool
   return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
 }
 
+// x[mask] = values (index_put with one boolean index covering dims [pos, pos + mask rank)):
+// the output shape is fixed even though the number of selected elements is not. A value
+// that does not vary along the selection is a `where`; otherwise the k-th selected element
+// (row-major) takes values[k], k = running count of the mask - 1 (a Scan), read with a Gather
+// that checks k against the number of values at run time.
+Value mask_put(Call& c, Value x, int64_t pos, Value mask, Value values, bool accumulate) {
+  Builder& b = c.b;
+  const TensorType xt = b.type(x);
+  const Shape ms = b.type(mask).shape;
+  const size_t p = static_cast<size_t>(pos), mr = ms.size();
+  if (p + mr > xt.shape.size() || !std::equal(ms.begin(), ms.end(), xt.shape.begin() + pos)) {
+    c.fail("boolean mask " + shape_str(ms) + " does not match the indexed dimensions of " + xt.str());
+  }
+  const Shape pre(xt.shape.begin(), xt.shape.begin() + pos);
+  const Shape post(xt.shape.begin() + pos + static_cast<int64_t>(mr), xt.shape.end());
+  values = b.cast(values, xt.dtype);
+  const Shape vs = b.type(values).shape;
+  if (numel(vs) == 0) return x;
+  Shape mfull(pre.size(), 1);
+  mfull.insert(mfull.end(), ms.begin(), ms.end());
+  mfull.insert(mfull.end(), post.size(), 1);
+  Value m = b.expand(b.reshape(mask, mfull), xt.shape);
+  Value picked;
+  if (numel(vs) == 1 || vs.size() <= post.size()) {
+    picked = b.expand(values, xt.shape);
+  } else {
+    const int64_t big_m = numel(ms);
+    Shape flat_shape = pre;
+    flat_shape.push_back(big_m);
+    flat_shape.insert(flat_shape.end(), post.begin(), post.end());
+    const int64_t count = vs[vs.size() - post.size() - 1];
+    Shape vshape = pre;
+    vshape.push_back(count);
+    vshape.insert(vshape.end(), post.begin(), post.end());
+    Value mflat = b.reshape(mask, {big_m});
+    Attrs sa;
+    sa.axis = 0;
+    Value k = b.graph().add(Op::kScan, {b.cast(mflat, DType::kI64)}, sa);
+    k = b.ew(EwOp::k_sub, k, Scalar::of_int(1));
+    k = b.ew(EwOp::k_where, {Operand::of(mflat), Operand::of(k), Operand::of(Scalar::of_int(0))}, DType::kI64);
+    picked = b.reshape(gather(b, b.expand(values, vshape), k, pos), xt.shape);
+  }
+  if (accumulate) picked = b.ew(EwOp::k_add, x, picked);
+  return b.ew(EwOp::k_where, {Operand::of(m), Operand::of(picked), Operand::of(x)});
+}
+
 // Indices start, start + step, ... (count of them) as an int64 tensor.
 Value arange(Builder& b, int64_t start, int64_t step, int64_t count) {
   Attrs a;
@@ -228,6 +274,9 @@ void register_aten_index(HandlerTable& t) {
       return one(b.permute(out, inv));
     }
     auto [ix, pos] = single_index(c, "index_put");
+    if (c.b.type(ix).dtype == DType::kBool || c.b.type(ix).dtype == DType::kU8) {
+      return one(mask_put(c, x, pos, c.b.cast(ix, DType::kBool), c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
+    }
     return one(index_put(c, x, pos, ix, c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
   };
   t["aten.index_copy.default"] = [](Call& c) {

@@ -259,6 +259,23 @@ def test_multi_tensor_index_and_index_put(check):
           x, torch.tensor([[0, 0], [3, 0]]), torch.tensor([1, 1]), v)
 
 
+def test_boolean_mask_assignment(check):
+    # x[mask] = v has a fixed output shape: a where, or the k-th selected element takes v[k]
+    def f(x, m, v, m2, w):
+        a = x.clone()
+        a[m] = 0.5
+        b = x.clone()
+        b[m] = v  # v has as many elements as m has trues
+        c = x.clone()
+        c[:, m2] = w
+        return a, b, c, torch.index_put(x, (m,), v, accumulate=True)
+
+    x = randn(4, 5)
+    m = x > 0
+    m2 = torch.tensor([True, False, True, True, False])
+    check(f, x, m, randn(int(m.sum()), seed=1), m2, randn(4, 3, seed=2))
+
+
 def test_multi_tensor_index_out_of_range(compile_to):
     prog = compile_to(lambda x, i, j: x[i, j], randn(3, 4), torch.tensor([0, 1]), torch.tensor([1, 2]))
     with pytest.raises(Exception) as ei:
@@ -304,6 +321,11 @@ def _refused(tmp_path, fn, *inputs):
 def test_nonzero_is_refused(tmp_path):
     msg = _refused(tmp_path, lambda x: torch.nonzero(x), randn(3, 4))
     assert "aten.nonzero" in msg and re.search(r"data-dependent", msg), msg
+
+
+def test_boolean_mask_read_is_refused(tmp_path):
+    msg = _refused(tmp_path, lambda x: x[x > 0] * 2, randn(3, 4))
+    assert "aten.index.Tensor" in msg and "data-dependent" in msg, msg
 
 
 @pytest.mark.parametrize("fn,op", [
