@@ -71,5 +71,8 @@ NB_MODULE(_compiler, m) {
       nb::arg("text"), nb::arg("passes"), nb::arg("max_depth") = 32,
       "Parses IR text, runs the passes (fold_constants, dce, cse, optimize, lower), returns the result as text.");
   m.def("supported_aten_targets", &chroma::supported_aten_targets);
+  m.def("refusal", &chroma::refusal, nb::arg("target"),
+        "Why an ATen target cannot be compiled by design (random numbers, data-dependent shapes, complex "
+        "numbers), or '' when nothing rules it out.");
   m.attr("__version__") = CHROMA_VERSION;
 }

@@ -199,8 +199,44 @@ def _check_inputs(example_inputs: Any) -> tuple:
     return example_inputs
 
 
+def _refusal(target: str) -> str:
+    """Why the compiler refuses an ATen target by design ('' if it does not)."""
+    try:
+        from . import _compiler
+    except ImportError:  # exporting without the compiled module
+        return ""
+    return _compiler.refusal(target)
+
+
+def _data_dependent(n: torch.fx.Node) -> bool:
+    """True when a node's result has a symbolic (data-dependent) size."""
+    val = n.meta.get("val")
+    for v in (val if isinstance(val, (list, tuple)) else [val]):
+        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            return True
+    return False
+
+
 def _check_targets(graph: torch.fx.Graph) -> None:
-    """Raise one ExportError listing every node that is not an ATen op/getitem."""
+    """Raise one ExportError listing every node that is not an ATen op/getitem.
+
+    ATen ops the compiler refuses by design (random numbers, data-dependent shapes, complex
+    numbers) are reported first, with the reason: their graphs often hold symbolic-size
+    arithmetic or complex tensors that would otherwise fail with a less useful message.
+    """
+    refused = []
+    for n in graph.nodes:
+        t = n.target
+        if n.op == "call_function" and isinstance(t, torch._ops.OpOverload) and t.namespace == "aten":
+            why = _refusal(str(t))
+            if not why and _data_dependent(n):
+                why = ("its output shape depends on the input values (data-dependent shape, e.g. "
+                       "boolean-mask indexing); Chroma compiles fixed shapes only")
+            if why:
+                refused.append(f"  - {t} (node {n.name}) at {source_of(n) or '<unknown source>'}: {why}")
+    if refused:
+        raise ExportError("the exported graph contains ATen ops that Chroma cannot compile:\n"
+                          + "\n".join(refused))
     bad = []
     for n in graph.nodes:
         if n.op in ("placeholder", "output"):

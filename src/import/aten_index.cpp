@@ -41,9 +41,93 @@ std::pair<Value, int64_t> single_index(Call& c, const char* what) {
   return {*idx[static_cast<size_t>(pos)], pos};
 }
 
+// Advanced indexing with several index tensors: they broadcast to one shape B; the indexed
+// dimensions are merged into one (moved to the front first when they are not adjacent, as
+// PyTorch places the result) and addressed by a flat index. Each index is checked against
+// its own dimension by a Gather from an Iota (the identity on valid indices), so an
+// out-of-range index fails at run time naming that dimension and its size.
+struct MultiIndex {
+  std::vector<int64_t> perm;  // self's dims reordered so the indexed ones form one block
+  Shape permuted;             // self's shape after perm
+  Shape pre, post;            // dims before and after the block
+  Shape bshape;               // broadcast index shape
+  Value flat;                 // int64 [bshape]: positions inside the block
+  Value merged;               // self permuted, the block merged into one dimension
+};
+
+bool count_index_tensors(Call& c, int* n) {
+  *n = 0;
+  for (const auto& ix : c.opt_tensors(1, "indices")) *n += ix ? 1 : 0;
+  return *n > 1;
+}
+
+MultiIndex multi_index(Call& c, Value self) {
+  Builder& b = c.b;
+  const TensorType st = b.type(self);
+  const std::vector<std::optional<Value>> idx = c.opt_tensors(1, "indices");
+  if (static_cast<int64_t>(idx.size()) > st.rank()) c.fail("too many indices for a tensor of rank " + std::to_string(st.rank()));
+  std::vector<int64_t> pos, rest;
+  Shape bshape;
+  for (size_t i = 0; i < static_cast<size_t>(st.rank()); ++i) {
+    if (i < idx.size() && idx[i]) {
+      if (b.type(*idx[i]).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
+      pos.push_back(static_cast<int64_t>(i));
+      bshape = Builder::broadcast_shapes(bshape, b.type(*idx[i]).shape);
+    } else {
+      rest.push_back(static_cast<int64_t>(i));
+    }
+  }
+  bool adjacent = true;
+  for (size_t k = 1; k < pos.size(); ++k) adjacent = adjacent && pos[k] == pos[k - 1] + 1;
+  MultiIndex m;
+  m.bshape = bshape;
+  if (adjacent) {
+    for (int64_t d = 0; d < st.rank(); ++d) m.perm.push_back(d);
+    m.pre.assign(st.shape.begin(), st.shape.begin() + pos.front());
+    m.post.assign(st.shape.begin() + pos.back() + 1, st.shape.end());
+  } else {
+    m.perm = pos;
+    m.perm.insert(m.perm.end(), rest.begin(), rest.end());
+    for (int64_t d : rest) m.post.push_back(st.shape[static_cast<size_t>(d)]);
+  }
+  int64_t block = 1;
+  for (int64_t p : pos) block *= st.shape[static_cast<size_t>(p)];
+  Value flat;
+  int64_t stride = 1;
+  for (size_t k = pos.size(); k-- > 0;) {
+    const int64_t p = pos[k];
+    const int64_t n = st.shape[static_cast<size_t>(p)];
+    Value ix = wrap_negative(b, b.expand(*idx[static_cast<size_t>(p)], bshape), n);
+    Shape src(static_cast<size_t>(st.rank()), 1);
+    src[static_cast<size_t>(p)] = n;
+    Attrs ia;
+    ia.dtype = DType::kI64;
+    ia.ints = src;
+    ia.coeffs.assign(src.size(), 0.0);
+    ia.coeffs[static_cast<size_t>(p)] = 1.0;
+    ia.scalar = Scalar::of_int(0);
+    Value checked = b.reshape(gather(b, b.graph().add(Op::kIota, {}, ia), ix, p), bshape);
+    Value term = stride == 1 ? checked : b.ew(EwOp::k_mul, checked, Scalar::of_int(stride));
+    flat = flat.valid() ? b.ew(EwOp::k_add, flat, term) : term;
+    stride *= n;
+  }
+  m.flat = flat;
+  m.permuted = b.type(b.permute(self, m.perm)).shape;
+  Shape merged = m.pre;
+  merged.push_back(block);
+  merged.insert(merged.end(), m.post.begin(), m.post.end());
+  m.merged = b.reshape(b.permute(self, m.perm), merged);
+  return m;
+}
+
 Value index_tensor(Call& c) {
   Builder& b = c.b;
   Value src = c.tensor(0, "self");
+  int n_tensors = 0;
+  if (count_index_tensors(c, &n_tensors)) {
+    MultiIndex m = multi_index(c, src);
+    return gather(b, m.merged, m.flat, static_cast<int64_t>(m.pre.size()));
+  }
   auto [ix, pos] = single_index(c, "indexing");
   if (b.type(ix).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
   const int64_t n = b.type(src).shape.at(static_cast<size_t>(pos));
@@ -76,6 +160,52 @@ Value index_put(Call& c, Value base, int64_t axis, Value idx, Value values, bool
   a.axis = axis;
   a.accumulate = accumulate;
   return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
+}
+
+// x[mask] = values (index_put with one boolean index covering dims [pos, pos + mask rank)):
+// the output shape is fixed even though the number of selected elements is not. A value
+// that does not vary along the selection is a `where`; otherwise the k-th selected element
+// (row-major) takes values[k], k = running count of the mask - 1 (a Scan), read with a Gather
+// that checks k against the number of values at run time.
+Value mask_put(Call& c, Value x, int64_t pos, Value mask, Value values, bool accumulate) {
+  Builder& b = c.b;
+  const TensorType xt = b.type(x);
+  const Shape ms = b.type(mask).shape;
+  const size_t p = static_cast<size_t>(pos), mr = ms.size();
+  if (p + mr > xt.shape.size() || !std::equal(ms.begin(), ms.end(), xt.shape.begin() + pos)) {
+    c.fail("boolean mask " + shape_str(ms) + " does not match the indexed dimensions of " + xt.str());
+  }
+  const Shape pre(xt.shape.begin(), xt.shape.begin() + pos);
+  const Shape post(xt.shape.begin() + pos + static_cast<int64_t>(mr), xt.shape.end());
+  values = b.cast(values, xt.dtype);
+  const Shape vs = b.type(values).shape;
+  if (numel(vs) == 0) return x;
+  Shape mfull(pre.size(), 1);
+  mfull.insert(mfull.end(), ms.begin(), ms.end());
+  mfull.insert(mfull.end(), post.size(), 1);
+  Value m = b.expand(b.reshape(mask, mfull), xt.shape);
+  Value picked;
+  if (numel(vs) == 1 || vs.size() <= post.size()) {
+    picked = b.expand(values, xt.shape);
+  } else {
+    const int64_t big_m = numel(ms);
+    Shape flat_shape = pre;
+    flat_shape.push_back(big_m);
+    flat_shape.insert(flat_shape.end(), post.begin(), post.end());
+    const int64_t count = vs[vs.size() - post.size() - 1];
+    Shape vshape = pre;
+    vshape.push_back(count);
+    vshape.insert(vshape.end(), post.begin(), post.end());
+    Value mflat = b.reshape(mask, {big_m});
+    Attrs sa;
+    sa.axis = 0;
+    Value k = b.graph().add(Op::kScan, {b.cast(mflat, DType::kI64)}, sa);
+    k = b.ew(EwOp::k_sub, k, Scalar::of_int(1));
+    k = b.ew(EwOp::k_where, {Operand::of(mflat), Operand::of(k), Operand::of(Scalar::of_int(0))}, DType::kI64);
+    picked = b.reshape(gather(b, b.expand(values, vshape), k, pos), xt.shape);
+  }
+  if (accumulate) picked = b.ew(EwOp::k_add, x, picked);
+  return b.ew(EwOp::k_where, {Operand::of(m), Operand::of(picked), Operand::of(x)});
 }
 
 // Indices start, start + step, ... (count of them) as an int64 tensor.
@@ -120,7 +250,33 @@ void register_aten_index(HandlerTable& t) {
   t["aten.topk.default"] = [](Call& c) { return topk(c); };
   t["aten.index_put.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");
+    int n_tensors = 0;
+    if (count_index_tensors(c, &n_tensors)) {
+      Builder& b = c.b;
+      const TensorType xt = b.type(x);
+      MultiIndex m = multi_index(c, x);
+      const int64_t nb = numel(m.bshape);
+      if (nb == 0) return one(x);
+      Shape vshape = m.pre;
+      vshape.insert(vshape.end(), m.bshape.begin(), m.bshape.end());
+      vshape.insert(vshape.end(), m.post.begin(), m.post.end());
+      Shape flat_shape = m.pre;
+      flat_shape.push_back(nb);
+      flat_shape.insert(flat_shape.end(), m.post.begin(), m.post.end());
+      Value values = b.reshape(b.expand(b.cast(c.tensor(2, "values"), xt.dtype), vshape), flat_shape);
+      Attrs a;
+      a.axis = static_cast<int64_t>(m.pre.size());
+      a.accumulate = c.bool_or(3, "accumulate", false);
+      Value out = b.graph().add(Op::kIndexPut, {m.merged, b.reshape(m.flat, {nb}), values}, a);
+      out = b.reshape(out, m.permuted);
+      std::vector<int64_t> inv(m.perm.size());
+      for (size_t i = 0; i < m.perm.size(); ++i) inv[static_cast<size_t>(m.perm[i])] = static_cast<int64_t>(i);
+      return one(b.permute(out, inv));
+    }
     auto [ix, pos] = single_index(c, "index_put");
+    if (c.b.type(ix).dtype == DType::kBool || c.b.type(ix).dtype == DType::kU8) {
+      return one(mask_put(c, x, pos, c.b.cast(ix, DType::kBool), c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
+    }
     return one(index_put(c, x, pos, ix, c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
   };
   t["aten.index_copy.default"] = [](Call& c) {

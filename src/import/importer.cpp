@@ -70,6 +70,32 @@ TensorType parse_type(const json& j, const std::string& what) {
 
 }  // namespace
 
+// Ops that cannot be compiled by design, with the reason (matched on the op name, any overload).
+std::string refusal(const std::string& target) {
+  std::string op = target;
+  if (op.rfind("aten.", 0) == 0) op = op.substr(5);
+  op = op.substr(0, op.find('.'));
+  static const char* kDataDependent =
+      "its output shape depends on the input values (data-dependent shape); Chroma compiles fixed shapes only";
+  static const char* kRandom =
+      "random-number ops are not supported: Chroma programs are deterministic and cannot reproduce PyTorch's "
+      "generator (call model.eval() to disable dropout)";
+  static const char* kComplex = "FFTs produce complex tensors; complex dtypes are not supported";
+  static const std::map<std::string, const char*> kRefused = {
+      {"nonzero", kDataDependent}, {"nonzero_static", kDataDependent}, {"masked_select", kDataDependent},
+      {"unique", kDataDependent}, {"_unique2", kDataDependent}, {"unique_consecutive", kDataDependent},
+      {"unique_dim", kDataDependent}, {"argwhere", kDataDependent},
+      {"rand", kRandom}, {"rand_like", kRandom}, {"randn", kRandom}, {"randn_like", kRandom},
+      {"randint", kRandom}, {"randint_like", kRandom}, {"randperm", kRandom}, {"bernoulli", kRandom},
+      {"normal", kRandom}, {"uniform", kRandom}, {"multinomial", kRandom},
+      {"exponential", kRandom}, {"geometric", kRandom}, {"cauchy", kRandom}, {"log_normal", kRandom},
+      {"poisson", kRandom}, {"rrelu_with_noise", kRandom}, {"random", kRandom},
+      {"_fft_r2c", kComplex}, {"_fft_c2r", kComplex}, {"_fft_c2c", kComplex},
+  };
+  auto it = kRefused.find(op);
+  return it == kRefused.end() ? std::string() : std::string(it->second);
+}
+
 // ---- Call ---------------------------------------------------------------------------------
 
 Call::Call(const json& node, Builder& builder, const std::unordered_map<std::string, std::vector<Value>>& values)
@@ -308,16 +334,19 @@ Graph import_graph_file(const std::string& path) {
   std::set<std::string> folded;
   for (const auto& [conv, bn] : folds) folded.insert(bn->at("name").get<std::string>());
 
-  // Report every unsupported op at once, before building anything.
+  // Report every unsupported op at once, before building anything; ops that cannot be
+  // compiled by design say why.
   std::ostringstream unsupported;
   int n_unsupported = 0;
   for (const json& node : m.at("nodes")) {
     const std::string target = node.at("target").get<std::string>();
-    if (!handlers.count(target) && !folded.count(node.at("name").get<std::string>())) {
+    const std::string refused = refusal(target);
+    if ((!handlers.count(target) && !folded.count(node.at("name").get<std::string>())) || !refused.empty()) {
       ++n_unsupported;
       unsupported << "\n  " << target << " (node '" << node.value("name", std::string("?")) << "')";
       const std::string src = node.value("source", std::string());
       unsupported << (src.empty() ? " at an unknown source line" : " at " + src);
+      if (!refused.empty()) unsupported << ": " << refused;
     }
   }
   if (n_unsupported) {
@@ -383,6 +412,7 @@ Graph import_graph_file(const std::string& path) {
     }
     // The exporter recorded each output's type: the decomposition must agree.
     for (size_t k = 0; k < outs.size() && k < node.at("outputs").size(); ++k) {
+      if (node.at("outputs")[k].is_null()) continue;  // a Python scalar (item()): kept as a 0-d tensor
       const TensorType want = call.out_type(k);
       if (g.type(outs[k]) != want) {
         call.fail("internal: lowered output " + std::to_string(k) + " has type " + g.type(outs[k]).str() +

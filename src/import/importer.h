@@ -18,4 +18,8 @@ Graph import_graph_file(const std::string& path);
 // ATen targets the importer handles (sorted), for docs and tests.
 std::vector<std::string> supported_aten_targets();
 
+// Why an ATen target cannot be compiled by design (random numbers, data-dependent shapes,
+// complex numbers), or "" when nothing rules it out.
+std::string refusal(const std::string& target);
+
 }  // namespace chroma

@@ -1,5 +1,5 @@
 // Reference kernels for the primitives that compute new values from many inputs: Reduce,
-// ArgReduce, MatMul, TopK.
+// ArgReduce, MatMul, TopK, Scan.
 //
 // Accumulation: float types accumulate in double; integer types accumulate in uint64_t, so
 // overflow wraps modulo 2^64 (well defined) before the final conversion to the dtype, like
@@ -314,9 +314,11 @@ Tensors eval_TopK(const Node& n, const Tensors& in) {
       for (int64_t i = 0; i < inner; ++i) {
         for (int64_t j = 0; j < dim; ++j) row[static_cast<size_t>(j)] = p[(a * dim + j) * inner + i];
         std::iota(order.begin(), order.end(), int64_t{0});
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t u, int64_t v) {
+        auto before = [&](int64_t u, int64_t v) {
           return topk_before(row[static_cast<size_t>(u)], u, row[static_cast<size_t>(v)], v, largest);
-        });
+        };
+        if (k == dim) std::sort(order.begin(), order.end(), before);  // same result: `before` is total
+        else std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
         for (int64_t j = 0; j < k; ++j) {
           const int64_t src = order[static_cast<size_t>(j)];
           ov[(a * k + j) * inner + i] = row[static_cast<size_t>(src)];
@@ -326,6 +328,50 @@ Tensors eval_TopK(const Node& n, const Tensors& in) {
     }
   });
   return {values.finish(), indices.finish()};
+}
+
+// Mirrors chroma::et::scan: the same combine functions and accumulator types.
+Tensors eval_Scan(const Node& n, const Tensors& in) {
+  const Tensor& x = in[0];
+  const size_t axis = static_cast<size_t>(n.attrs.axis);
+  const Shape& shape = x.type.shape;
+  const int64_t outer = extent(shape, 0, axis);
+  const int64_t dim = shape[axis];
+  const int64_t inner = extent(shape, axis + 1, shape.size());
+  const int kind = n.attrs.log ? 4 : static_cast<int>(n.attrs.reduce);
+  OutBuffer out(n.type());
+  dispatch_dtype(x.type.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = x.data<T>();
+    T* o = out.data<T>();
+    auto run = [&](auto kind_tag) {
+      constexpr int K = decltype(kind_tag)::value;
+      if constexpr (K == 4 && !std::is_floating_point_v<T>) {
+        throw CompileError("log-sum-exp scan of a non-float tensor");
+      } else {
+        using A = scalar::ScanAcc<K, T>;
+        for (int64_t a = 0; a < outer; ++a) {
+          for (int64_t i = 0; i < inner; ++i) {
+            A acc{};
+            for (int64_t j = 0; j < dim; ++j) {
+              const int64_t off = (a * dim + j) * inner + i;
+              const A v = static_cast<A>(p[off]);
+              acc = j == 0 ? v : scalar::scan_combine<K, A>(acc, v);
+              o[off] = static_cast<T>(acc);
+            }
+          }
+        }
+      }
+    };
+    switch (kind) {
+      case 0: run(std::integral_constant<int, 0>{}); break;
+      case 1: run(std::integral_constant<int, 1>{}); break;
+      case 2: run(std::integral_constant<int, 2>{}); break;
+      case 3: run(std::integral_constant<int, 3>{}); break;
+      default: run(std::integral_constant<int, 4>{}); break;
+    }
+  });
+  return {out.finish()};
 }
 
 }  // namespace chroma::interp

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <string>
 
+#include "chroma/cpu/scalar.h"
 #include "interp/kernels.h"
 
 namespace chroma::interp {
@@ -145,10 +146,15 @@ Tensors eval_IndexPut(const Node& n, const Tensors& in) {
         U* row = d + (o * dim + ix[j]) * inner;
         const U* src = v + (o * count + j) * inner;
         for (int64_t i = 0; i < inner; ++i) {
-          if constexpr (std::is_same_v<U, bool>) {
-            row[i] = n.attrs.accumulate ? (row[i] || src[i]) : src[i];
-          } else {
-            row[i] = n.attrs.accumulate ? static_cast<U>(row[i] + src[i]) : src[i];
+          if (!n.attrs.accumulate) {
+            row[i] = src[i];
+            continue;
+          }
+          switch (n.attrs.reduce) {
+            case ReduceKind::kSum: row[i] = scalar::scan_combine<0, U>(row[i], src[i]); break;
+            case ReduceKind::kProd: row[i] = scalar::scan_combine<1, U>(row[i], src[i]); break;
+            case ReduceKind::kMax: row[i] = scalar::scan_combine<2, U>(row[i], src[i]); break;
+            case ReduceKind::kMin: row[i] = scalar::scan_combine<3, U>(row[i], src[i]); break;
           }
         }
       }

@@ -7,7 +7,7 @@
 //
 //   eval_elementwise.cpp   Map, Cast, Full, Iota
 //   eval_structural.cpp    Permute, Expand, Slice, Reshape, Concat, Gather, GatherElements
-//   eval_compute.cpp       Reduce, ArgReduce, MatMul, Conv, TopK
+//   eval_compute.cpp       Reduce, ArgReduce, MatMul, Conv, TopK, Scan
 //   interp.cpp             Input, Constant, eval_node, run
 #pragma once
 

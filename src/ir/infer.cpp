@@ -250,6 +250,13 @@ Types infer_TopK(const Graph& g, const Inputs& in, const Attrs& a) {
   return {TensorType{t.dtype, out}, TensorType{DType::kI64, out}};
 }
 
+Types infer_Scan(const Graph& g, const Inputs& in, const Attrs& a) {
+  const TensorType& t = g.type(in[0]);
+  if (a.axis < 0 || a.axis >= t.rank()) fail("axis out of range for " + t.str());
+  if (a.log && (!is_float(t.dtype) || a.reduce != ReduceKind::kSum)) fail("log-sum-exp scan needs a floating-point input and sum");
+  return {t};
+}
+
 using Rule = Types (*)(const Graph&, const Inputs&, const Attrs&);
 constexpr std::array<Rule, static_cast<size_t>(Op::kCount)> kRules = {{
 #define CHROMA_OP(name, cls, arity, outs) &infer_##name,

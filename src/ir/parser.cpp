@@ -162,6 +162,13 @@ class Parser {
     return t;
   }
 
+  ReduceKind reduction(const std::string& sub) {
+    const std::map<std::string, ReduceKind> k = {{"sum", ReduceKind::kSum}, {"prod", ReduceKind::kProd},
+                                                 {"max", ReduceKind::kMax}, {"min", ReduceKind::kMin}};
+    if (!k.count(sub)) fail("unknown reduction '" + sub + "'");
+    return k.at(sub);
+  }
+
   void statement() {
     expect('%');
     const int64_t id = integer();
@@ -179,11 +186,8 @@ class Parser {
       const std::string sub = word();
       if (op == Op::kMap) {
         if (!parse_ew(sub, &a.ew)) fail("unknown elementwise op '" + sub + "'");
-      } else if (op == Op::kReduce || op == Op::kArgReduce) {
-        const std::map<std::string, ReduceKind> k = {{"sum", ReduceKind::kSum}, {"prod", ReduceKind::kProd},
-                                                     {"max", ReduceKind::kMax}, {"min", ReduceKind::kMin}};
-        if (!k.count(sub)) fail("unknown reduction '" + sub + "'");
-        a.reduce = k.at(sub);
+      } else if (op == Op::kReduce || op == Op::kArgReduce || op == Op::kScan) {
+        a.reduce = reduction(sub);
       } else {
         fail(opname + " takes no '." + sub + "'");
       }
@@ -210,7 +214,13 @@ class Parser {
         else if (key == "smallest") a.largest = false;
         else if (key == "sorted") a.sorted = true;
         else if (key == "log") a.log = true;
-        else if (key == "accumulate") a.accumulate = true;
+        else if (key == "accumulate") {
+          a.accumulate = true;
+          if (at('=')) {
+            ++pos_;
+            a.reduce = reduction(word());
+          }
+        }
         else {
           expect('=');
           if (key == "name") name = quoted();

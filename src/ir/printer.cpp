@@ -71,7 +71,11 @@ std::string attrs_str(const Graph& g, const Node& n) {
     case Op::kSoftmax: o << "axis=" << a.axis << (a.log ? ", log" : ""); break;
     case Op::kSlice: o << "axis=" << a.axis << ", start=" << a.start << ", end=" << a.end << ", step=" << a.step; break;
     case Op::kGather: case Op::kGatherElements: case Op::kConcat: o << "axis=" << a.axis; break;
-    case Op::kIndexPut: o << "axis=" << a.axis << (a.accumulate ? ", accumulate" : ""); break;
+    case Op::kIndexPut:
+      o << "axis=" << a.axis << (a.accumulate ? ", accumulate" : "");
+      if (a.accumulate && a.reduce != ReduceKind::kSum) o << "=" << reduce_name(a.reduce);
+      break;
+    case Op::kScan: o << "axis=" << a.axis << (a.log ? ", log" : ""); break;
     case Op::kConv: o << "window=" << shape_str(a.ints) << ", groups=" << a.k; break;
     case Op::kTopK:
       o << "axis=" << a.axis << ", k=" << a.k << (a.largest ? ", largest" : ", smallest") << (a.sorted ? ", sorted" : "");
@@ -90,7 +94,7 @@ std::string print(const Graph& g) {
     const Node& n = g.nodes()[id];
     o << "  %" << id << " = " << op_info(n.op).name;
     if (n.op == Op::kMap) o << "." << ew_info(n.attrs.ew).name;
-    if (n.op == Op::kReduce || n.op == Op::kArgReduce) o << "." << reduce_name(n.attrs.reduce);
+    if (n.op == Op::kReduce || n.op == Op::kArgReduce || n.op == Op::kScan) o << "." << reduce_name(n.attrs.reduce);
     o << "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) o << (i ? ", " : "") << value_str(n.inputs[i]);
     o << ")";

@@ -4,7 +4,8 @@
 //  * leaves (Input, Constant) own buffers;
 //  * deferred nodes (Map, Cast, Full, Iota and the views) become expression trees inside
 //    whichever kernel consumes them; views are pushed down to the leaves as layouts;
-//  * kernel nodes (Reduce, ArgReduce, MatMul, Conv, Gather, GatherElements, Concat, TopK) always
+//  * kernel nodes (Reduce, ArgReduce, MatMul, Conv, Gather, GatherElements, Concat, TopK,
+//    IndexPut, Scan) always
 //    write buffers.
 // A deferred Map/Cast is written to a buffer (an Assign kernel) only when
 //  (a) two or more operations read it (views are transparent: a view's readers count as
@@ -265,7 +266,7 @@ class Lowerer {
     std::ostringstream label;
     label << op_info(n.op).name;
     if (n.op == Op::kMap) label << "." << ew_info(n.attrs.ew).name;
-    if (n.op == Op::kReduce || n.op == Op::kArgReduce) label << "." << reduce_name(n.attrs.reduce);
+    if (n.op == Op::kReduce || n.op == Op::kArgReduce || n.op == Op::kScan) label << "." << reduce_name(n.attrs.reduce);
     std::vector<std::string> fused;
     for (int32_t id : fused_into_) {
       const Node& f = g_.node(id);
@@ -503,6 +504,12 @@ class Lowerer {
         k.outputs.push_back(out);
         k.out_layouts.push_back(ol);
         push(std::move(k), n);
+        return;
+      }
+      case Op::kScan: {
+        Kernel k = start(n, Kernel::kScan);
+        k.inputs.push_back(expr_of(n.inputs[0]));
+        push_over_output(std::move(k), n, v);
         return;
       }
       case Op::kSoftmax: {

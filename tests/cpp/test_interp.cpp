@@ -465,6 +465,101 @@ TEST(InterpTopK, OrderTiesAndNan) {
   EXPECT_EQ(q[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 2, 2, 0}));
 }
 
+TEST(InterpScan, SumProdMaxMinAlongEitherAxis) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = f32({2, 4}, {1, -2, 3, 0.5f, 2, nan, 1, 5});
+  auto scan = [&](ReduceKind k, int64_t axis, bool log = false) {
+    Graph g;
+    Value vx = g.input("x", x.type);
+    Attrs a;
+    a.axis = axis;
+    a.reduce = k;
+    a.log = log;
+    return run1(g, g.add(Op::kScan, {vx}, a), {x}).to_vector<float>();
+  };
+  EXPECT_EQ(scan(ReduceKind::kSum, 0)[4], 3.0f);
+  std::vector<float> s = scan(ReduceKind::kSum, 1);
+  EXPECT_EQ(std::vector<float>(s.begin(), s.begin() + 4), (std::vector<float>{1, -1, 2, 2.5f}));
+  EXPECT_EQ(s[4], 2.0f);
+  EXPECT_TRUE(std::isnan(s[5]) && std::isnan(s[7]));
+  std::vector<float> p = scan(ReduceKind::kProd, 1);
+  EXPECT_EQ(std::vector<float>(p.begin(), p.begin() + 4), (std::vector<float>{1, -2, -6, -3}));
+  std::vector<float> mx = scan(ReduceKind::kMax, 1);
+  EXPECT_EQ(std::vector<float>(mx.begin(), mx.begin() + 5), (std::vector<float>{1, 1, 3, 3, 2}));
+  EXPECT_TRUE(std::isnan(mx[5]) && std::isnan(mx[6]) && std::isnan(mx[7]));  // NaN propagates
+  std::vector<float> mn = scan(ReduceKind::kMin, 1);
+  EXPECT_EQ(std::vector<float>(mn.begin(), mn.begin() + 4), (std::vector<float>{1, -2, -2, -2}));
+  std::vector<float> l = scan(ReduceKind::kSum, 1, true);
+  EXPECT_FLOAT_EQ(l[1], static_cast<float>(std::log(std::exp(1.0) + std::exp(-2.0))));
+  EXPECT_FLOAT_EQ(l[3], static_cast<float>(std::log(std::exp(1.0) + std::exp(-2.0) + std::exp(3.0) + std::exp(0.5))));
+}
+
+TEST(InterpScan, IntegerSumIsExactAndWraps) {
+  Graph g;
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  Tensor x = i64({4}, {big, 1, 3, -5});
+  Value vx = g.input("x", x.type);
+  Attrs a;
+  a.axis = 0;
+  EXPECT_EQ(run1(g, g.add(Op::kScan, {vx}, a), {x}).to_vector<int64_t>(),
+            (std::vector<int64_t>{big, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::min() + 3,
+                                  big - 1}));
+}
+
+TEST(InterpScan, LogNeedsFloatSum) {
+  Graph g;
+  Value vx = g.input("x", TensorType{DType::kI64, {3}});
+  Attrs a;
+  a.log = true;
+  EXPECT_THROW(g.add(Op::kScan, {vx}, a), CompileError);
+}
+
+TEST(InterpIndexPut, CombinesDuplicatesWithEachReduction) {
+  Tensor base = f32({3}, {1, 2, 3});
+  Tensor idx = i64({4}, {0, 2, 0, 2});
+  Tensor val = f32({4}, {5, -1, 4, 7});
+  auto put = [&](bool acc, ReduceKind k) {
+    Graph g;
+    Value vb = g.input("b", base.type), vi = g.input("i", idx.type), vv = g.input("v", val.type);
+    Attrs a;
+    a.accumulate = acc;
+    a.reduce = k;
+    return run1(g, g.add(Op::kIndexPut, {vb, vi, vv}, a), {base, idx, val}).to_vector<float>();
+  };
+  EXPECT_EQ(put(false, ReduceKind::kSum), (std::vector<float>{4, 2, 7}));  // last write wins
+  EXPECT_EQ(put(true, ReduceKind::kSum), (std::vector<float>{10, 2, 9}));
+  EXPECT_EQ(put(true, ReduceKind::kProd), (std::vector<float>{20, 2, -21}));
+  EXPECT_EQ(put(true, ReduceKind::kMax), (std::vector<float>{5, 2, 7}));
+  EXPECT_EQ(put(true, ReduceKind::kMin), (std::vector<float>{1, 2, -1}));
+}
+
+TEST(IrText, ScanAndCombiningIndexPutRoundTrip) {
+  Graph g;
+  Value vx = g.input("x", TensorType{DType::kF32, {2, 3}});
+  Value vi = g.input("i", TensorType{DType::kI64, {2}});
+  Attrs s;
+  s.axis = 1;
+  s.reduce = ReduceKind::kMax;
+  Value sc = g.add(Op::kScan, {vx}, s);
+  Attrs l;
+  l.axis = 0;
+  l.log = true;
+  Value ls = g.add(Op::kScan, {sc}, l);
+  Attrs p;
+  p.axis = 0;
+  p.accumulate = true;
+  p.reduce = ReduceKind::kMin;
+  Value out = g.add(Op::kIndexPut, {ls, vi, sc}, p);
+  g.outputs = {out};
+  const std::string text = chroma::print(g);
+  EXPECT_NE(text.find("Scan.max(%0) {axis=1}"), std::string::npos) << text;
+  EXPECT_NE(text.find("Scan.sum(%2) {axis=0, log}"), std::string::npos) << text;
+  EXPECT_NE(text.find("accumulate=min"), std::string::npos) << text;
+  Graph back = chroma::parse(text);
+  EXPECT_EQ(chroma::print(back), text);
+  EXPECT_EQ(back.node(back.outputs[0]).attrs.reduce, ReduceKind::kMin);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Whole graphs and eval_node
 // ---------------------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from chroma.program import ArtifactError
 
 
 def _two_unsupported(x):
-    a = torch.cumsum(x, dim=1)  # LINE_CUMSUM
-    b, _ = torch.sort(x, dim=-1)  # LINE_SORT
-    return a + b
+    a = torch.histc(x, 4)  # LINE_HISTC
+    b, _ = torch.mode(x, dim=-1)  # LINE_MODE
+    return a.sum() + b
 
 
 def _line_of(marker):
@@ -43,22 +43,22 @@ def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):
     import chroma._compiler as c
 
     supported = set(c.supported_aten_targets())
-    assert "aten.cumsum.default" not in supported and "aten.sort.default" not in supported
+    assert "aten.histc.default" not in supported and "aten.mode.default" not in supported
     with pytest.raises(chroma.CompileError) as ei:
         chroma.compile(_two_unsupported, (randn(3, 5),), out=str(tmp_path / "bad"))
     assert issubclass(chroma.CompileError, RuntimeError)
     msg = str(ei.value)
     assert re.search(r"\b2 unsupported ops\b", msg), msg
-    assert "aten.cumsum.default" in msg, msg
-    assert "aten.sort" in msg, msg
-    assert f"test_errors.py:{_line_of('LINE_CUMSUM')}" in msg, msg
-    assert f"test_errors.py:{_line_of('LINE_SORT')}" in msg, msg
+    assert "aten.histc.default" in msg, msg
+    assert "aten.mode" in msg, msg
+    assert f"test_errors.py:{_line_of('LINE_HISTC')}" in msg, msg
+    assert f"test_errors.py:{_line_of('LINE_MODE')}" in msg, msg
     # each op is reported on its own line together with its own source location
     lines = msg.splitlines()
-    cum = [ln for ln in lines if "aten.cumsum" in ln]
-    srt = [ln for ln in lines if "aten.sort" in ln]
-    assert len(cum) == 1 and f":{_line_of('LINE_CUMSUM')}" in cum[0], msg
-    assert len(srt) == 1 and f":{_line_of('LINE_SORT')}" in srt[0], msg
+    his = [ln for ln in lines if "aten.histc" in ln]
+    mod = [ln for ln in lines if "aten.mode" in ln]
+    assert len(his) == 1 and f":{_line_of('LINE_HISTC')}" in his[0], msg
+    assert len(mod) == 1 and f":{_line_of('LINE_MODE')}" in mod[0], msg
 
 
 def test_bool_mask_indexing_is_rejected(tmp_path):

@@ -397,7 +397,8 @@ inline bool gather(D d, S s, I ix, int64_t* bad) {
 
 // index_put: d[o with o[Axis] = idx[o[Axis]]] = vals[o] (Acc: +=), o over the values'
 // shape ValSh. Every index is checked before anything is written.
-template <class ValSh, int Axis, int64_t Dim, bool Acc, class D, class I, class V>
+// Red (with Acc) combines like chroma::scalar::scan_combine: 0 sum, 1 prod, 2 max, 3 min.
+template <class ValSh, int Axis, int64_t Dim, bool Acc, int Red = 0, class D, class I, class V>
 inline bool index_put(D d, I ix, V vals, int64_t* bad) {
   constexpr int R = ValSh::kRank;
   for (int64_t j = 0; j < ValSh::kDims[Axis]; ++j) {
@@ -412,12 +413,11 @@ inline bool index_put(D d, I ix, V vals, int64_t* bad) {
     std::copy(o, o + R, di);
     di[Axis] = static_cast<int64_t>(ix.at(o + Axis));
     auto& dst = d.at(di);
+    using T = std::remove_reference_t<decltype(dst)>;
     if constexpr (!Acc) {
       dst = vals.at(o);
-    } else if constexpr (std::is_same_v<std::remove_reference_t<decltype(dst)>, bool>) {
-      dst = dst || vals.at(o);
     } else {
-      dst = static_cast<std::remove_reference_t<decltype(dst)>>(dst + vals.at(o));
+      dst = ::chroma::scalar::scan_combine<Red, T>(dst, static_cast<T>(vals.at(o)));
     }
   });
   return true;
@@ -460,11 +460,32 @@ inline void topk(DV dv, DI di, E e) {
       i[Axis] = j;
       buf[static_cast<size_t>(j)] = {static_cast<T>(e.at(i)), j};
     }
-    std::partial_sort(buf.begin(), buf.begin() + K, buf.end(), before);
+    // `before` is a total order (ties broken by index), so both give the same result; a full
+    // sort (sort/argsort lower to k = n) is faster than a heap-based partial sort.
+    if constexpr (K == Sh::kDims[Axis]) std::sort(buf.begin(), buf.end(), before);
+    else std::partial_sort(buf.begin(), buf.begin() + K, buf.end(), before);
     for (int64_t j = 0; j < K; ++j) {
       i[Axis] = j;
       dv.at(i) = buf[static_cast<size_t>(j)].first;
       di.at(i) = buf[static_cast<size_t>(j)].second;
+    }
+  });
+}
+
+// Inclusive scan along Axis of Sh: d[.., j, ..] = combine(d[.., j - 1, ..], e[.., j, ..]),
+// Kind as in chroma::scalar::scan_combine, accumulated in scalar::ScanAcc.
+template <class Sh, int Axis, int Kind, class T, class D, class E> inline void scan(D d, E e) {
+  using A = ::chroma::scalar::ScanAcc<Kind, T>;
+  for_each_index<Sh>([&](const int64_t* idx) {
+    if (idx[Axis] != 0) return;
+    int64_t i[Sh::kRank];
+    std::copy(idx, idx + Sh::kRank, i);
+    A acc = static_cast<A>(static_cast<T>(e.at(i)));
+    d.at(i) = static_cast<T>(acc);
+    for (int64_t j = 1; j < Sh::kDims[Axis]; ++j) {
+      i[Axis] = j;
+      acc = ::chroma::scalar::scan_combine<Kind, A>(acc, static_cast<A>(static_cast<T>(e.at(i))));
+      d.at(i) = static_cast<T>(acc);
     }
   });
 }

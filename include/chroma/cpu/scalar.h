@@ -325,4 +325,26 @@ template <class T> inline T bitwise_and(T a, T b) { if constexpr (kIsBool<T>) re
 template <class T> inline T bitwise_or(T a, T b) { if constexpr (kIsBool<T>) return a || b; else if constexpr (kIsFloat<T>) return a; else return T(a | b); }
 template <class T> inline T bitwise_xor(T a, T b) { if constexpr (kIsBool<T>) return a != b; else if constexpr (kIsFloat<T>) return a; else return T(a ^ b); }
 
+// Scans (cumsum, cumprod, cummax, cummin, logcumsumexp) and combining scatters: shared by
+// constant folding and the generated code so both compute the same thing. Kind: 0 sum,
+// 1 prod, 2 max, 3 min (NaN propagates), 4 log-sum-exp. Sums and products of floats
+// accumulate in double, as PyTorch's CPU cumsum/cumprod do; of integers in uint64 (wrapping).
+template <int Kind, class T>
+using ScanAcc = std::conditional_t<Kind == 2 || Kind == 3 || kIsBool<T>, T,
+                                   std::conditional_t<kIsFloat<T>, double, uint64_t>>;
+template <class A> inline A log_add_exp(A a, A b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  const A lo = a < b ? a : b, hi = a < b ? b : a;
+  if (lo == hi && !std::isfinite(lo)) return a;  // both +inf or both -inf
+  return hi + std::log1p(std::exp(lo - hi));
+}
+template <int Kind, class A> inline A scan_combine(A a, A b) {
+  if constexpr (Kind == 0) return add(a, b);
+  else if constexpr (Kind == 1) return mul(a, b);
+  else if constexpr (Kind == 2) return maximum(a, b);
+  else if constexpr (Kind == 3) return minimum(a, b);
+  else return log_add_exp(a, b);
+}
+
 }  // namespace chroma::scalar

@@ -133,6 +133,14 @@ class Emitter {
           << ctype(b.type.dtype) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0]) << ");\n";
         break;
       }
+      case Kernel::kScan: {
+        const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
+        if (numel(k.shape) == 0) break;
+        o << "  et::scan<" << shape_t(k.shape) << ", " << k.attrs.axis << ", "
+          << (k.attrs.log ? 4 : static_cast<int>(k.attrs.reduce)) << ", " << ctype(b.type.dtype) << ">("
+          << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0]) << ");\n";
+        break;
+      }
       case Kernel::kArgReduce:
         o << "  et::arg_reduce<" << shape_t(k.shape) << ", " << k.attrs.axis << ", "
           << (k.attrs.reduce == ReduceKind::kMax ? "true" : "false") << ">(" << out(k.outputs[0], k.out_layouts[0])
@@ -190,7 +198,8 @@ class Emitter {
         }
         if (numel(k.shape) > 0) {
           o << "  int64_t bad = 0;\n  if (!et::index_put<" << shape_t(k.shape) << ", " << axis << ", "
-            << b.type.shape[static_cast<size_t>(axis)] << ", " << (k.attrs.accumulate ? "true" : "false") << ">("
+            << b.type.shape[static_cast<size_t>(axis)] << ", " << (k.attrs.accumulate ? "true" : "false") << ", "
+            << static_cast<int>(k.attrs.reduce) << ">("
             << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[1]) << ",\n      " << expr(k.inputs[2])
             << ", &bad)) return cx.index_error(" << ki << ", bad);\n";
         }
