@@ -543,6 +543,300 @@ std::vector<Value> adaptive_max_pool(Call& c, int d) {
   return {m, is_float(dt) ? b.ew(EwOp::k_abs, key) : key};
 }
 
+// ---- upsampling -------------------------------------------------------------------------
+
+// Scale factors of an upsample call (per spatial dim; nullopt when not given).
+struct Upsample {
+  int d = 2;
+  std::vector<int64_t> in, out;
+  std::vector<std::optional<double>> scales;
+  bool align = false;
+};
+
+std::optional<double> json_double(const json& e) {
+  if (e.is_null()) return std::nullopt;
+  if (e.is_number()) return e.get<double>();
+  if (e.is_object() && e.contains("float") && e["float"].is_number()) return e["float"].get<double>();
+  return std::nullopt;
+}
+
+// `.vec` overloads: (input, output_size?, [align_corners,] scale_factors?); `.default`:
+// (self, output_size, [align_corners,] scales_1?, ..., scales_d?). The output size is the one
+// the exporter recorded (PyTorch computed it from the scale factors).
+Upsample upsample_args(Call& c, int d, bool vec, bool has_align, const char* what) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  const TensorType t = b.type(x);
+  if (t.rank() != d + 2) c.fail(std::string(what) + " expects a " + std::to_string(d + 2) + "-D input, got " + t.str());
+  if (!is_float(t.dtype)) c.fail(std::string(what) + " needs floating-point input, got " + t.str());
+  Upsample u;
+  u.d = d;
+  const TensorType ot = c.out_type(0);
+  for (int a = 0; a < d; ++a) {
+    u.in.push_back(t.shape[static_cast<size_t>(2 + a)]);
+    u.out.push_back(ot.shape[static_cast<size_t>(2 + a)]);
+  }
+  size_t next = 2;
+  if (has_align) {
+    u.align = c.bool_or(2, "align_corners", false);
+    next = 3;
+  }
+  u.scales.assign(static_cast<size_t>(d), std::nullopt);
+  if (vec) {
+    if (const json* j = c.get(next, "scale_factors")) {
+      if (!j->is_array() || j->size() != static_cast<size_t>(d)) {
+        c.fail(std::string(what) + ": scale_factors must be a list of " + std::to_string(d) + " numbers");
+      }
+      for (int a = 0; a < d; ++a) {
+        u.scales[static_cast<size_t>(a)] = json_double((*j)[static_cast<size_t>(a)]);
+        if (!u.scales[static_cast<size_t>(a)]) c.fail(std::string(what) + ": scale_factors must be numbers");
+      }
+    }
+  } else {
+    static const char* names1[] = {"scales"};
+    static const char* names2[] = {"scales_h", "scales_w"};
+    static const char* names3[] = {"scales_d", "scales_h", "scales_w"};
+    const char** names = d == 1 ? names1 : d == 2 ? names2 : names3;
+    for (int a = 0; a < d; ++a) {
+      if (c.has(next + static_cast<size_t>(a), names[a])) u.scales[static_cast<size_t>(a)] = c.float_or(next + static_cast<size_t>(a), names[a], 0.0);
+    }
+  }
+  for (int a = 0; a < d; ++a) {
+    if (u.in[static_cast<size_t>(a)] <= 0 || u.out[static_cast<size_t>(a)] <= 0) {
+      c.fail(std::string(what) + ": input and output sizes must be positive, got input " + t.str() + " and output " + ot.str());
+    }
+  }
+  return u;
+}
+
+// PyTorch's area_pixel_compute_scale and area_pixel_compute_source_index (UpSample.h), in the
+// kernel's opmath type T (float for float32 inputs).
+template <class T>
+T pixel_scale(int64_t in, int64_t out, bool align, std::optional<double> scale) {
+  if (align) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  return (scale && *scale > 0.) ? static_cast<T>(1.0 / *scale) : static_cast<T>(in) / static_cast<T>(out);
+}
+
+template <class T>
+T source_index(T scale, int64_t dst, bool align, bool cubic) {
+  if (align) return scale * static_cast<T>(dst);
+  const T src = scale * (static_cast<T>(dst) + static_cast<T>(0.5)) - static_cast<T>(0.5);
+  return (!cubic && src < T(0)) ? T(0) : src;
+}
+
+template <class T>
+std::vector<int64_t> nearest_table(int64_t in, int64_t out, std::optional<double> scale, bool exact) {
+  const T s = pixel_scale<T>(in, out, false, scale);
+  std::vector<int64_t> idx;
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t i;
+    if (exact) {
+      const T real = source_index<T>(s, o, false, false);
+      i = static_cast<int64_t>(std::floor(static_cast<float>(static_cast<double>(real) + 0.5)));
+    } else {
+      i = static_cast<int64_t>(std::floor(static_cast<float>(source_index<T>(s, o, true, false))));
+    }
+    idx.push_back(std::min(i, in - 1));
+  }
+  return idx;
+}
+
+// upsample_nearest{1,2,3}d and _upsample_nearest_exact{1,2,3}d: a constant Gather per axis
+// (a view when the table is the identity or a plain repeat).
+Value upsample_nearest(Call& c, int d, bool vec, bool exact) {
+  Builder& b = c.b;
+  const Upsample u = upsample_args(c, d, vec, false, exact ? "upsample_nearest_exact" : "upsample_nearest");
+  Value x = c.tensor(0, "input");
+  const bool f64 = b.type(x).dtype == DType::kF64;
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    const auto tab = f64 ? nearest_table<double>(u.in[i], u.out[i], u.scales[i], exact)
+                         : nearest_table<float>(u.in[i], u.out[i], u.scales[i], exact);
+    x = take(b, x, 2 + a, tab);
+  }
+  return x;
+}
+
+// upsample_linear1d / upsample_bilinear2d / upsample_trilinear3d: separable, innermost axis
+// first (the order of PyTorch's nested interpolation): y = w0 * x[i0] + w1 * x[i1] per axis,
+// with PyTorch's indices and weights (compute_source_index_and_lambda).
+template <class T>
+Value linear_axis(Builder& b, Value x, int64_t axis, int64_t in, int64_t out, bool align, std::optional<double> scale) {
+  if (in == out) return x;  // PyTorch copies (lambda 1, 0)
+  const T ratio = pixel_scale<T>(in, out, align, scale);
+  std::vector<int64_t> tab;
+  std::vector<double> w0, w1;
+  for (int64_t o = 0; o < out; ++o) {
+    const T real = source_index<T>(ratio, o, align, false);
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(static_cast<float>(real))), in - 1);
+    const T l1 = std::min(std::max(real - static_cast<T>(i0), T(0)), T(1));
+    const T l0 = T(1) - l1;
+    tab.push_back(i0);
+    tab.push_back(i0 + (i0 < in - 1 ? 1 : 0));
+    w0.push_back(static_cast<double>(l0));
+    w1.push_back(static_cast<double>(l1));
+  }
+  const DType dt = b.type(x).dtype;
+  const int64_t r = b.type(x).rank();
+  Value g = gather(b, x, axis, const_i64(b, {out, 2}, tab));  // [..., out, 2, ...]
+  Shape s = b.type(x).shape;
+  s[static_cast<size_t>(axis)] = out;
+  Value g0 = b.reshape(b.slice(g, axis + 1, 0, 1, 1), s);
+  Value g1 = b.reshape(b.slice(g, axis + 1, 1, 2, 1), s);
+  Value c0 = const_float(b, dt, along(r, axis, out), w0);
+  Value c1 = const_float(b, dt, along(r, axis, out), w1);
+  return b.ew(EwOp::k_add, b.ew(EwOp::k_mul, g0, c0), b.ew(EwOp::k_mul, g1, c1));
+}
+
+Value upsample_linear(Call& c, int d, bool vec) {
+  Builder& b = c.b;
+  const char* what = d == 1 ? "upsample_linear1d" : d == 2 ? "upsample_bilinear2d" : "upsample_trilinear3d";
+  const Upsample u = upsample_args(c, d, vec, true, what);
+  Value x = c.tensor(0, "input");
+  const bool f64 = b.type(x).dtype == DType::kF64;
+  for (int a = d - 1; a >= 0; --a) {
+    const size_t i = static_cast<size_t>(a);
+    x = f64 ? linear_axis<double>(b, x, 2 + a, u.in[i], u.out[i], u.align, u.scales[i])
+            : linear_axis<float>(b, x, 2 + a, u.in[i], u.out[i], u.align, u.scales[i]);
+  }
+  return x;
+}
+
+// ---- normalization ------------------------------------------------------------------------
+
+// Per-channel vector [C] shaped to broadcast against x [N, C, ...].
+Value per_channel(Builder& b, Value v, int64_t rank) {
+  const int64_t n = b.type(v).numel();
+  return b.reshape(v, along(rank, 1, n));
+}
+
+// y = x * alpha + beta with alpha = invstd * weight, beta = bias - mean * alpha (PyTorch's
+// batch_norm_cpu_collect_linear_and_constant_terms); mean/invstd are [C].
+Value bn_apply(Call& c, Value x, Value mean, Value invstd) {
+  Builder& b = c.b;
+  Value alpha = invstd;
+  if (c.is_tensor(1, "weight")) alpha = b.ew(EwOp::k_mul, alpha, c.tensor(1, "weight"));
+  Value beta = b.ew(EwOp::k_neg, b.ew(EwOp::k_mul, mean, alpha));
+  if (c.is_tensor(2, "bias")) beta = b.ew(EwOp::k_sub, c.tensor(2, "bias"), b.ew(EwOp::k_mul, mean, alpha));
+  const int64_t r = b.type(x).rank();
+  return b.ew(EwOp::k_add, b.ew(EwOp::k_mul, x, per_channel(b, alpha, r)), per_channel(b, beta, r));
+}
+
+Value invstd_of(Builder& b, Value var, double eps) {
+  return b.ew(EwOp::k_reciprocal, b.ew(EwOp::k_sqrt, b.ew(EwOp::k_add, var, Scalar::of_float(eps))));
+}
+
+void check_bn_input(Call& c, Value x, const char* what) {
+  const TensorType t = c.b.type(x);
+  if (t.rank() < 2) c.fail(std::string(what) + " expects an input with at least 2 dims (N, C, ...), got " + t.str());
+  if (!is_float(t.dtype)) c.fail(std::string(what) + " needs floating-point input, got " + t.str());
+}
+
+// Batch statistics over every dim but 1: mean, biased variance, element count.
+struct Stats {
+  Value mean, var;
+  int64_t n;
+};
+
+Stats batch_stats(Builder& b, Value x) {
+  const TensorType t = b.type(x);
+  std::vector<int64_t> axes;
+  int64_t n = 1;
+  for (int64_t a = 0; a < t.rank(); ++a) {
+    if (a == 1) continue;
+    axes.push_back(a);
+    n *= t.shape[static_cast<size_t>(a)];
+  }
+  Value mean_k = b.mean(x, axes, true);
+  Value centered = b.ew(EwOp::k_sub, x, mean_k);
+  Value var = b.mean(b.ew(EwOp::k_mul, centered, centered), axes, false);
+  return {b.reshape(mean_k, {t.shape[1]}), var, n};
+}
+
+Value empty_vec(Builder& b, DType t) { return b.full(Scalar::of_float(0.0), t, {0}); }
+
+// _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
+// momentum, eps) -> (y, empty, empty).
+std::vector<Value> bn_inference(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  check_bn_input(c, x, "batch_norm");
+  const double eps = c.float_or(6, "eps", 1e-5);
+  const DType dt = b.type(x).dtype;
+  Value mean = c.tensor(3, "running_mean"), var = c.tensor(4, "running_var");
+  Value y = bn_apply(c, x, mean, invstd_of(b, var, eps));
+  return {y, empty_vec(b, dt), empty_vec(b, dt)};
+}
+
+// _native_batch_norm_legit{,.no_stats,_functional}: with training, batch statistics (saved
+// mean and invstd are outputs 1 and 2; _functional also returns the updated running stats,
+// running_var with the unbiased variance); without, the running statistics.
+std::vector<Value> bn_legit(Call& c, bool has_running, bool functional) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  check_bn_input(c, x, "batch_norm");
+  const size_t at = has_running ? 5 : 3;
+  const bool training = c.bool_or(at, "training", true);
+  const double momentum = c.float_or(at + 1, "momentum", 0.1);
+  const double eps = c.float_or(at + 2, "eps", 1e-5);
+  const DType dt = b.type(x).dtype;
+  if (!training) {
+    if (!has_running) c.fail("batch_norm in eval mode needs running statistics");
+    Value rm = c.tensor(3, "running_mean"), rv = c.tensor(4, "running_var");
+    Value y = bn_apply(c, x, rm, invstd_of(b, rv, eps));
+    std::vector<Value> r{y, empty_vec(b, dt), empty_vec(b, dt)};
+    if (functional) {
+      r.push_back(rm);
+      r.push_back(rv);
+    }
+    return r;
+  }
+  const Stats s = batch_stats(b, x);
+  Value invstd = invstd_of(b, s.var, eps);
+  Value y = bn_apply(c, x, s.mean, invstd);
+  std::vector<Value> r{y, s.mean, invstd};
+  if (functional) {
+    Value rm = c.tensor(3, "running_mean"), rv = c.tensor(4, "running_var");
+    const double keep = 1.0 - momentum;
+    Value unbiased = b.ew(EwOp::k_mul, s.var, Scalar::of_float(s.n > 1 ? static_cast<double>(s.n) / static_cast<double>(s.n - 1) : INFINITY));
+    r.push_back(b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, s.mean, Scalar::of_float(momentum)),
+                            b.ew(EwOp::k_mul, rm, Scalar::of_float(keep))), b.type(rm).dtype));
+    r.push_back(b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, unbiased, Scalar::of_float(momentum)),
+                            b.ew(EwOp::k_mul, rv, Scalar::of_float(keep))), b.type(rv).dtype));
+  }
+  return r;
+}
+
+// native_group_norm(input, weight, bias, N, C, HxW, group, eps) -> (y, mean [N, G], rstd [N, G]).
+std::vector<Value> group_norm(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  check_bn_input(c, x, "group_norm");
+  const TensorType t = b.type(x);
+  const int64_t n = c.int_(3, "N"), ch = c.int_(4, "C"), hw = c.int_(5, "HxW"), g = c.int_(6, "group");
+  const double eps = c.float_or(7, "eps", 1e-5);
+  if (g <= 0 || ch % g != 0) c.fail("group_norm: " + std::to_string(ch) + " channels cannot be split into " + std::to_string(g) + " groups");
+  if (n * ch * hw != t.numel() || t.shape[0] != n || t.shape[1] != ch) {
+    c.fail("group_norm: N=" + std::to_string(n) + ", C=" + std::to_string(ch) + ", HxW=" + std::to_string(hw) +
+           " do not match the input " + t.str());
+  }
+  Value xg = b.reshape(x, {n, g, (ch / g) * hw});
+  Value mean = b.mean(xg, {2}, true);
+  Value centered = b.ew(EwOp::k_sub, xg, mean);
+  Value var = b.mean(b.ew(EwOp::k_mul, centered, centered), {2}, true);
+  Value rstd = invstd_of(b, var, eps);
+  // y = x * a + c per (n, channel): a = rstd * gamma, c = beta - a * mean.
+  Value rstd_c = b.reshape(b.expand(b.reshape(rstd, {n, g, 1}), {n, g, ch / g}), {n, ch});
+  Value mean_c = b.reshape(b.expand(b.reshape(mean, {n, g, 1}), {n, g, ch / g}), {n, ch});
+  Value a = rstd_c;
+  if (c.is_tensor(1, "weight")) a = b.ew(EwOp::k_mul, a, b.reshape(c.tensor(1, "weight"), {1, ch}));
+  Value off = b.ew(EwOp::k_neg, b.ew(EwOp::k_mul, a, mean_c));
+  if (c.is_tensor(2, "bias")) off = b.ew(EwOp::k_sub, b.reshape(c.tensor(2, "bias"), {1, ch}), b.ew(EwOp::k_mul, a, mean_c));
+  Value x3 = b.reshape(x, {n, ch, hw});
+  Value y = b.ew(EwOp::k_add, b.ew(EwOp::k_mul, x3, b.reshape(a, {n, ch, 1})), b.reshape(off, {n, ch, 1}));
+  return {b.reshape(y, t.shape), b.reshape(mean, {n, g}), b.reshape(rstd, {n, g})};
+}
+
 }  // namespace
 
 void register_aten_pool(HandlerTable& t) {
@@ -559,6 +853,31 @@ void register_aten_pool(HandlerTable& t) {
   t["aten._adaptive_avg_pool3d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 3)); };
   t["aten.adaptive_max_pool2d.default"] = [](Call& c) { return adaptive_max_pool(c, 2); };
   t["aten.adaptive_max_pool3d.default"] = [](Call& c) { return adaptive_max_pool(c, 3); };
+
+  t["aten.upsample_nearest1d.default"] = [](Call& c) { return one(upsample_nearest(c, 1, false, false)); };
+  t["aten.upsample_nearest2d.default"] = [](Call& c) { return one(upsample_nearest(c, 2, false, false)); };
+  t["aten.upsample_nearest3d.default"] = [](Call& c) { return one(upsample_nearest(c, 3, false, false)); };
+  t["aten.upsample_nearest1d.vec"] = [](Call& c) { return one(upsample_nearest(c, 1, true, false)); };
+  t["aten.upsample_nearest2d.vec"] = [](Call& c) { return one(upsample_nearest(c, 2, true, false)); };
+  t["aten.upsample_nearest3d.vec"] = [](Call& c) { return one(upsample_nearest(c, 3, true, false)); };
+  t["aten._upsample_nearest_exact1d.default"] = [](Call& c) { return one(upsample_nearest(c, 1, false, true)); };
+  t["aten._upsample_nearest_exact2d.default"] = [](Call& c) { return one(upsample_nearest(c, 2, false, true)); };
+  t["aten._upsample_nearest_exact3d.default"] = [](Call& c) { return one(upsample_nearest(c, 3, false, true)); };
+  t["aten._upsample_nearest_exact1d.vec"] = [](Call& c) { return one(upsample_nearest(c, 1, true, true)); };
+  t["aten._upsample_nearest_exact2d.vec"] = [](Call& c) { return one(upsample_nearest(c, 2, true, true)); };
+  t["aten._upsample_nearest_exact3d.vec"] = [](Call& c) { return one(upsample_nearest(c, 3, true, true)); };
+  t["aten.upsample_linear1d.default"] = [](Call& c) { return one(upsample_linear(c, 1, false)); };
+  t["aten.upsample_bilinear2d.default"] = [](Call& c) { return one(upsample_linear(c, 2, false)); };
+  t["aten.upsample_trilinear3d.default"] = [](Call& c) { return one(upsample_linear(c, 3, false)); };
+  t["aten.upsample_linear1d.vec"] = [](Call& c) { return one(upsample_linear(c, 1, true)); };
+  t["aten.upsample_bilinear2d.vec"] = [](Call& c) { return one(upsample_linear(c, 2, true)); };
+  t["aten.upsample_trilinear3d.vec"] = [](Call& c) { return one(upsample_linear(c, 3, true)); };
+
+  t["aten._native_batch_norm_legit_no_training.default"] = [](Call& c) { return bn_inference(c); };
+  t["aten._native_batch_norm_legit.default"] = [](Call& c) { return bn_legit(c, true, false); };
+  t["aten._native_batch_norm_legit.no_stats"] = [](Call& c) { return bn_legit(c, false, false); };
+  t["aten._native_batch_norm_legit_functional.default"] = [](Call& c) { return bn_legit(c, true, true); };
+  t["aten.native_group_norm.default"] = [](Call& c) { return group_norm(c); };
 }
 
 }  // namespace chroma
