@@ -266,6 +266,16 @@ Value iota(Builder& b, const Shape& shape, int64_t base, const std::vector<int64
   return b.graph().add(Op::kIota, {}, a);
 }
 
+std::vector<Value> window_max(Builder& b, Value g, int d, Value flat, const Shape& out_shape);
+Value gather_windows(Builder& b, Value x, int d, const std::vector<std::vector<int64_t>>& tabs,
+                     const std::vector<int64_t>& out, const std::vector<int64_t>& len);
+Value flat_table(Builder& b, int d, const std::vector<std::vector<int64_t>>& pos, const std::vector<int64_t>& in,
+                 const std::vector<int64_t>& out, const std::vector<int64_t>& len);
+
+// Windows of up to this many elements are combined by a tree of elementwise ops (one fused
+// loop); larger ones are gathered and reduced.
+constexpr int64_t kMaxTreeWindow = 9;
+
 // max_pool{1,2,3}d_with_indices.
 std::vector<Value> max_pool(Call& c, int d) {
   Builder& b = c.b;
@@ -291,6 +301,25 @@ std::vector<Value> max_pool(Call& c, int d) {
     }
   }
   Value xp = pool_pad(b, x, g, lowest(dt));
+  int64_t window = 1;
+  for (int64_t k : g.k) window *= k;
+  if (window > kMaxTreeWindow) {
+    // Large windows: gather them ([.., o, k, ..] per axis) and reduce; compiles to far less
+    // code than a tree of k^d candidates.
+    std::vector<std::vector<int64_t>> tabs(static_cast<size_t>(d)), pos(static_cast<size_t>(d));
+    for (int a = 0; a < d; ++a) {
+      const size_t i = static_cast<size_t>(a);
+      for (int64_t o = 0; o < g.out[i]; ++o) {
+        for (int64_t j = 0; j < g.k[i]; ++j) {
+          const int64_t q = o * g.s[i] + j * g.dil[i];  // padded coordinates
+          tabs[i].push_back(q);
+          pos[i].push_back(q - g.p[i] >= 0 && q - g.p[i] < g.in[i] ? q - g.p[i] : -1);
+        }
+      }
+    }
+    Value win = gather_windows(b, xp, d, tabs, g.out, g.k);
+    return window_max(b, win, d, flat_table(b, d, pos, g.in, g.out, g.k), out_shape);
+  }
   const auto offs = offsets(g.k);
   std::vector<Value> cands;
   for (const auto& off : offs) cands.push_back(pool_candidate(b, xp, g, off));
@@ -343,7 +372,7 @@ Value avg_pool(Call& c, int d) {
   Value x = c.tensor(0, "self");
   const char* what = d == 1 ? "avg_pool1d" : d == 2 ? "avg_pool2d" : "avg_pool3d";
   const DType dt = b.type(x).dtype;
-  if (!is_float(dt)) c.fail(std::string(what) + " needs floating-point input, got " + b.type(x).str());
+  if (dt == DType::kBool) c.fail(std::string(what) + " does not support bool input");
   const Pool g = pool_geometry(c, x, d, what, false);
   const bool include_pad = c.bool_or(5, "count_include_pad", true);
   std::optional<int64_t> override_;
@@ -351,11 +380,41 @@ Value avg_pool(Call& c, int d) {
     override_ = c.int_(6, "divisor_override");
     if (*override_ == 0) c.fail(std::string(what) + ": divisor_override must be nonzero");
   }
-  Value xp = pool_pad(b, x, g, Scalar::of_float(0.0));
-  std::vector<Value> cands;
-  for (const auto& off : offsets(g.k)) cands.push_back(pool_candidate(b, xp, g, off));
-  Value sum = tree(b, EwOp::k_add, cands);
-  if (override_) return b.ew(EwOp::k_div, sum, Scalar::of_float(static_cast<double>(*override_)));
+  Value xp = pool_pad(b, x, g, Scalar::of_int(0));
+  int64_t window = 1;
+  for (int64_t k : g.k) window *= k;
+  Value sum;
+  if (window > kMaxTreeWindow) {
+    std::vector<std::vector<int64_t>> tabs(static_cast<size_t>(d));
+    for (int a = 0; a < d; ++a) {
+      const size_t i = static_cast<size_t>(a);
+      for (int64_t o = 0; o < g.out[i]; ++o) {
+        for (int64_t j = 0; j < g.k[i]; ++j) tabs[i].push_back(o * g.s[i] + j);
+      }
+    }
+    Value win = gather_windows(b, xp, d, tabs, g.out, g.k);
+    const int64_t r = b.type(win).rank();
+    std::vector<int64_t> axes;
+    for (int a = 0; a < d; ++a) axes.push_back(r - 2 * d + 2 * a + 1);
+    const Shape xs = b.type(x).shape;
+    Shape out_shape(xs.begin(), xs.end() - d);
+    out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
+    sum = b.reshape(b.sum(win, axes, false), out_shape);
+  } else {
+    std::vector<Value> cands;
+    for (const auto& off : offsets(g.k)) cands.push_back(pool_candidate(b, xp, g, off));
+    sum = tree(b, EwOp::k_add, cands);
+  }
+  // Integer inputs: PyTorch sums in the input type and divides in integers (truncating).
+  auto divide = [&](Value by) {
+    if (is_float(dt)) return b.ew(EwOp::k_div, sum, by);
+    Value q = b.ew(EwOp::k_trunc, b.ew(EwOp::k_div, b.cast(sum, DType::kF64), b.cast(by, DType::kF64)));
+    return b.cast(q, dt);
+  };
+  auto divide_by = [&](int64_t n) {
+    return divide(b.full(is_float(dt) ? Scalar::of_float(static_cast<double>(n)) : Scalar::of_int(n), dt, {}));
+  };
+  if (override_) return divide_by(*override_);
   // Per-axis window sizes; the divisor is their product.
   std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(d));
   bool uniform = true;
@@ -375,7 +434,7 @@ Value avg_pool(Call& c, int d) {
   if (uniform) {
     int64_t n = 1;
     for (int64_t k : g.k) n *= k;
-    return b.ew(EwOp::k_div, sum, Scalar::of_float(static_cast<double>(n)));
+    return divide_by(n);
   }
   Shape out_spatial(g.out.begin(), g.out.end());
   std::vector<double> div(static_cast<size_t>(numel(out_spatial)), 1.0);
@@ -388,7 +447,7 @@ Value avg_pool(Call& c, int d) {
     }
     div[f] = static_cast<double>(n);
   }
-  return b.ew(EwOp::k_div, sum, const_float(b, dt, out_spatial, div));
+  return divide(const_float(b, is_float(dt) ? dt : DType::kF64, out_spatial, div));
 }
 
 // ---- adaptive pooling ---------------------------------------------------------------------
@@ -409,7 +468,7 @@ std::vector<int64_t> adaptive_sizes(Call& c, Value x, int d, const char* what) {
 }
 
 // _adaptive_avg_pool{2,3}d (1-d exports as 2-d): per axis, a reshape + sum when the windows
-// tile the axis, else a MatMul with a constant 0/1 window matrix; then sum / window size.
+// tile the axis, else a Gather of the windows and a masked sum; then sum / window size.
 Value adaptive_avg_pool(Call& c, int d) {
   Builder& b = c.b;
   Value x = c.tensor(0, "self");
@@ -431,24 +490,26 @@ Value adaptive_avg_pool(Call& c, int d) {
       x = b.sum(b.reshape(x, split), {axis + 1}, false);
       continue;
     }
-    // Move the axis last, [rows, in] @ [in, o], move it back.
-    std::vector<double> w(static_cast<size_t>(in * o), 0.0);
+    // Overlapping or uneven windows: gather each window ([o, L], the last position repeated up
+    // to the longest window L), zero the repeats, sum. (Not a MatMul with a 0/1 matrix: its
+    // zeros would spread a NaN or inf to every window.)
+    int64_t len = 0;
+    for (int64_t i = 0; i < o; ++i) len = std::max(len, adaptive_end(i, in, o) - adaptive_start(i, in, o));
+    std::vector<int64_t> tab;
+    std::vector<uint8_t> keep;
     for (int64_t i = 0; i < o; ++i) {
-      for (int64_t j = adaptive_start(i, in, o); j < adaptive_end(i, in, o); ++j) w[static_cast<size_t>(j * o + i)] = 1.0;
+      for (int64_t j = 0; j < len; ++j) {
+        tab.push_back(std::min(adaptive_start(i, in, o) + j, adaptive_end(i, in, o) - 1));
+        keep.push_back(adaptive_start(i, in, o) + j < adaptive_end(i, in, o) ? 1 : 0);
+      }
     }
-    std::vector<int64_t> perm;
-    for (int64_t q = 0; q < r; ++q) {
-      if (q != axis) perm.push_back(q);
-    }
-    perm.push_back(axis);
-    Value t = b.permute(x, perm);
-    Shape ts = b.type(t).shape;
-    const int64_t rows = in ? b.type(t).numel() / in : 0;
-    Value mm = b.graph().add(Op::kMatMul, {b.reshape(t, {rows, in}), const_float(b, dt, {in, o}, w)});
-    ts.back() = o;
-    std::vector<int64_t> inv(static_cast<size_t>(r));
-    for (size_t q = 0; q < perm.size(); ++q) inv[static_cast<size_t>(perm[q])] = static_cast<int64_t>(q);
-    x = b.permute(b.reshape(mm, ts), inv);
+    Value g = gather(b, x, axis, const_i64(b, {o, len}, tab));
+    Shape ks(static_cast<size_t>(b.type(g).rank()), 1);
+    ks[static_cast<size_t>(axis)] = o;
+    ks[static_cast<size_t>(axis) + 1] = len;
+    Value mask = constant_bytes(b, TensorType{DType::kBool, ks}, keep);
+    Value zero = b.full(Scalar::of_float(0.0), dt, {});
+    x = b.sum(b.ew(EwOp::k_where, {Operand::of(mask), Operand::of(g), Operand::of(zero)}), {axis + 1}, false);
   }
   Shape out_spatial(out.begin(), out.end());
   std::vector<double> div(static_cast<size_t>(numel(out_spatial)));
@@ -467,9 +528,71 @@ Value adaptive_avg_pool(Call& c, int d) {
   return b.ew(EwOp::k_div, x, const_float(b, dt, out_spatial, div));
 }
 
-// adaptive_max_pool{2,3}d: per axis, one Gather with a [out, L] table (window positions, the
-// last one repeated up to the longest window L), then the L^d candidates are combined like
-// max_pool's.
+// Windows gathered into g [lead..., o_1, L_1, ..., o_d, L_d] (L_a: window positions along
+// axis a): the max over each window, and PyTorch's index of it: the first position holding
+// the max, or the last NaN. `flat` [o_1, L_1, ...] holds each position's flat index in the
+// input plane (int64 max for padding, which then never wins).
+std::vector<Value> window_max(Builder& b, Value g, int d, Value flat, const Shape& out_shape) {
+  const int64_t r = b.type(g).rank();
+  const DType dt = b.type(g).dtype;
+  std::vector<int64_t> win;
+  for (int a = 0; a < d; ++a) win.push_back(r - 2 * d + 2 * a + 1);
+  Value m = b.reduce(ReduceKind::kMax, g, win, true);
+  Value idx = b.expand(flat, b.type(g).shape);
+  const Scalar big = Scalar::of_int(std::numeric_limits<int64_t>::max());
+  Value miss = b.full(big, DType::kI64, {});
+  if (is_float(dt)) {
+    miss = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_isnan, g)), Operand::of(b.ew(EwOp::k_neg, idx)), Operand::of(big)});
+  }
+  Value key = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_eq, g, m)), Operand::of(idx), Operand::of(miss)});
+  key = b.reduce(ReduceKind::kMin, key, win, false);
+  if (is_float(dt)) key = b.ew(EwOp::k_abs, key);
+  return {b.reshape(m, out_shape), b.reshape(key, out_shape)};
+}
+
+// Gathers along each of the d trailing axes of x with tables tabs[a] ([o_a, L_a], row-major):
+// x [lead..., n_1, ..., n_d] -> [lead..., o_1, L_1, ..., o_d, L_d].
+Value gather_windows(Builder& b, Value x, int d, const std::vector<std::vector<int64_t>>& tabs,
+                     const std::vector<int64_t>& out, const std::vector<int64_t>& len) {
+  const int64_t r = b.type(x).rank();
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    x = gather(b, x, r - d + 2 * a, const_i64(b, {out[i], len[i]}, tabs[i]));  // earlier axes already split in two
+  }
+  return x;
+}
+
+// The [o_1, L_1, ..., o_d, L_d] table of flat input indices for per-axis input positions
+// pos[a][o * L_a + j] (-1: padding).
+Value flat_table(Builder& b, int d, const std::vector<std::vector<int64_t>>& pos, const std::vector<int64_t>& in,
+                 const std::vector<int64_t>& out, const std::vector<int64_t>& len) {
+  Shape shape;
+  for (int a = 0; a < d; ++a) {
+    shape.push_back(out[static_cast<size_t>(a)]);
+    shape.push_back(len[static_cast<size_t>(a)]);
+  }
+  std::vector<int64_t> v(static_cast<size_t>(numel(shape)));
+  for (size_t f = 0; f < v.size(); ++f) {
+    int64_t rest = static_cast<int64_t>(f), flat = 0, stride = 1;
+    bool pad = false;
+    for (int a = d - 1; a >= 0; --a) {
+      const size_t i = static_cast<size_t>(a);
+      const int64_t j = rest % len[i];
+      rest /= len[i];
+      const int64_t o = rest % out[i];
+      rest /= out[i];
+      const int64_t q = pos[i][static_cast<size_t>(o * len[i] + j)];
+      pad = pad || q < 0;
+      flat += q * stride;
+      stride *= in[i];
+    }
+    v[f] = pad ? std::numeric_limits<int64_t>::max() : flat;
+  }
+  return const_i64(b, shape, v);
+}
+
+// adaptive_max_pool{2,3}d: per axis, one Gather with an [out, L] table (window positions, the
+// last one repeated up to the longest window L), then window_max.
 std::vector<Value> adaptive_max_pool(Call& c, int d) {
   Builder& b = c.b;
   Value x = c.tensor(0, "self");
@@ -480,67 +603,21 @@ std::vector<Value> adaptive_max_pool(Call& c, int d) {
   const int64_t r = b.type(x).rank();
   const Shape xs = b.type(x).shape;
   std::vector<int64_t> in(static_cast<size_t>(d)), len(static_cast<size_t>(d), 0);
-  std::vector<std::vector<std::vector<int64_t>>> pos(static_cast<size_t>(d));  // [axis][j][o]
+  std::vector<std::vector<int64_t>> tabs(static_cast<size_t>(d));
   for (int a = 0; a < d; ++a) {
     const size_t i = static_cast<size_t>(a);
     in[i] = xs[static_cast<size_t>(r - d + a)];
     for (int64_t o = 0; o < out[i]; ++o) len[i] = std::max(len[i], adaptive_end(o, in[i], out[i]) - adaptive_start(o, in[i], out[i]));
-    pos[i].assign(static_cast<size_t>(len[i]), std::vector<int64_t>(static_cast<size_t>(out[i])));
-    for (int64_t j = 0; j < len[i]; ++j) {
-      for (int64_t o = 0; o < out[i]; ++o) {
-        pos[i][static_cast<size_t>(j)][static_cast<size_t>(o)] =
-            std::min(adaptive_start(o, in[i], out[i]) + j, adaptive_end(o, in[i], out[i]) - 1);
+    for (int64_t o = 0; o < out[i]; ++o) {
+      for (int64_t j = 0; j < len[i]; ++j) {
+        tabs[i].push_back(std::min(adaptive_start(o, in[i], out[i]) + j, adaptive_end(o, in[i], out[i]) - 1));
       }
     }
-  }
-  // Gather: axis a of size in -> out * L, then split into [out, L]; candidates are slices.
-  Value g = x;
-  for (int a = 0; a < d; ++a) {
-    const size_t i = static_cast<size_t>(a);
-    const int64_t axis = r - d + a + a;  // earlier axes already split into two
-    std::vector<int64_t> tab;
-    for (int64_t o = 0; o < out[i]; ++o) {
-      for (int64_t j = 0; j < len[i]; ++j) tab.push_back(pos[i][static_cast<size_t>(j)][static_cast<size_t>(o)]);
-    }
-    g = gather(b, g, axis, const_i64(b, {out[i], len[i]}, tab));
   }
   Shape out_shape(xs.begin(), xs.end() - d);
   out_shape.insert(out_shape.end(), out.begin(), out.end());
-  const auto offs = offsets(len);
-  std::vector<Value> cands;
-  for (const auto& off : offs) {
-    Value v = g;
-    for (int a = 0; a < d; ++a) v = b.slice(v, r - d + 2 * a + 1, off[static_cast<size_t>(a)], off[static_cast<size_t>(a)] + 1, 1);
-    cands.push_back(b.reshape(v, out_shape));
-  }
-  Value m = tree(b, EwOp::k_maximum, cands);
-  std::vector<int64_t> stride(static_cast<size_t>(d), 1);
-  for (int a = d - 2; a >= 0; --a) stride[static_cast<size_t>(a)] = stride[static_cast<size_t>(a) + 1] * in[static_cast<size_t>(a) + 1];
-  const Shape out_spatial(out.begin(), out.end());
-  const Scalar big = Scalar::of_int(std::numeric_limits<int64_t>::max());
-  std::vector<Value> keys;
-  for (size_t j = 0; j < offs.size(); ++j) {
-    std::vector<int64_t> flat(static_cast<size_t>(numel(out_spatial)));
-    for (size_t f = 0; f < flat.size(); ++f) {
-      int64_t rest = static_cast<int64_t>(f), v = 0;
-      for (int a = d - 1; a >= 0; --a) {
-        const size_t i = static_cast<size_t>(a);
-        v += pos[i][static_cast<size_t>(offs[j][i])][static_cast<size_t>(rest % out[i])] * stride[i];
-        rest /= out[i];
-      }
-      flat[f] = v;
-    }
-    Value idx = b.expand(const_i64(b, out_spatial, flat), out_shape);
-    Value hit = b.ew(EwOp::k_eq, cands[j], m);
-    Value miss = b.full(big, DType::kI64, {});
-    if (is_float(dt)) {
-      miss = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_isnan, cands[j])), Operand::of(b.ew(EwOp::k_neg, idx)),
-                                  Operand::of(big)});
-    }
-    keys.push_back(b.ew(EwOp::k_where, {Operand::of(hit), Operand::of(idx), Operand::of(miss)}));
-  }
-  Value key = tree(b, EwOp::k_minimum, keys);
-  return {m, is_float(dt) ? b.ew(EwOp::k_abs, key) : key};
+  Value g = gather_windows(b, x, d, tabs, out, len);
+  return window_max(b, g, d, flat_table(b, d, tabs, in, out, len), out_shape);
 }
 
 // ---- upsampling -------------------------------------------------------------------------
@@ -568,7 +645,9 @@ Upsample upsample_args(Call& c, int d, bool vec, bool has_align, const char* wha
   Value x = c.tensor(0, "input");
   const TensorType t = b.type(x);
   if (t.rank() != d + 2) c.fail(std::string(what) + " expects a " + std::to_string(d + 2) + "-D input, got " + t.str());
-  if (!is_float(t.dtype)) c.fail(std::string(what) + " needs floating-point input, got " + t.str());
+  if (!is_float(t.dtype) && std::string(what).rfind("upsample_nearest", 0) != 0) {
+    c.fail(std::string(what) + " needs floating-point input, got " + t.str());
+  }
   Upsample u;
   u.d = d;
   const TensorType ot = c.out_type(0);
@@ -625,12 +704,16 @@ T source_index(T scale, int64_t dst, bool align, bool cubic) {
 }
 
 template <class T>
-std::vector<int64_t> nearest_table(int64_t in, int64_t out, std::optional<double> scale, bool exact) {
+std::vector<int64_t> nearest_table(int64_t in, int64_t out, std::optional<double> scale, bool exact, bool shortcut) {
   const T s = pixel_scale<T>(in, out, false, scale);
   std::vector<int64_t> idx;
   for (int64_t o = 0; o < out; ++o) {
     int64_t i;
-    if (exact) {
+    if (shortcut && out == in) {
+      i = o;  // the 2-d kernel's nearest_idx copies for scale 1 and halves for scale 2
+    } else if (shortcut && out == 2 * in) {
+      i = o >> 1;
+    } else if (exact) {
       const T real = source_index<T>(s, o, false, false);
       i = static_cast<int64_t>(std::floor(static_cast<float>(static_cast<double>(real) + 0.5)));
     } else {
@@ -650,8 +733,10 @@ Value upsample_nearest(Call& c, int d, bool vec, bool exact) {
   const bool f64 = b.type(x).dtype == DType::kF64;
   for (int a = 0; a < d; ++a) {
     const size_t i = static_cast<size_t>(a);
-    const auto tab = f64 ? nearest_table<double>(u.in[i], u.out[i], u.scales[i], exact)
-                         : nearest_table<float>(u.in[i], u.out[i], u.scales[i], exact);
+    // PyTorch's 2-d nearest kernel (not 1-d/3-d, not exact) special-cases scales 1 and 2.
+    const bool shortcut = d == 2 && !exact;
+    const auto tab = f64 ? nearest_table<double>(u.in[i], u.out[i], u.scales[i], exact, shortcut)
+                         : nearest_table<float>(u.in[i], u.out[i], u.scales[i], exact, shortcut);
     x = take(b, x, 2 + a, tab);
   }
   return x;
