@@ -41,9 +41,61 @@ std::pair<Value, int64_t> single_index(Call& c, const char* what) {
   return {*idx[static_cast<size_t>(pos)], pos};
 }
 
+// x[idx_1, ..., idx_k] with several index tensors (None elsewhere): the indexed dims are
+// merged into one and indexed by the linear index sum_i idx_i * stride_i (the index tensors
+// broadcast together). PyTorch's layout: adjacent index tensors put the broadcast index shape
+// where the indexed dims were; separated ones put it first. A component out of its range
+// makes the whole linear index out of range, so the Gather still raises IndexError.
+Value multi_index(Call& c, Value src, const std::vector<std::optional<Value>>& idx) {
+  Builder& b = c.b;
+  const TensorType st = b.type(src);
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (!idx[i]) continue;
+    if (b.type(*idx[i]).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
+    dims.push_back(static_cast<int64_t>(i));
+  }
+  if (static_cast<int64_t>(idx.size()) > st.rank()) c.fail("too many indices for a tensor of rank " + std::to_string(st.rank()));
+  const bool adjacent = dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  // Bring the indexed dims together: in place when adjacent, else to the front.
+  std::vector<int64_t> perm;
+  if (!adjacent) {
+    perm = dims;
+    for (int64_t d = 0; d < st.rank(); ++d) {
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+    }
+    src = b.permute(src, perm);
+  }
+  const int64_t at = adjacent ? dims.front() : 0;
+  const Shape ps = b.type(src).shape;
+  const int64_t k = static_cast<int64_t>(dims.size());
+  int64_t total = 1;
+  for (int64_t i = 0; i < k; ++i) total *= ps[static_cast<size_t>(at + i)];
+  Value lin, bad;
+  int64_t stride = 1;
+  for (int64_t i = k - 1; i >= 0; --i) {
+    const int64_t n = ps[static_cast<size_t>(at + i)];
+    Value ix = wrap_negative(b, *idx[static_cast<size_t>(dims[static_cast<size_t>(i)])], n);
+    Value out_of_range = b.ew(EwOp::k_logical_or, b.ew(EwOp::k_lt, ix, Scalar::of_int(0)), b.ew(EwOp::k_ge, ix, Scalar::of_int(n)));
+    Value term = stride == 1 ? ix : b.ew(EwOp::k_mul, ix, Scalar::of_int(stride));
+    lin = lin.valid() ? b.ew(EwOp::k_add, lin, term) : term;
+    bad = bad.valid() ? b.ew(EwOp::k_logical_or, bad, out_of_range) : out_of_range;
+    stride *= n;
+  }
+  lin = b.ew(EwOp::k_where, {Operand::of(bad), Operand::of(Scalar::of_int(total)), Operand::of(lin)});
+  Shape merged(ps.begin(), ps.begin() + at);
+  merged.push_back(total);
+  merged.insert(merged.end(), ps.begin() + at + k, ps.end());
+  return gather(b, b.reshape(src, merged), lin, at);
+}
+
 Value index_tensor(Call& c) {
   Builder& b = c.b;
   Value src = c.tensor(0, "self");
+  std::vector<std::optional<Value>> idx = c.opt_tensors(1, "indices");
+  int n_tensors = 0;
+  for (const auto& i : idx) n_tensors += i ? 1 : 0;
+  if (n_tensors > 1) return multi_index(c, src, idx);
   auto [ix, pos] = single_index(c, "indexing");
   if (b.type(ix).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
   const int64_t n = b.type(src).shape.at(static_cast<size_t>(pos));

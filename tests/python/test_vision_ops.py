@@ -198,6 +198,27 @@ def test_upsample_linear(check):
           randn(2, 3, 11, 9, seed=15), randn(2, 3, 4, 5, 6, seed=16))
 
 
+def test_interpolate_via_multi_index(check):
+    # F.interpolate's 3-d nearest, nearest-exact, trilinear and bicubic export as aten.index.Tensor
+    # with several index tensors (src/import/aten_index.cpp); inputs: x [2, 3, 11, 9], v [2, 3, 4, 5, 6]
+    check(many(lambda x, v: F.interpolate(v, scale_factor=2, mode="nearest"),
+               lambda x, v: F.interpolate(x, size=(5, 13), mode="nearest-exact"),
+               lambda x, v: F.interpolate(v, size=(3, 7, 8), mode="trilinear", align_corners=True),
+               lambda x, v: F.interpolate(x, scale_factor=1.5, mode="bicubic")),
+          randn(2, 3, 11, 9, seed=23), randn(2, 3, 4, 5, 6, seed=24))
+
+
+def test_multi_index_tensor(check, compile_to):
+    # adjacent index tensors keep their place, separated ones go first; negative indices wrap
+    x = randn(3, 4, 5, 6, seed=25)
+    i, j, k = torch.tensor([[0, 2], [1, -1]]), torch.tensor([1, -3]), torch.tensor([0, 3, 4])
+    f = lambda x, i, j, k: (x[i, :, j], x[:, i, j], x[:, :, k[:, None], k[None, :2]], x[..., i, j], x[i, j, :, k[:1]])
+    prog = check(f, x, i, j, k)
+    # an index out of its dimension's range still raises (the merged linear index is out of range)
+    with pytest.raises(IndexError, match="out of range"):
+        prog(x.numpy(), i.numpy(), np.array([1, 6]), k.numpy())
+
+
 # ---------------------------------------------------------------------------- normalization
 
 def _bn(num, cls=nn.BatchNorm2d, seed=0, **kw):
