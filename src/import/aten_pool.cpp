@@ -182,21 +182,23 @@ int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dil, 
   return o;
 }
 
-Pool pool_geometry(Call& c, Value x, int d, const char* what, bool has_dilation) {
+// `base`: position of the kernel_size argument minus 1 (0 for the forward ops, whose args
+// are (self, kernel_size, ...); 1 for the backward ops, (grad_output, self, kernel_size, ...)).
+Pool pool_geometry(Call& c, Value x, int d, const char* what, bool has_dilation, size_t base = 0) {
   check_rank(c, x, d, what);
   Pool g;
   g.d = d;
   const Shape shape = c.b.type(x).shape;
   for (int a = 0; a < d; ++a) g.in.push_back(shape[shape.size() - static_cast<size_t>(d - a)]);
-  g.k = int_list(c, 1, "kernel_size", d, {});
-  g.s = int_list(c, 2, "stride", d, g.k);
-  g.p = int_list(c, 3, "padding", d, {0});
+  g.k = int_list(c, base + 1, "kernel_size", d, {});
+  g.s = int_list(c, base + 2, "stride", d, g.k);
+  g.p = int_list(c, base + 3, "padding", d, {0});
   if (has_dilation) {
-    g.dil = int_list(c, 4, "dilation", d, {1});
-    g.ceil = c.bool_or(5, "ceil_mode", false);
+    g.dil = int_list(c, base + 4, "dilation", d, {1});
+    g.ceil = c.bool_or(base + 5, "ceil_mode", false);
   } else {
     g.dil.assign(static_cast<size_t>(d), 1);
-    g.ceil = c.bool_or(4, "ceil_mode", false);
+    g.ceil = c.bool_or(base + 4, "ceil_mode", false);
   }
   for (int a = 0; a < d; ++a) {
     const size_t i = static_cast<size_t>(a);
@@ -365,6 +367,37 @@ std::vector<Value> max_pool(Call& c, int d) {
   return {m, indices};
 }
 
+// The divisor of each output position of an average pool (row-major over the spatial output):
+// the window clipped to input + padding (count_include_pad) or to the input; at least 1 (an
+// empty window sums to 0).
+std::vector<double> avg_divisors(const Pool& g, bool include_pad) {
+  const int d = g.d;
+  std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(d));
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    for (int64_t o = 0; o < g.out[i]; ++o) {
+      int64_t lo = o * g.s[i] - g.p[i];
+      int64_t hi = std::min(lo + g.k[i], g.in[i] + g.p[i]);
+      if (!include_pad) {
+        lo = std::max<int64_t>(lo, 0);
+        hi = std::min(hi, g.in[i]);
+      }
+      sizes[i].push_back(std::max<int64_t>(hi - lo, 1));
+    }
+  }
+  std::vector<double> div(static_cast<size_t>(numel(Shape(g.out.begin(), g.out.end()))), 1.0);
+  for (size_t f = 0; f < div.size(); ++f) {
+    int64_t rest = static_cast<int64_t>(f), n = 1;
+    for (int a = d - 1; a >= 0; --a) {
+      const size_t i = static_cast<size_t>(a);
+      n *= sizes[i][static_cast<size_t>(rest % g.out[i])];
+      rest /= g.out[i];
+    }
+    div[f] = static_cast<double>(n);
+  }
+  return div;
+}
+
 // avg_pool{1,2,3}d. PyTorch's divisor: divisor_override, else the window clipped to
 // input + padding (count_include_pad) or to the input; a window entirely in the padding gives 0.
 Value avg_pool(Call& c, int d) {
@@ -415,39 +448,11 @@ Value avg_pool(Call& c, int d) {
     return divide(b.full(is_float(dt) ? Scalar::of_float(static_cast<double>(n)) : Scalar::of_int(n), dt, {}));
   };
   if (override_) return divide_by(*override_);
-  // Per-axis window sizes; the divisor is their product.
-  std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(d));
+  const std::vector<double> div = avg_divisors(g, include_pad);
   bool uniform = true;
-  for (int a = 0; a < d; ++a) {
-    const size_t i = static_cast<size_t>(a);
-    for (int64_t o = 0; o < g.out[i]; ++o) {
-      int64_t lo = o * g.s[i] - g.p[i];
-      int64_t hi = std::min(lo + g.k[i], g.in[i] + g.p[i]);
-      if (!include_pad) {
-        lo = std::max<int64_t>(lo, 0);
-        hi = std::min(hi, g.in[i]);
-      }
-      sizes[i].push_back(std::max<int64_t>(hi - lo, 1));  // empty windows sum to 0: any divisor
-      uniform = uniform && sizes[i].back() == g.k[i];
-    }
-  }
-  if (uniform) {
-    int64_t n = 1;
-    for (int64_t k : g.k) n *= k;
-    return divide_by(n);
-  }
-  Shape out_spatial(g.out.begin(), g.out.end());
-  std::vector<double> div(static_cast<size_t>(numel(out_spatial)), 1.0);
-  for (size_t f = 0; f < div.size(); ++f) {
-    int64_t rest = static_cast<int64_t>(f), n = 1;
-    for (int a = d - 1; a >= 0; --a) {
-      const size_t i = static_cast<size_t>(a);
-      n *= sizes[i][static_cast<size_t>(rest % g.out[i])];
-      rest /= g.out[i];
-    }
-    div[f] = static_cast<double>(n);
-  }
-  return divide(const_float(b, is_float(dt) ? dt : DType::kF64, out_spatial, div));
+  for (double v : div) uniform = uniform && v == div[0];
+  if (uniform) return divide_by(static_cast<int64_t>(div[0]));
+  return divide(const_float(b, is_float(dt) ? dt : DType::kF64, Shape(g.out.begin(), g.out.end()), div));
 }
 
 // ---- adaptive pooling ---------------------------------------------------------------------
@@ -618,6 +623,134 @@ std::vector<Value> adaptive_max_pool(Call& c, int d) {
   out_shape.insert(out_shape.end(), out.begin(), out.end());
   Value g = gather_windows(b, x, d, tabs, out, len);
   return window_max(b, g, d, flat_table(b, d, tabs, in, out, len), out_shape);
+}
+
+// ---- pooling backward ---------------------------------------------------------------------
+
+Value index_put_add(Builder& b, Value base, int64_t axis, Value idx, Value values) {
+  Attrs a;
+  a.axis = axis;
+  a.accumulate = true;
+  return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
+}
+
+// The transpose of "window sums along `axis`": out[pos[t]] += v[src[t]] for each window entry
+// t, over an axis of size n (src: the window of entry t, pos: its input position).
+Value scatter_windows(Builder& b, Value v, int64_t axis, int64_t n, const std::vector<int64_t>& src,
+                      const std::vector<int64_t>& pos) {
+  const int64_t m = static_cast<int64_t>(src.size());
+  Value vals = gather(b, v, axis, const_i64(b, {m}, src));
+  Shape zs = b.type(v).shape;
+  zs[static_cast<size_t>(axis)] = n;
+  return index_put_add(b, b.full(Scalar::of_int(0), b.type(v).dtype, zs), axis, const_i64(b, {m}, pos), vals);
+}
+
+// avg_pool{2,3}d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+// count_include_pad, divisor_override): grad / divisor scattered back over each window,
+// one axis at a time, in padded coordinates; then the padding is cut off.
+Value avg_pool_backward(Call& c, int d) {
+  Builder& b = c.b;
+  Value gy = c.tensor(0, "grad_output"), x = c.tensor(1, "self");
+  const char* what = d == 2 ? "avg_pool2d_backward" : "avg_pool3d_backward";
+  const DType dt = b.type(x).dtype;
+  if (!is_float(dt)) c.fail(std::string(what) + " needs floating-point input, got " + b.type(x).str());
+  const Pool g = pool_geometry(c, x, d, what, false, 1);
+  const bool include_pad = c.bool_or(6, "count_include_pad", true);
+  Shape want(b.type(x).shape.begin(), b.type(x).shape.end() - d);
+  want.insert(want.end(), g.out.begin(), g.out.end());
+  if (b.type(gy).shape != want) c.fail(std::string(what) + ": grad_output is " + b.type(gy).str() + ", expected shape " + shape_str(want));
+  if (c.has(7, "divisor_override")) {
+    const int64_t v = c.int_(7, "divisor_override");
+    if (v == 0) c.fail(std::string(what) + ": divisor_override must be nonzero");
+    gy = b.ew(EwOp::k_div, gy, Scalar::of_float(static_cast<double>(v)));
+  } else {
+    gy = b.ew(EwOp::k_div, gy, const_float(b, dt, Shape(g.out.begin(), g.out.end()), avg_divisors(g, include_pad)));
+  }
+  const int64_t r = b.type(gy).rank();
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    const int64_t reach = (g.out[i] - 1) * g.s[i] + g.k[i];
+    const int64_t n = std::max(reach, g.p[i] + g.in[i]);
+    std::vector<int64_t> src, pos;
+    for (int64_t o = 0; o < g.out[i]; ++o) {
+      for (int64_t j = 0; j < g.k[i]; ++j) {
+        src.push_back(o);
+        pos.push_back(o * g.s[i] + j);
+      }
+    }
+    gy = b.slice(scatter_windows(b, gy, r - d + a, n, src, pos), r - d + a, g.p[i], g.p[i] + g.in[i], 1);
+  }
+  return gy;
+}
+
+// max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+// dilation, ceil_mode, indices): each gradient is added at its index in its own (n, c) plane:
+// one IndexPut over the flattened input.
+Value max_pool_backward(Call& c, int d) {
+  Builder& b = c.b;
+  Value gy = c.tensor(0, "grad_output"), x = c.tensor(1, "self"), idx = c.tensor(7, "indices");
+  const char* what = d == 2 ? "max_pool2d_with_indices_backward" : "max_pool3d_with_indices_backward";
+  const TensorType xt = b.type(x);
+  check_rank(c, x, d, what);
+  if (b.type(gy).shape != b.type(idx).shape) {
+    c.fail(std::string(what) + ": grad_output " + b.type(gy).str() + " and indices " + b.type(idx).str() + " differ in shape");
+  }
+  const Shape is = b.type(idx).shape;
+  int64_t plane = 1;
+  for (int a = 0; a < d; ++a) plane *= xt.shape[xt.shape.size() - static_cast<size_t>(d - a)];
+  // offset of each (n, c) plane, broadcast over the output positions
+  const int64_t lead = static_cast<int64_t>(is.size()) - d;
+  std::vector<double> coeffs(is.size(), 0.0);
+  int64_t stride = plane;
+  for (int64_t a = lead - 1; a >= 0; --a) {
+    coeffs[static_cast<size_t>(a)] = static_cast<double>(stride);
+    stride *= is[static_cast<size_t>(a)];
+  }
+  Attrs at;
+  at.dtype = DType::kI64;
+  at.ints = is;
+  at.scalar = Scalar::of_int(0);
+  at.coeffs = coeffs;
+  Value offset = b.graph().add(Op::kIota, {}, at);
+  // An index outside its plane would land in another one: make it out of range instead.
+  Value i64 = b.cast(idx, DType::kI64);
+  Value bad = b.ew(EwOp::k_logical_or, b.ew(EwOp::k_lt, i64, Scalar::of_int(0)), b.ew(EwOp::k_ge, i64, Scalar::of_int(plane)));
+  Value flat = b.ew(EwOp::k_where, {Operand::of(bad), Operand::of(Scalar::of_int(xt.numel())),
+                                    Operand::of(b.ew(EwOp::k_add, i64, offset))});
+  const int64_t m = numel(is);
+  Value zeros = b.full(Scalar::of_int(0), xt.dtype, {xt.numel()});
+  Value r = index_put_add(b, zeros, 0, b.reshape(flat, {m}), b.reshape(b.cast(gy, xt.dtype), {m}));
+  return b.reshape(r, xt.shape);
+}
+
+// _adaptive_avg_pool{2,3}d_backward(grad_output, self): grad / window size scattered back over
+// each window, one axis at a time.
+Value adaptive_avg_pool_backward(Call& c, int d) {
+  Builder& b = c.b;
+  Value gy = c.tensor(0, "grad_output"), x = c.tensor(1, "self");
+  const char* what = d == 2 ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool3d_backward";
+  const TensorType xt = b.type(x);
+  check_rank(c, x, d, what);
+  if (!is_float(xt.dtype)) c.fail(std::string(what) + " needs floating-point input, got " + xt.str());
+  const TensorType gt = b.type(gy);
+  if (gt.rank() != xt.rank()) c.fail(std::string(what) + ": grad_output " + gt.str() + " does not match input " + xt.str());
+  const int64_t r = xt.rank();
+  for (int a = 0; a < d; ++a) {
+    const int64_t axis = r - d + a;
+    const int64_t in = xt.shape[static_cast<size_t>(axis)], o = gt.shape[static_cast<size_t>(axis)];
+    std::vector<int64_t> src, pos;
+    std::vector<double> inv;
+    for (int64_t i = 0; i < o; ++i) {
+      inv.push_back(static_cast<double>(adaptive_end(i, in, o) - adaptive_start(i, in, o)));
+      for (int64_t j = adaptive_start(i, in, o); j < adaptive_end(i, in, o); ++j) {
+        src.push_back(i);
+        pos.push_back(j);
+      }
+    }
+    gy = b.ew(EwOp::k_div, gy, const_float(b, xt.dtype, along(r, axis, o), inv));
+    gy = scatter_windows(b, gy, axis, in, src, pos);
+  }
+  return gy;
 }
 
 // ---- upsampling -------------------------------------------------------------------------
@@ -938,6 +1071,12 @@ void register_aten_pool(HandlerTable& t) {
   t["aten._adaptive_avg_pool3d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 3)); };
   t["aten.adaptive_max_pool2d.default"] = [](Call& c) { return adaptive_max_pool(c, 2); };
   t["aten.adaptive_max_pool3d.default"] = [](Call& c) { return adaptive_max_pool(c, 3); };
+  t["aten.avg_pool2d_backward.default"] = [](Call& c) { return one(avg_pool_backward(c, 2)); };
+  t["aten.avg_pool3d_backward.default"] = [](Call& c) { return one(avg_pool_backward(c, 3)); };
+  t["aten.max_pool2d_with_indices_backward.default"] = [](Call& c) { return one(max_pool_backward(c, 2)); };
+  t["aten.max_pool3d_with_indices_backward.default"] = [](Call& c) { return one(max_pool_backward(c, 3)); };
+  t["aten._adaptive_avg_pool2d_backward.default"] = [](Call& c) { return one(adaptive_avg_pool_backward(c, 2)); };
+  t["aten._adaptive_avg_pool3d_backward.default"] = [](Call& c) { return one(adaptive_avg_pool_backward(c, 3)); };
 
   t["aten.upsample_nearest1d.default"] = [](Call& c) { return one(upsample_nearest(c, 1, false, false)); };
   t["aten.upsample_nearest2d.default"] = [](Call& c) { return one(upsample_nearest(c, 2, false, false)); };
@@ -963,6 +1102,12 @@ void register_aten_pool(HandlerTable& t) {
   t["aten._native_batch_norm_legit.no_stats"] = [](Call& c) { return bn_legit(c, false, false); };
   t["aten._native_batch_norm_legit_functional.default"] = [](Call& c) { return bn_legit(c, true, true); };
   t["aten.native_group_norm.default"] = [](Call& c) { return group_norm(c); };
+  // F.pad(mode="circular") exports as empty + slice_scatter copies that overwrite every
+  // element; the uninitialized tensor becomes zeros (of the recorded type).
+  t["aten.empty.memory_format"] = [](Call& c) {
+    const TensorType t = c.out_type(0);
+    return one(c.b.full(Scalar::of_int(0), t.dtype, t.shape));
+  };
 }
 
 }  // namespace chroma

@@ -219,6 +219,39 @@ def test_multi_index_tensor(check, compile_to):
         prog(x.numpy(), i.numpy(), np.array([1, 6]), k.numpy())
 
 
+def test_circular_pad_and_pooling_backward(check):
+    # circular padding exports as empty + slice_scatter copies; the backward ops of the
+    # pooling layers (called directly: export keeps them) as plain functions of their inputs.
+    # inputs: x [2, 3, 11, 9], v [2, 3, 5, 6, 7]
+    def avg_bwd(x, k, s, p, ceil, inc, div):
+        y = F.avg_pool2d(x, k, s, p, ceil, inc, div)
+        return A.avg_pool2d_backward.default(y * 1.5 + 0.25, x, list(k), list(s), list(p), ceil, inc, div)
+
+    def max_bwd(x, k, s, p, dil, ceil):
+        y, i = F.max_pool2d(x, k, s, p, dil, ceil, return_indices=True)
+        return A.max_pool2d_with_indices_backward.default(y.sin(), x, [k, k], [s, s], [p, p], [dil, dil], ceil, i)
+
+    check(many(lambda x, v: F.pad(x, (2, 3, 1, 2), mode="circular"),
+               lambda x, v: F.pad(v, (1, 2, 2, 1, 0, 1), mode="circular"),
+               lambda x, v: avg_bwd(x, (3, 3), (2, 2), (1, 1), True, False, None),
+               lambda x, v: avg_bwd(x, (2, 3), (3, 1), (1, 0), False, True, None),
+               lambda x, v: avg_bwd(x, (2, 2), (2, 2), (0, 0), True, True, 3),
+               lambda x, v: A.avg_pool3d_backward.default(F.avg_pool3d(v, 3, 2, 1, True).cos(), v, [3, 3, 3],
+                                                          [2, 2, 2], [1, 1, 1], True, True, None),
+               lambda x, v: max_bwd(x, 3, 2, 1, 1, True),
+               lambda x, v: max_bwd(x, 3, 1, 1, 2, False),
+               lambda x, v: A._adaptive_avg_pool2d_backward.default(F.adaptive_avg_pool2d(x, (5, 7)).exp(), x),
+               lambda x, v: A._adaptive_avg_pool2d_backward.default(F.adaptive_avg_pool2d(x, (13, 3)).exp(), x),
+               # the norm backward ops are decomposed by export; they must still compile
+               lambda x, v: A.native_group_norm_backward.default(
+                   x.cos(), x, *A.native_group_norm.default(x, None, None, 2, 3, 99, 3, 1e-5)[1:], None,
+                   2, 3, 99, 3, [True, False, False])[0],
+               lambda x, v: A.native_layer_norm_backward.default(
+                   x.cos(), x, [11, 9], *A.native_layer_norm.default(x, [11, 9], None, None, 1e-5)[1:], None, None,
+                   [True, False, False])[0]),
+          randn(2, 3, 11, 9, seed=26), randn(2, 3, 5, 6, 7, seed=27))
+
+
 # ---------------------------------------------------------------------------- normalization
 
 def _bn(num, cls=nn.BatchNorm2d, seed=0, **kw):
