@@ -77,17 +77,6 @@ def test_max_pool(check):
     check(many(*fns), randn(2, 3, 11, 9), randn(2, 3, 5, 6, 7, seed=3), _ties())
 
 
-def test_integer_pooling(check):
-    # max pooling of integers; average pooling of integers (PyTorch sums in the input type and
-    # divides with truncation); nearest upsampling of uint8
-    check(many(lambda x, u: F.max_pool2d(x, 3, 2, 1, return_indices=True),
-               lambda x, u: F.max_pool2d(x, 2, ceil_mode=True, return_indices=True),
-               lambda x, u: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
-               lambda x, u: F.avg_pool2d(x, 2, count_include_pad=False),
-               lambda x, u: F.interpolate(u, size=(7, 4))),
-          randint(-20, 20, 2, 3, 7, 6), randint(0, 200, 2, 3, 5, 6).to(torch.uint8))
-
-
 # ---------------------------------------------------------------------------- average pooling
 
 # (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
@@ -105,19 +94,27 @@ AVG2D = [
 ]
 
 
-def test_avg_pool(check):
-    # inputs: x [2, 3, 11, 9], v [2, 3, 5, 6, 7]
-    fns = [lambda x, v, c=c: F.avg_pool2d(x, c[0], c[1], c[2], c[3], c[4], c[5]) for c in AVG2D]
+def test_avg_pool_and_integer_pooling(check):
+    # inputs: x [2, 3, 11, 9], v [2, 3, 5, 6, 7], int64 n [2, 3, 7, 6], uint8 u [2, 3, 5, 6]
+    fns = [lambda x, v, n, u, c=c: F.avg_pool2d(x, c[0], c[1], c[2], c[3], c[4], c[5]) for c in AVG2D]
     fns += [
-        lambda x, v: F.avg_pool1d(x[:, :, 0], 3, 2, 1, ceil_mode=True),
-        lambda x, v: F.avg_pool1d(x[:, :, 1], 2, 3, 1, count_include_pad=False),
-        lambda x, v: F.avg_pool3d(v, 2),
-        lambda x, v: F.avg_pool3d(v, 3, 2, 1, ceil_mode=True),
-        lambda x, v: F.avg_pool3d(v, (3, 2, 3), (2, 2, 1), (1, 1, 0), ceil_mode=True, count_include_pad=False),
-        lambda x, v: F.avg_pool3d(v, 2, 1, 1, divisor_override=3),
-        lambda x, v: F.local_response_norm(x, 3),  # exports as constant_pad_nd + avg_pool3d
+        lambda x, v, n, u: F.avg_pool1d(x[:, :, 0], 3, 2, 1, ceil_mode=True),
+        lambda x, v, n, u: F.avg_pool1d(x[:, :, 1], 2, 3, 1, count_include_pad=False),
+        lambda x, v, n, u: F.avg_pool3d(v, 2),
+        lambda x, v, n, u: F.avg_pool3d(v, 3, 2, 1, ceil_mode=True),
+        lambda x, v, n, u: F.avg_pool3d(v, (3, 2, 3), (2, 2, 1), (1, 1, 0), ceil_mode=True, count_include_pad=False),
+        lambda x, v, n, u: F.avg_pool3d(v, 2, 1, 1, divisor_override=3),
+        lambda x, v, n, u: F.local_response_norm(x, 3),  # exports as constant_pad_nd + avg_pool3d
+        # integers: max pooling; average pooling (PyTorch sums in the input type and divides
+        # with truncation); nearest upsampling of uint8
+        lambda x, v, n, u: F.max_pool2d(n, 3, 2, 1, return_indices=True),
+        lambda x, v, n, u: F.max_pool2d(n, 2, ceil_mode=True, return_indices=True),
+        lambda x, v, n, u: F.avg_pool2d(n, 3, 2, 1, ceil_mode=True),
+        lambda x, v, n, u: F.avg_pool2d(n, 2, count_include_pad=False),
+        lambda x, v, n, u: F.interpolate(u, size=(7, 4)),
     ]
-    check(many(*fns), randn(2, 3, 11, 9, seed=4), randn(2, 3, 5, 6, 7, seed=5))
+    check(many(*fns), randn(2, 3, 11, 9, seed=4), randn(2, 3, 5, 6, 7, seed=5), randint(-20, 20, 2, 3, 7, 6),
+          randint(0, 200, 2, 3, 5, 6).to(torch.uint8))
 
 
 # ---------------------------------------------------------------------------- adaptive pooling
@@ -144,27 +141,12 @@ def test_adaptive_pool(check):
           x, randn(2, 3, 5, 6, 7, seed=8))
 
 
-# ---------------------------------------------------------------------------- padding, pixel shuffle
-
-def test_padding_modes_and_pixel_shuffle(check):
-    # inputs: x [2, 12, 5, 7], v [2, 3, 4, 5, 6]
-    check(many(lambda x, v: F.pad(x, (2, 3, 1, 2), mode="reflect"),
-               lambda x, v: F.pad(x, (2, 3, 1, 2), mode="replicate"),
-               lambda x, v: F.pad(x[:, :, 0], (3, 1), mode="reflect"),
-               lambda x, v: F.pad(x[:, :, 0], (3, 1), mode="replicate"),
-               lambda x, v: F.pad(v, (1, 2, 2, 1, 1, 1), mode="reflect"),
-               lambda x, v: F.pad(v, (1, 2, 2, 1, 1, 1), mode="replicate"),
-               lambda x, v: F.pixel_shuffle(x, 2),
-               lambda x, v: F.pixel_unshuffle(F.pixel_shuffle(x, 2), 2),
-               lambda x, v: F.pixel_unshuffle(x[:, :, :4, :6], 2)),
-          randn(2, 12, 5, 7, seed=11), randn(2, 3, 4, 5, 6, seed=12))
-
-
 # ---------------------------------------------------------------------------- upsampling
 
-def test_upsample_nearest(check):
+def test_upsample(check):
     # inputs: x [2, 3, 11, 9], v [2, 3, 4, 5, 6]. The aten overloads called directly are the
-    # ones that survive export (F.interpolate decomposes 1-d/3-d nearest into index ops).
+    # ones that survive export; F.interpolate's 1-d/3-d nearest, nearest-exact, linear,
+    # trilinear and bicubic export as index ops (several index tensors: aten_index.cpp).
     check(many(lambda x, v: F.interpolate(x, size=(5, 7), mode="nearest"),
                lambda x, v: F.interpolate(x, size=(17, 20), mode="nearest"),
                lambda x, v: F.interpolate(x, scale_factor=2, mode="nearest"),
@@ -178,13 +160,8 @@ def test_upsample_nearest(check):
                lambda x, v: A._upsample_nearest_exact2d.default(v[:, :, 1], [11, 13]),
                lambda x, v: A._upsample_nearest_exact2d.default(v[:, :, 2], [2, 11], 0.5, 1.9),
                lambda x, v: A._upsample_nearest_exact1d.default(v[:, :, 0, 2], [13]),
-               lambda x, v: A._upsample_nearest_exact3d.default(v, [3, 9, 8])),
-          randn(2, 3, 11, 9, seed=13), randn(2, 3, 4, 5, 6, seed=14))
-
-
-def test_upsample_linear(check):
-    # inputs: x [2, 3, 11, 9], v [2, 3, 4, 5, 6]
-    check(many(lambda x, v: F.interpolate(x, size=(5, 7), mode="bilinear"),
+               lambda x, v: A._upsample_nearest_exact3d.default(v, [3, 9, 8]),
+               lambda x, v: F.interpolate(x, size=(5, 7), mode="bilinear"),
                lambda x, v: F.interpolate(x, size=(17, 20), mode="bilinear"),
                lambda x, v: F.interpolate(x, size=(17, 20), mode="bilinear", align_corners=True),
                lambda x, v: F.interpolate(x, size=(1, 4), mode="bilinear", align_corners=True),
@@ -194,18 +171,12 @@ def test_upsample_linear(check):
                lambda x, v: F.interpolate(x, scale_factor=2, mode="bilinear", recompute_scale_factor=True),
                lambda x, v: F.interpolate(x, size=(11, 4), mode="bilinear"),
                lambda x, v: F.interpolate(v[:, :, 0, 0], size=9, mode="linear"),
-               lambda x, v: F.interpolate(v[:, :, 0, 1], scale_factor=1.7, mode="linear", align_corners=True)),
-          randn(2, 3, 11, 9, seed=15), randn(2, 3, 4, 5, 6, seed=16))
-
-
-def test_interpolate_via_multi_index(check):
-    # F.interpolate's 3-d nearest, nearest-exact, trilinear and bicubic export as aten.index.Tensor
-    # with several index tensors (src/import/aten_index.cpp); inputs: x [2, 3, 11, 9], v [2, 3, 4, 5, 6]
-    check(many(lambda x, v: F.interpolate(v, scale_factor=2, mode="nearest"),
+               lambda x, v: F.interpolate(v[:, :, 0, 1], scale_factor=1.7, mode="linear", align_corners=True),
+               lambda x, v: F.interpolate(v, scale_factor=2, mode="nearest"),
                lambda x, v: F.interpolate(x, size=(5, 13), mode="nearest-exact"),
                lambda x, v: F.interpolate(v, size=(3, 7, 8), mode="trilinear", align_corners=True),
                lambda x, v: F.interpolate(x, scale_factor=1.5, mode="bicubic")),
-          randn(2, 3, 11, 9, seed=23), randn(2, 3, 4, 5, 6, seed=24))
+          randn(2, 3, 11, 9, seed=13), randn(2, 3, 4, 5, 6, seed=14))
 
 
 def test_multi_index_tensor(check, compile_to):
@@ -219,10 +190,10 @@ def test_multi_index_tensor(check, compile_to):
         prog(x.numpy(), i.numpy(), np.array([1, 6]), k.numpy())
 
 
-def test_circular_pad_and_pooling_backward(check):
-    # circular padding exports as empty + slice_scatter copies; the backward ops of the
-    # pooling layers (called directly: export keeps them) as plain functions of their inputs.
-    # inputs: x [2, 3, 11, 9], v [2, 3, 5, 6, 7]
+def test_padding_pixel_shuffle_and_pooling_backward(check):
+    # reflect/replicate padding export as index ops, circular as empty + slice_scatter copies;
+    # the backward ops of the pooling layers (called directly: export keeps them) as plain
+    # functions of their inputs. inputs: x [2, 3, 11, 9], v [2, 3, 5, 6, 7], p [2, 12, 5, 7], w [2, 3, 4, 5, 6]
     def avg_bwd(x, k, s, p, ceil, inc, div):
         y = F.avg_pool2d(x, k, s, p, ceil, inc, div)
         return A.avg_pool2d_backward.default(y * 1.5 + 0.25, x, list(k), list(s), list(p), ceil, inc, div)
@@ -231,25 +202,35 @@ def test_circular_pad_and_pooling_backward(check):
         y, i = F.max_pool2d(x, k, s, p, dil, ceil, return_indices=True)
         return A.max_pool2d_with_indices_backward.default(y.sin(), x, [k, k], [s, s], [p, p], [dil, dil], ceil, i)
 
-    check(many(lambda x, v: F.pad(x, (2, 3, 1, 2), mode="circular"),
-               lambda x, v: F.pad(v, (1, 2, 2, 1, 0, 1), mode="circular"),
-               lambda x, v: avg_bwd(x, (3, 3), (2, 2), (1, 1), True, False, None),
-               lambda x, v: avg_bwd(x, (2, 3), (3, 1), (1, 0), False, True, None),
-               lambda x, v: avg_bwd(x, (2, 2), (2, 2), (0, 0), True, True, 3),
-               lambda x, v: A.avg_pool3d_backward.default(F.avg_pool3d(v, 3, 2, 1, True).cos(), v, [3, 3, 3],
-                                                          [2, 2, 2], [1, 1, 1], True, True, None),
-               lambda x, v: max_bwd(x, 3, 2, 1, 1, True),
-               lambda x, v: max_bwd(x, 3, 1, 1, 2, False),
-               lambda x, v: A._adaptive_avg_pool2d_backward.default(F.adaptive_avg_pool2d(x, (5, 7)).exp(), x),
-               lambda x, v: A._adaptive_avg_pool2d_backward.default(F.adaptive_avg_pool2d(x, (13, 3)).exp(), x),
+    check(many(lambda x, v, p, w: F.pad(x, (2, 3, 1, 2), mode="circular"),
+               lambda x, v, p, w: F.pad(v, (1, 2, 2, 1, 0, 1), mode="circular"),
+               lambda x, v, p, w: F.pad(p, (2, 3, 1, 2), mode="reflect"),
+               lambda x, v, p, w: F.pad(p, (2, 3, 1, 2), mode="replicate"),
+               lambda x, v, p, w: F.pad(p[:, :, 0], (3, 1), mode="reflect"),
+               lambda x, v, p, w: F.pad(p[:, :, 0], (3, 1), mode="replicate"),
+               lambda x, v, p, w: F.pad(w, (1, 2, 2, 1, 1, 1), mode="reflect"),
+               lambda x, v, p, w: F.pad(w, (1, 2, 2, 1, 1, 1), mode="replicate"),
+               lambda x, v, p, w: F.pixel_shuffle(p, 2),
+               lambda x, v, p, w: F.pixel_unshuffle(F.pixel_shuffle(p, 2), 2),
+               lambda x, v, p, w: F.pixel_unshuffle(p[:, :, :4, :6], 2),
+               lambda x, v, p, w: avg_bwd(x, (3, 3), (2, 2), (1, 1), True, False, None),
+               lambda x, v, p, w: avg_bwd(x, (2, 3), (3, 1), (1, 0), False, True, None),
+               lambda x, v, p, w: avg_bwd(x, (2, 2), (2, 2), (0, 0), True, True, 3),
+               lambda x, v, p, w: A.avg_pool3d_backward.default(F.avg_pool3d(v, 3, 2, 1, True).cos(), v, [3, 3, 3],
+                                                                [2, 2, 2], [1, 1, 1], True, True, None),
+               lambda x, v, p, w: max_bwd(x, 3, 2, 1, 1, True),
+               lambda x, v, p, w: max_bwd(x, 3, 1, 1, 2, False),
+               lambda x, v, p, w: A._adaptive_avg_pool2d_backward.default(F.adaptive_avg_pool2d(x, (5, 7)).exp(), x),
+               lambda x, v, p, w: A._adaptive_avg_pool2d_backward.default(F.adaptive_avg_pool2d(x, (13, 3)).exp(), x),
                # the norm backward ops are decomposed by export; they must still compile
-               lambda x, v: A.native_group_norm_backward.default(
+               lambda x, v, p, w: A.native_group_norm_backward.default(
                    x.cos(), x, *A.native_group_norm.default(x, None, None, 2, 3, 99, 3, 1e-5)[1:], None,
                    2, 3, 99, 3, [True, False, False])[0],
-               lambda x, v: A.native_layer_norm_backward.default(
+               lambda x, v, p, w: A.native_layer_norm_backward.default(
                    x.cos(), x, [11, 9], *A.native_layer_norm.default(x, [11, 9], None, None, 1e-5)[1:], None, None,
                    [True, False, False])[0]),
-          randn(2, 3, 11, 9, seed=26), randn(2, 3, 5, 6, 7, seed=27))
+          randn(2, 3, 11, 9, seed=26), randn(2, 3, 5, 6, 7, seed=27), randn(2, 12, 5, 7, seed=11),
+          randn(2, 3, 4, 5, 6, seed=12))
 
 
 # ---------------------------------------------------------------------------- normalization
