@@ -5,11 +5,16 @@
 // slices are combined by a balanced tree of elementwise ops (maximum / add), so the whole pool
 // is one fused loop. Max-pool indices are a second fused loop: the first candidate equal to
 // the max (PyTorch scans the window in row-major order and keeps the first maximum; a NaN
-// always wins, so the last NaN), found as a minimum over per-offset Iota indices.
-// Adaptive pooling, upsampling and padding modes use Gather with constant index vectors and
-// MatMul with constant matrices along each spatial axis. Index and weight tables are computed
-// here with PyTorch's own formulas and arithmetic (float for float32 inputs), so they agree
-// with eager bit for bit.
+// always wins, so the last NaN), found as a minimum over per-offset Iota indices. Windows of
+// more than kMaxTreeWindow elements are gathered ([.., o, k, ..] per axis) and reduced
+// instead: far less generated code.
+// Adaptive pooling gathers each window with a constant [out, L] table per axis (masked sums
+// for the average, so a NaN or inf stays in its own windows); upsampling is a constant Gather
+// (nearest) or a Gather of both neighbours plus constant weights (linear) per axis. Index and
+// weight tables are computed here with PyTorch's own formulas and arithmetic (float for
+// float32 inputs), so they agree with eager bit for bit. The pooling backward ops scatter
+// the gradient back over the windows with IndexPut (accumulate). Reflect / replicate /
+// circular padding export as index ops (aten_index.cpp, aten.slice_scatter, empty here).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
