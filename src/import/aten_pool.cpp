@@ -1110,8 +1110,8 @@ void register_aten_pool(HandlerTable& t) {
   // F.pad(mode="circular") exports as empty + slice_scatter copies that overwrite every
   // element; the uninitialized tensor becomes zeros (of the recorded type).
   t["aten.empty.memory_format"] = [](Call& c) {
-    const TensorType t = c.out_type(0);
-    return one(c.b.full(Scalar::of_int(0), t.dtype, t.shape));
+    const TensorType ty = c.out_type(0);
+    return one(c.b.full(Scalar::of_int(0), ty.dtype, ty.shape));
   };
 }
 
