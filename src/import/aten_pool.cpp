@@ -1,8 +1,1118 @@
 // ATen pooling, padding modes, upsampling and normalization layers, decomposed into IR primitives.
+//
+// Pooling (max/avg over d = 1..3 trailing spatial dims): the input is padded once (Concat with
+// Full), then each of the k^d kernel offsets is a strided Slice of the padded tensor; the
+// slices are combined by a balanced tree of elementwise ops (maximum / add), so the whole pool
+// is one fused loop. Max-pool indices are a second fused loop: the first candidate equal to
+// the max (PyTorch scans the window in row-major order and keeps the first maximum; a NaN
+// always wins, so the last NaN), found as a minimum over per-offset Iota indices. Windows of
+// more than kMaxTreeWindow elements are gathered ([.., o, k, ..] per axis) and reduced
+// instead: far less generated code.
+// Adaptive pooling gathers each window with a constant [out, L] table per axis (masked sums
+// for the average, so a NaN or inf stays in its own windows); upsampling is a constant Gather
+// (nearest) or a Gather of both neighbours plus constant weights (linear) per axis. Index and
+// weight tables are computed here with PyTorch's own formulas and arithmetic (float for
+// float32 inputs), so they agree with eager bit for bit. The pooling backward ops scatter
+// the gradient back over the windows with IndexPut (accumulate). Reflect / replicate /
+// circular padding export as index ops (aten_index.cpp, aten.slice_scatter, empty here).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+
 #include "import/aten.h"
 
 namespace chroma {
+namespace {
 
-void register_aten_pool(HandlerTable& t) { (void)t; }
+std::vector<Value> one(Value v) { return {v}; }
+
+std::string list_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// ---- constants ----------------------------------------------------------------------------
+
+Value constant_bytes(Builder& b, const TensorType& t, std::vector<uint8_t> bytes) {
+  ConstantData cd;
+  cd.type = t;
+  cd.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  return b.graph().constant(std::move(cd));
+}
+
+Value const_i64(Builder& b, const Shape& shape, const std::vector<int64_t>& v) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(int64_t));
+  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+  return constant_bytes(b, TensorType{DType::kI64, shape}, std::move(bytes));
+}
+
+// A float constant in dtype `t` (float32 or float64).
+Value const_float(Builder& b, DType t, const Shape& shape, const std::vector<double>& v) {
+  std::vector<uint8_t> bytes;
+  if (t == DType::kF64) {
+    bytes.resize(v.size() * sizeof(double));
+    if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+  } else {
+    std::vector<float> f(v.begin(), v.end());
+    bytes.resize(f.size() * sizeof(float));
+    if (!f.empty()) std::memcpy(bytes.data(), f.data(), bytes.size());
+  }
+  return constant_bytes(b, TensorType{t, shape}, std::move(bytes));
+}
+
+// Shape of rank `rank` that is 1 everywhere except `n` at `axis` (to broadcast a per-axis
+// table along that axis).
+Shape along(int64_t rank, int64_t axis, int64_t n) {
+  Shape s(static_cast<size_t>(rank), 1);
+  s[static_cast<size_t>(axis)] = n;
+  return s;
+}
+
+Value concat(Builder& b, const std::vector<Value>& parts, int64_t axis) {
+  if (parts.size() == 1) return parts[0];
+  Attrs a;
+  a.axis = axis;
+  return b.graph().add(Op::kConcat, parts, a);
+}
+
+Value pad_axis(Builder& b, Value x, int64_t axis, int64_t lo, int64_t hi, Scalar value) {
+  if (lo <= 0 && hi <= 0) return x;
+  const TensorType t = b.type(x);
+  auto filler = [&](int64_t n) {
+    Shape s = t.shape;
+    s[static_cast<size_t>(axis)] = n;
+    return b.full(value, t.dtype, s);
+  };
+  std::vector<Value> parts;
+  if (lo > 0) parts.push_back(filler(lo));
+  parts.push_back(x);
+  if (hi > 0) parts.push_back(filler(hi));
+  return concat(b, parts, axis);
+}
+
+Value gather(Builder& b, Value x, int64_t axis, Value idx) {
+  Attrs a;
+  a.axis = axis;
+  return b.graph().add(Op::kGather, {x, idx}, a);
+}
+
+// Gathers x[..., idx[o], ...] along `axis` with a constant index vector. Identity and
+// "each element repeated r times" tables become views (no copy).
+Value take(Builder& b, Value x, int64_t axis, const std::vector<int64_t>& idx) {
+  const Shape shape = b.type(x).shape;
+  const int64_t n = shape[static_cast<size_t>(axis)], m = static_cast<int64_t>(idx.size());
+  bool identity = n == m;
+  for (int64_t i = 0; identity && i < m; ++i) identity = idx[static_cast<size_t>(i)] == i;
+  if (identity) return x;
+  if (n > 0 && m % n == 0) {
+    const int64_t r = m / n;
+    bool repeat = true;
+    for (int64_t i = 0; repeat && i < m; ++i) repeat = idx[static_cast<size_t>(i)] == i / r;
+    if (repeat) {
+      Shape s1 = shape, s2 = shape, s3 = shape;
+      s1.insert(s1.begin() + axis + 1, 1);
+      s2.insert(s2.begin() + axis + 1, r);
+      s3[static_cast<size_t>(axis)] = m;
+      return b.reshape(b.expand(b.reshape(x, s1), s2), s3);
+    }
+  }
+  return gather(b, x, axis, const_i64(b, {m}, idx));
+}
+
+// Balanced tree of a binary elementwise op over `xs` (in order).
+Value tree(Builder& b, EwOp op, std::vector<Value> xs) {
+  while (xs.size() > 1) {
+    std::vector<Value> next;
+    for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(b.ew(op, xs[i], xs[i + 1]));
+    if (xs.size() % 2) next.push_back(xs.back());
+    xs = std::move(next);
+  }
+  return xs[0];
+}
+
+Scalar lowest(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kF64: return Scalar::of_float(-INFINITY);
+    case DType::kI64: return Scalar::of_int(std::numeric_limits<int64_t>::lowest());
+    case DType::kI32: return Scalar::of_int(std::numeric_limits<int32_t>::lowest());
+    case DType::kI16: return Scalar::of_int(std::numeric_limits<int16_t>::lowest());
+    case DType::kI8: return Scalar::of_int(std::numeric_limits<int8_t>::lowest());
+    default: return Scalar::of_int(0);
+  }
+}
+
+int64_t div_floor(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// ---- pooling geometry ---------------------------------------------------------------------
+
+// The `d` trailing dims of x are spatial; x has rank d+1 (unbatched) or d+2.
+void check_rank(Call& c, Value x, int d, const char* what) {
+  const int64_t r = c.b.type(x).rank();
+  if (r != d + 1 && r != d + 2) {
+    c.fail(std::string(what) + " expects a " + std::to_string(d + 1) + "-D or " + std::to_string(d + 2) +
+           "-D input, got " + c.b.type(x).str());
+  }
+}
+
+// An int list argument with d entries (a single value is repeated); `dflt` when empty.
+std::vector<int64_t> int_list(Call& c, size_t i, const char* name, int d, const std::vector<int64_t>& dflt) {
+  std::vector<int64_t> v = c.ints(i, name);
+  if (v.empty()) v = dflt;
+  if (v.size() == 1) v.assign(static_cast<size_t>(d), v[0]);
+  if (v.size() != static_cast<size_t>(d)) {
+    c.fail(std::string("argument '") + name + "' must have 1 or " + std::to_string(d) + " values, got " + list_str(v));
+  }
+  return v;
+}
+
+struct Pool {
+  int d = 2;
+  std::vector<int64_t> in, k, s, p, dil, out;
+  bool ceil = false;
+};
+
+int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dil, bool ceil) {
+  int64_t o = div_floor(in + 2 * p - dil * (k - 1) - 1 + (ceil ? s - 1 : 0), s) + 1;
+  if (ceil && (o - 1) * s >= in + p) --o;  // the last window must start inside input + left pad
+  return o;
+}
+
+// `base`: position of the kernel_size argument minus 1 (0 for the forward ops, whose args
+// are (self, kernel_size, ...); 1 for the backward ops, (grad_output, self, kernel_size, ...)).
+Pool pool_geometry(Call& c, Value x, int d, const char* what, bool has_dilation, size_t base = 0) {
+  check_rank(c, x, d, what);
+  Pool g;
+  g.d = d;
+  const Shape shape = c.b.type(x).shape;
+  for (int a = 0; a < d; ++a) g.in.push_back(shape[shape.size() - static_cast<size_t>(d - a)]);
+  g.k = int_list(c, base + 1, "kernel_size", d, {});
+  g.s = int_list(c, base + 2, "stride", d, g.k);
+  g.p = int_list(c, base + 3, "padding", d, {0});
+  if (has_dilation) {
+    g.dil = int_list(c, base + 4, "dilation", d, {1});
+    g.ceil = c.bool_or(base + 5, "ceil_mode", false);
+  } else {
+    g.dil.assign(static_cast<size_t>(d), 1);
+    g.ceil = c.bool_or(base + 4, "ceil_mode", false);
+  }
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    if (g.k[i] <= 0) c.fail(std::string(what) + ": kernel size must be positive, got " + list_str(g.k));
+    if (g.s[i] <= 0) c.fail(std::string(what) + ": stride must be positive, got " + list_str(g.s));
+    if (g.dil[i] <= 0) c.fail(std::string(what) + ": dilation must be positive, got " + list_str(g.dil));
+    if (g.p[i] < 0 || g.p[i] > g.k[i] / 2) {
+      c.fail(std::string(what) + ": padding must be between 0 and half the kernel size, got padding " + list_str(g.p) +
+             " for kernel " + list_str(g.k));
+    }
+    g.out.push_back(pool_out_size(g.in[i], g.k[i], g.s[i], g.p[i], g.dil[i], g.ceil));
+    if (g.out[i] < 1) {
+      c.fail(std::string(what) + ": output size is too small (input " + list_str(g.in) + ", kernel " + list_str(g.k) +
+             ", stride " + list_str(g.s) + ", padding " + list_str(g.p) + ", dilation " + list_str(g.dil) + ")");
+    }
+  }
+  return g;
+}
+
+// Pads the spatial dims of x so that every window lies inside; returns the padded tensor.
+Value pool_pad(Builder& b, Value x, const Pool& g, Scalar value) {
+  const int64_t r = b.type(x).rank();
+  for (int a = 0; a < g.d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    const int64_t axis = r - g.d + a;
+    const int64_t reach = (g.out[i] - 1) * g.s[i] + g.dil[i] * (g.k[i] - 1) + 1;  // padded extent used
+    x = pad_axis(b, x, axis, g.p[i], reach - g.p[i] - g.in[i], value);
+  }
+  return x;
+}
+
+// Each kernel offset (row-major over the spatial dims): its offsets per axis.
+std::vector<std::vector<int64_t>> offsets(const std::vector<int64_t>& k) {
+  std::vector<std::vector<int64_t>> r{{}};
+  for (int64_t n : k) {
+    std::vector<std::vector<int64_t>> next;
+    for (const auto& pre : r) {
+      for (int64_t j = 0; j < n; ++j) {
+        auto v = pre;
+        v.push_back(j);
+        next.push_back(v);
+      }
+    }
+    r = std::move(next);
+  }
+  return r;
+}
+
+// The candidate of kernel offset `off`: a strided slice of the padded input.
+Value pool_candidate(Builder& b, Value xp, const Pool& g, const std::vector<int64_t>& off) {
+  const int64_t r = b.type(xp).rank();
+  for (int a = 0; a < g.d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    const int64_t start = off[i] * g.dil[i];
+    xp = b.slice(xp, r - g.d + a, start, start + (g.out[i] - 1) * g.s[i] + 1, g.s[i]);
+  }
+  return xp;
+}
+
+// Iota over the spatial output shape: scalar + sum_a coeffs[a] * o_a.
+Value iota(Builder& b, const Shape& shape, int64_t base, const std::vector<int64_t>& coeffs) {
+  Attrs a;
+  a.dtype = DType::kI64;
+  a.ints = shape;
+  a.scalar = Scalar::of_int(base);
+  for (int64_t k : coeffs) a.coeffs.push_back(static_cast<double>(k));
+  return b.graph().add(Op::kIota, {}, a);
+}
+
+std::vector<Value> window_max(Builder& b, Value g, int d, Value flat, const Shape& out_shape);
+Value gather_windows(Builder& b, Value x, int d, const std::vector<std::vector<int64_t>>& tabs,
+                     const std::vector<int64_t>& out, const std::vector<int64_t>& len);
+Value flat_table(Builder& b, int d, const std::vector<std::vector<int64_t>>& pos, const std::vector<int64_t>& in,
+                 const std::vector<int64_t>& out, const std::vector<int64_t>& len);
+
+// Windows of up to this many elements are combined by a tree of elementwise ops (one fused
+// loop); larger ones are gathered and reduced.
+constexpr int64_t kMaxTreeWindow = 9;
+
+// max_pool{1,2,3}d_with_indices.
+std::vector<Value> max_pool(Call& c, int d) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  const char* what = d == 1 ? "max_pool1d" : d == 2 ? "max_pool2d" : "max_pool3d";
+  const DType dt = b.type(x).dtype;
+  if (dt == DType::kBool) c.fail(std::string(what) + " does not support bool input");
+  const Pool g = pool_geometry(c, x, d, what, true);
+  const Shape xs = b.type(x).shape;
+  Shape out_spatial(g.out.begin(), g.out.end());
+  Shape out_shape(xs.begin(), xs.end() - d);
+  out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
+  // A window with no input element at all (possible only with dilation) has no PyTorch-defined index.
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    for (int64_t o : {int64_t{0}, g.out[i] - 1}) {
+      bool any = false;
+      for (int64_t j = 0; j < g.k[i]; ++j) {
+        const int64_t pos = o * g.s[i] - g.p[i] + j * g.dil[i];
+        any = any || (pos >= 0 && pos < g.in[i]);
+      }
+      if (!any) c.fail(std::string(what) + ": a pooling window lies entirely in the padding (dilation " + list_str(g.dil) + ")");
+    }
+  }
+  Value xp = pool_pad(b, x, g, lowest(dt));
+  int64_t window = 1;
+  for (int64_t k : g.k) window *= k;
+  if (window > kMaxTreeWindow) {
+    // Large windows: gather them ([.., o, k, ..] per axis) and reduce; compiles to far less
+    // code than a tree of k^d candidates.
+    std::vector<std::vector<int64_t>> tabs(static_cast<size_t>(d)), pos(static_cast<size_t>(d));
+    for (int a = 0; a < d; ++a) {
+      const size_t i = static_cast<size_t>(a);
+      for (int64_t o = 0; o < g.out[i]; ++o) {
+        for (int64_t j = 0; j < g.k[i]; ++j) {
+          const int64_t q = o * g.s[i] + j * g.dil[i];  // padded coordinates
+          tabs[i].push_back(q);
+          pos[i].push_back(q - g.p[i] >= 0 && q - g.p[i] < g.in[i] ? q - g.p[i] : -1);
+        }
+      }
+    }
+    Value win = gather_windows(b, xp, d, tabs, g.out, g.k);
+    return window_max(b, win, d, flat_table(b, d, pos, g.in, g.out, g.k), out_shape);
+  }
+  const auto offs = offsets(g.k);
+  std::vector<Value> cands;
+  for (const auto& off : offs) cands.push_back(pool_candidate(b, xp, g, off));
+  Value m = tree(b, EwOp::k_maximum, cands);
+
+  // Indices: flat position in the unpadded plane of the first candidate equal to the max, or,
+  // when the max is NaN, of the last NaN (negated, so one minimum finds both).
+  std::vector<int64_t> stride(static_cast<size_t>(d), 1);
+  for (int a = d - 2; a >= 0; --a) stride[static_cast<size_t>(a)] = stride[static_cast<size_t>(a) + 1] * g.in[static_cast<size_t>(a) + 1];
+  const Scalar big = Scalar::of_int(std::numeric_limits<int64_t>::max());
+  std::vector<Value> keys;
+  for (size_t j = 0; j < offs.size(); ++j) {
+    int64_t base = 0;
+    std::vector<int64_t> coeffs;
+    std::optional<Value> valid;
+    for (int a = 0; a < d; ++a) {
+      const size_t i = static_cast<size_t>(a);
+      const int64_t first = offs[j][i] * g.dil[i] - g.p[i];  // input position for o = 0
+      base += first * stride[i];
+      coeffs.push_back(g.s[i] * stride[i]);
+      const int64_t last = first + (g.out[i] - 1) * g.s[i];
+      if (first < 0 || last >= g.in[i]) {
+        std::vector<int64_t> unit(static_cast<size_t>(d), 0);
+        unit[i] = g.s[i];
+        Value pos = iota(b, out_spatial, first, unit);
+        Value ok = b.ew(EwOp::k_logical_and, b.ew(EwOp::k_ge, pos, Scalar::of_int(0)),
+                        b.ew(EwOp::k_lt, pos, Scalar::of_int(g.in[i])));
+        valid = valid ? b.ew(EwOp::k_logical_and, *valid, ok) : ok;
+      }
+    }
+    Value idx = b.expand(iota(b, out_spatial, base, coeffs), out_shape);
+    Value hit = b.ew(EwOp::k_eq, cands[j], m);
+    if (valid) hit = b.ew(EwOp::k_logical_and, hit, b.expand(*valid, out_shape));
+    Value miss = b.full(big, DType::kI64, {});
+    if (is_float(dt)) {
+      miss = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_isnan, cands[j])), Operand::of(b.ew(EwOp::k_neg, idx)),
+                                  Operand::of(big)});
+    }
+    keys.push_back(b.ew(EwOp::k_where, {Operand::of(hit), Operand::of(idx), Operand::of(miss)}));
+  }
+  Value key = tree(b, EwOp::k_minimum, keys);
+  Value indices = is_float(dt) ? b.ew(EwOp::k_abs, key) : key;
+  return {m, indices};
+}
+
+// The divisor of each output position of an average pool (row-major over the spatial output):
+// the window clipped to input + padding (count_include_pad) or to the input; at least 1 (an
+// empty window sums to 0).
+std::vector<double> avg_divisors(const Pool& g, bool include_pad) {
+  const int d = g.d;
+  std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(d));
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    for (int64_t o = 0; o < g.out[i]; ++o) {
+      int64_t lo = o * g.s[i] - g.p[i];
+      int64_t hi = std::min(lo + g.k[i], g.in[i] + g.p[i]);
+      if (!include_pad) {
+        lo = std::max<int64_t>(lo, 0);
+        hi = std::min(hi, g.in[i]);
+      }
+      sizes[i].push_back(std::max<int64_t>(hi - lo, 1));
+    }
+  }
+  std::vector<double> div(static_cast<size_t>(numel(Shape(g.out.begin(), g.out.end()))), 1.0);
+  for (size_t f = 0; f < div.size(); ++f) {
+    int64_t rest = static_cast<int64_t>(f), n = 1;
+    for (int a = d - 1; a >= 0; --a) {
+      const size_t i = static_cast<size_t>(a);
+      n *= sizes[i][static_cast<size_t>(rest % g.out[i])];
+      rest /= g.out[i];
+    }
+    div[f] = static_cast<double>(n);
+  }
+  return div;
+}
+
+// avg_pool{1,2,3}d. PyTorch's divisor: divisor_override, else the window clipped to
+// input + padding (count_include_pad) or to the input; a window entirely in the padding gives 0.
+Value avg_pool(Call& c, int d) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  const char* what = d == 1 ? "avg_pool1d" : d == 2 ? "avg_pool2d" : "avg_pool3d";
+  const DType dt = b.type(x).dtype;
+  if (dt == DType::kBool) c.fail(std::string(what) + " does not support bool input");
+  const Pool g = pool_geometry(c, x, d, what, false);
+  const bool include_pad = c.bool_or(5, "count_include_pad", true);
+  std::optional<int64_t> override_;
+  if (c.has(6, "divisor_override")) {
+    override_ = c.int_(6, "divisor_override");
+    if (*override_ == 0) c.fail(std::string(what) + ": divisor_override must be nonzero");
+  }
+  Value xp = pool_pad(b, x, g, Scalar::of_int(0));
+  int64_t window = 1;
+  for (int64_t k : g.k) window *= k;
+  Value sum;
+  if (window > kMaxTreeWindow) {
+    std::vector<std::vector<int64_t>> tabs(static_cast<size_t>(d));
+    for (int a = 0; a < d; ++a) {
+      const size_t i = static_cast<size_t>(a);
+      for (int64_t o = 0; o < g.out[i]; ++o) {
+        for (int64_t j = 0; j < g.k[i]; ++j) tabs[i].push_back(o * g.s[i] + j);
+      }
+    }
+    Value win = gather_windows(b, xp, d, tabs, g.out, g.k);
+    const int64_t r = b.type(win).rank();
+    std::vector<int64_t> axes;
+    for (int a = 0; a < d; ++a) axes.push_back(r - 2 * d + 2 * a + 1);
+    const Shape xs = b.type(x).shape;
+    Shape out_shape(xs.begin(), xs.end() - d);
+    out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
+    sum = b.reshape(b.sum(win, axes, false), out_shape);
+  } else {
+    std::vector<Value> cands;
+    for (const auto& off : offsets(g.k)) cands.push_back(pool_candidate(b, xp, g, off));
+    sum = tree(b, EwOp::k_add, cands);
+  }
+  // Integer inputs: PyTorch sums in the input type and divides in integers (truncating).
+  auto divide = [&](Value by) {
+    if (is_float(dt)) return b.ew(EwOp::k_div, sum, by);
+    Value q = b.ew(EwOp::k_trunc, b.ew(EwOp::k_div, b.cast(sum, DType::kF64), b.cast(by, DType::kF64)));
+    return b.cast(q, dt);
+  };
+  auto divide_by = [&](int64_t n) {
+    return divide(b.full(is_float(dt) ? Scalar::of_float(static_cast<double>(n)) : Scalar::of_int(n), dt, {}));
+  };
+  if (override_) return divide_by(*override_);
+  const std::vector<double> div = avg_divisors(g, include_pad);
+  bool uniform = true;
+  for (double v : div) uniform = uniform && v == div[0];
+  if (uniform) return divide_by(static_cast<int64_t>(div[0]));
+  return divide(const_float(b, is_float(dt) ? dt : DType::kF64, Shape(g.out.begin(), g.out.end()), div));
+}
+
+// ---- adaptive pooling ---------------------------------------------------------------------
+
+int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+
+std::vector<int64_t> adaptive_sizes(Call& c, Value x, int d, const char* what) {
+  check_rank(c, x, d, what);
+  std::vector<int64_t> out = int_list(c, 1, "output_size", d, {});
+  const Shape s = c.b.type(x).shape;
+  for (int a = 0; a < d; ++a) {
+    const int64_t in = s[s.size() - static_cast<size_t>(d - a)];
+    if (out[static_cast<size_t>(a)] <= 0) c.fail(std::string(what) + ": output size must be positive, got " + list_str(out));
+    if (in <= 0) c.fail(std::string(what) + ": input spatial dims must be non-empty, got " + c.b.type(x).str());
+  }
+  return out;
+}
+
+// _adaptive_avg_pool{2,3}d (1-d exports as 2-d): per axis, a reshape + sum when the windows
+// tile the axis, else a Gather of the windows and a masked sum; then sum / window size.
+Value adaptive_avg_pool(Call& c, int d) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  const char* what = d == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d";
+  const DType dt = b.type(x).dtype;
+  if (!is_float(dt)) c.fail(std::string(what) + " needs floating-point input, got " + b.type(x).str());
+  const std::vector<int64_t> out = adaptive_sizes(c, x, d, what);
+  const int64_t r = b.type(x).rank();
+  std::vector<std::vector<int64_t>> counts(static_cast<size_t>(d));
+  for (int a = 0; a < d; ++a) {
+    const int64_t axis = r - d + a;
+    const Shape s = b.type(x).shape;
+    const int64_t in = s[static_cast<size_t>(axis)], o = out[static_cast<size_t>(a)];
+    for (int64_t i = 0; i < o; ++i) counts[static_cast<size_t>(a)].push_back(adaptive_end(i, in, o) - adaptive_start(i, in, o));
+    if (in % o == 0) {
+      Shape split = s;
+      split[static_cast<size_t>(axis)] = o;
+      split.insert(split.begin() + axis + 1, in / o);
+      x = b.sum(b.reshape(x, split), {axis + 1}, false);
+      continue;
+    }
+    // Overlapping or uneven windows: gather each window ([o, L], the last position repeated up
+    // to the longest window L), zero the repeats, sum. (Not a MatMul with a 0/1 matrix: its
+    // zeros would spread a NaN or inf to every window.)
+    int64_t len = 0;
+    for (int64_t i = 0; i < o; ++i) len = std::max(len, adaptive_end(i, in, o) - adaptive_start(i, in, o));
+    std::vector<int64_t> tab;
+    std::vector<uint8_t> keep;
+    for (int64_t i = 0; i < o; ++i) {
+      for (int64_t j = 0; j < len; ++j) {
+        tab.push_back(std::min(adaptive_start(i, in, o) + j, adaptive_end(i, in, o) - 1));
+        keep.push_back(adaptive_start(i, in, o) + j < adaptive_end(i, in, o) ? 1 : 0);
+      }
+    }
+    Value g = gather(b, x, axis, const_i64(b, {o, len}, tab));
+    Shape ks(static_cast<size_t>(b.type(g).rank()), 1);
+    ks[static_cast<size_t>(axis)] = o;
+    ks[static_cast<size_t>(axis) + 1] = len;
+    Value mask = constant_bytes(b, TensorType{DType::kBool, ks}, keep);
+    Value zero = b.full(Scalar::of_float(0.0), dt, {});
+    x = b.sum(b.ew(EwOp::k_where, {Operand::of(mask), Operand::of(g), Operand::of(zero)}), {axis + 1}, false);
+  }
+  Shape out_spatial(out.begin(), out.end());
+  std::vector<double> div(static_cast<size_t>(numel(out_spatial)));
+  bool uniform = true;
+  for (size_t f = 0; f < div.size(); ++f) {
+    int64_t rest = static_cast<int64_t>(f), n = 1;
+    for (int a = d - 1; a >= 0; --a) {
+      const size_t i = static_cast<size_t>(a);
+      n *= counts[i][static_cast<size_t>(rest % out[i])];
+      rest /= out[i];
+    }
+    div[f] = static_cast<double>(n);
+    uniform = uniform && div[f] == div[0];
+  }
+  if (uniform) return b.ew(EwOp::k_div, x, Scalar::of_float(div[0]));
+  return b.ew(EwOp::k_div, x, const_float(b, dt, out_spatial, div));
+}
+
+// Windows gathered into g [lead..., o_1, L_1, ..., o_d, L_d] (L_a: window positions along
+// axis a): the max over each window, and PyTorch's index of it: the first position holding
+// the max, or the last NaN. `flat` [o_1, L_1, ...] holds each position's flat index in the
+// input plane (int64 max for padding, which then never wins).
+std::vector<Value> window_max(Builder& b, Value g, int d, Value flat, const Shape& out_shape) {
+  const int64_t r = b.type(g).rank();
+  const DType dt = b.type(g).dtype;
+  std::vector<int64_t> win;
+  for (int a = 0; a < d; ++a) win.push_back(r - 2 * d + 2 * a + 1);
+  Value m = b.reduce(ReduceKind::kMax, g, win, true);
+  Value idx = b.expand(flat, b.type(g).shape);
+  const Scalar big = Scalar::of_int(std::numeric_limits<int64_t>::max());
+  Value miss = b.full(big, DType::kI64, {});
+  if (is_float(dt)) {
+    miss = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_isnan, g)), Operand::of(b.ew(EwOp::k_neg, idx)), Operand::of(big)});
+  }
+  Value key = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_eq, g, m)), Operand::of(idx), Operand::of(miss)});
+  key = b.reduce(ReduceKind::kMin, key, win, false);
+  if (is_float(dt)) key = b.ew(EwOp::k_abs, key);
+  return {b.reshape(m, out_shape), b.reshape(key, out_shape)};
+}
+
+// Gathers along each of the d trailing axes of x with tables tabs[a] ([o_a, L_a], row-major):
+// x [lead..., n_1, ..., n_d] -> [lead..., o_1, L_1, ..., o_d, L_d].
+Value gather_windows(Builder& b, Value x, int d, const std::vector<std::vector<int64_t>>& tabs,
+                     const std::vector<int64_t>& out, const std::vector<int64_t>& len) {
+  const int64_t r = b.type(x).rank();
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    x = gather(b, x, r - d + 2 * a, const_i64(b, {out[i], len[i]}, tabs[i]));  // earlier axes already split in two
+  }
+  return x;
+}
+
+// The [o_1, L_1, ..., o_d, L_d] table of flat input indices for per-axis input positions
+// pos[a][o * L_a + j] (-1: padding).
+Value flat_table(Builder& b, int d, const std::vector<std::vector<int64_t>>& pos, const std::vector<int64_t>& in,
+                 const std::vector<int64_t>& out, const std::vector<int64_t>& len) {
+  Shape shape;
+  for (int a = 0; a < d; ++a) {
+    shape.push_back(out[static_cast<size_t>(a)]);
+    shape.push_back(len[static_cast<size_t>(a)]);
+  }
+  std::vector<int64_t> v(static_cast<size_t>(numel(shape)));
+  for (size_t f = 0; f < v.size(); ++f) {
+    int64_t rest = static_cast<int64_t>(f), flat = 0, stride = 1;
+    bool pad = false;
+    for (int a = d - 1; a >= 0; --a) {
+      const size_t i = static_cast<size_t>(a);
+      const int64_t j = rest % len[i];
+      rest /= len[i];
+      const int64_t o = rest % out[i];
+      rest /= out[i];
+      const int64_t q = pos[i][static_cast<size_t>(o * len[i] + j)];
+      pad = pad || q < 0;
+      flat += q * stride;
+      stride *= in[i];
+    }
+    v[f] = pad ? std::numeric_limits<int64_t>::max() : flat;
+  }
+  return const_i64(b, shape, v);
+}
+
+// adaptive_max_pool{2,3}d: per axis, one Gather with an [out, L] table (window positions, the
+// last one repeated up to the longest window L), then window_max.
+std::vector<Value> adaptive_max_pool(Call& c, int d) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  const char* what = d == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d";
+  const DType dt = b.type(x).dtype;
+  if (dt == DType::kBool) c.fail(std::string(what) + " does not support bool input");
+  const std::vector<int64_t> out = adaptive_sizes(c, x, d, what);
+  const int64_t r = b.type(x).rank();
+  const Shape xs = b.type(x).shape;
+  std::vector<int64_t> in(static_cast<size_t>(d)), len(static_cast<size_t>(d), 0);
+  std::vector<std::vector<int64_t>> tabs(static_cast<size_t>(d));
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    in[i] = xs[static_cast<size_t>(r - d + a)];
+    for (int64_t o = 0; o < out[i]; ++o) len[i] = std::max(len[i], adaptive_end(o, in[i], out[i]) - adaptive_start(o, in[i], out[i]));
+    for (int64_t o = 0; o < out[i]; ++o) {
+      for (int64_t j = 0; j < len[i]; ++j) {
+        tabs[i].push_back(std::min(adaptive_start(o, in[i], out[i]) + j, adaptive_end(o, in[i], out[i]) - 1));
+      }
+    }
+  }
+  Shape out_shape(xs.begin(), xs.end() - d);
+  out_shape.insert(out_shape.end(), out.begin(), out.end());
+  Value g = gather_windows(b, x, d, tabs, out, len);
+  return window_max(b, g, d, flat_table(b, d, tabs, in, out, len), out_shape);
+}
+
+// ---- pooling backward ---------------------------------------------------------------------
+
+Value index_put_add(Builder& b, Value base, int64_t axis, Value idx, Value values) {
+  Attrs a;
+  a.axis = axis;
+  a.accumulate = true;
+  return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
+}
+
+// The transpose of "window sums along `axis`": out[pos[t]] += v[src[t]] for each window entry
+// t, over an axis of size n (src: the window of entry t, pos: its input position).
+Value scatter_windows(Builder& b, Value v, int64_t axis, int64_t n, const std::vector<int64_t>& src,
+                      const std::vector<int64_t>& pos) {
+  const int64_t m = static_cast<int64_t>(src.size());
+  Value vals = gather(b, v, axis, const_i64(b, {m}, src));
+  Shape zs = b.type(v).shape;
+  zs[static_cast<size_t>(axis)] = n;
+  return index_put_add(b, b.full(Scalar::of_int(0), b.type(v).dtype, zs), axis, const_i64(b, {m}, pos), vals);
+}
+
+// avg_pool{2,3}d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+// count_include_pad, divisor_override): grad / divisor scattered back over each window,
+// one axis at a time, in padded coordinates; then the padding is cut off.
+Value avg_pool_backward(Call& c, int d) {
+  Builder& b = c.b;
+  Value gy = c.tensor(0, "grad_output"), x = c.tensor(1, "self");
+  const char* what = d == 2 ? "avg_pool2d_backward" : "avg_pool3d_backward";
+  const DType dt = b.type(x).dtype;
+  if (!is_float(dt)) c.fail(std::string(what) + " needs floating-point input, got " + b.type(x).str());
+  const Pool g = pool_geometry(c, x, d, what, false, 1);
+  const bool include_pad = c.bool_or(6, "count_include_pad", true);
+  Shape want(b.type(x).shape.begin(), b.type(x).shape.end() - d);
+  want.insert(want.end(), g.out.begin(), g.out.end());
+  if (b.type(gy).shape != want) c.fail(std::string(what) + ": grad_output is " + b.type(gy).str() + ", expected shape " + shape_str(want));
+  if (c.has(7, "divisor_override")) {
+    const int64_t v = c.int_(7, "divisor_override");
+    if (v == 0) c.fail(std::string(what) + ": divisor_override must be nonzero");
+    gy = b.ew(EwOp::k_div, gy, Scalar::of_float(static_cast<double>(v)));
+  } else {
+    gy = b.ew(EwOp::k_div, gy, const_float(b, dt, Shape(g.out.begin(), g.out.end()), avg_divisors(g, include_pad)));
+  }
+  const int64_t r = b.type(gy).rank();
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    const int64_t reach = (g.out[i] - 1) * g.s[i] + g.k[i];
+    const int64_t n = std::max(reach, g.p[i] + g.in[i]);
+    std::vector<int64_t> src, pos;
+    for (int64_t o = 0; o < g.out[i]; ++o) {
+      for (int64_t j = 0; j < g.k[i]; ++j) {
+        src.push_back(o);
+        pos.push_back(o * g.s[i] + j);
+      }
+    }
+    gy = b.slice(scatter_windows(b, gy, r - d + a, n, src, pos), r - d + a, g.p[i], g.p[i] + g.in[i], 1);
+  }
+  return gy;
+}
+
+// max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+// dilation, ceil_mode, indices): each gradient is added at its index in its own (n, c) plane:
+// one IndexPut over the flattened input.
+Value max_pool_backward(Call& c, int d) {
+  Builder& b = c.b;
+  Value gy = c.tensor(0, "grad_output"), x = c.tensor(1, "self"), idx = c.tensor(7, "indices");
+  const char* what = d == 2 ? "max_pool2d_with_indices_backward" : "max_pool3d_with_indices_backward";
+  const TensorType xt = b.type(x);
+  check_rank(c, x, d, what);
+  if (b.type(gy).shape != b.type(idx).shape) {
+    c.fail(std::string(what) + ": grad_output " + b.type(gy).str() + " and indices " + b.type(idx).str() + " differ in shape");
+  }
+  const Shape is = b.type(idx).shape;
+  int64_t plane = 1;
+  for (int a = 0; a < d; ++a) plane *= xt.shape[xt.shape.size() - static_cast<size_t>(d - a)];
+  // offset of each (n, c) plane, broadcast over the output positions
+  const int64_t lead = static_cast<int64_t>(is.size()) - d;
+  std::vector<double> coeffs(is.size(), 0.0);
+  int64_t stride = plane;
+  for (int64_t a = lead - 1; a >= 0; --a) {
+    coeffs[static_cast<size_t>(a)] = static_cast<double>(stride);
+    stride *= is[static_cast<size_t>(a)];
+  }
+  Attrs at;
+  at.dtype = DType::kI64;
+  at.ints = is;
+  at.scalar = Scalar::of_int(0);
+  at.coeffs = coeffs;
+  Value offset = b.graph().add(Op::kIota, {}, at);
+  // An index outside its plane would land in another one: make it out of range instead.
+  Value i64 = b.cast(idx, DType::kI64);
+  Value bad = b.ew(EwOp::k_logical_or, b.ew(EwOp::k_lt, i64, Scalar::of_int(0)), b.ew(EwOp::k_ge, i64, Scalar::of_int(plane)));
+  Value flat = b.ew(EwOp::k_where, {Operand::of(bad), Operand::of(Scalar::of_int(xt.numel())),
+                                    Operand::of(b.ew(EwOp::k_add, i64, offset))});
+  const int64_t m = numel(is);
+  Value zeros = b.full(Scalar::of_int(0), xt.dtype, {xt.numel()});
+  Value r = index_put_add(b, zeros, 0, b.reshape(flat, {m}), b.reshape(b.cast(gy, xt.dtype), {m}));
+  return b.reshape(r, xt.shape);
+}
+
+// _adaptive_avg_pool{2,3}d_backward(grad_output, self): grad / window size scattered back over
+// each window, one axis at a time.
+Value adaptive_avg_pool_backward(Call& c, int d) {
+  Builder& b = c.b;
+  Value gy = c.tensor(0, "grad_output"), x = c.tensor(1, "self");
+  const char* what = d == 2 ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool3d_backward";
+  const TensorType xt = b.type(x);
+  check_rank(c, x, d, what);
+  if (!is_float(xt.dtype)) c.fail(std::string(what) + " needs floating-point input, got " + xt.str());
+  const TensorType gt = b.type(gy);
+  if (gt.rank() != xt.rank()) c.fail(std::string(what) + ": grad_output " + gt.str() + " does not match input " + xt.str());
+  const int64_t r = xt.rank();
+  for (int a = 0; a < d; ++a) {
+    const int64_t axis = r - d + a;
+    const int64_t in = xt.shape[static_cast<size_t>(axis)], o = gt.shape[static_cast<size_t>(axis)];
+    std::vector<int64_t> src, pos;
+    std::vector<double> inv;
+    for (int64_t i = 0; i < o; ++i) {
+      inv.push_back(static_cast<double>(adaptive_end(i, in, o) - adaptive_start(i, in, o)));
+      for (int64_t j = adaptive_start(i, in, o); j < adaptive_end(i, in, o); ++j) {
+        src.push_back(i);
+        pos.push_back(j);
+      }
+    }
+    gy = b.ew(EwOp::k_div, gy, const_float(b, xt.dtype, along(r, axis, o), inv));
+    gy = scatter_windows(b, gy, axis, in, src, pos);
+  }
+  return gy;
+}
+
+// ---- upsampling -------------------------------------------------------------------------
+
+// Scale factors of an upsample call (per spatial dim; nullopt when not given).
+struct Upsample {
+  int d = 2;
+  std::vector<int64_t> in, out;
+  std::vector<std::optional<double>> scales;
+  bool align = false;
+};
+
+std::optional<double> json_double(const json& e) {
+  if (e.is_null()) return std::nullopt;
+  if (e.is_number()) return e.get<double>();
+  if (e.is_object() && e.contains("float") && e["float"].is_number()) return e["float"].get<double>();
+  return std::nullopt;
+}
+
+// `.vec` overloads: (input, output_size?, [align_corners,] scale_factors?); `.default`:
+// (self, output_size, [align_corners,] scales_1?, ..., scales_d?). The output size is the one
+// the exporter recorded (PyTorch computed it from the scale factors).
+Upsample upsample_args(Call& c, int d, bool vec, bool has_align, const char* what) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  const TensorType t = b.type(x);
+  if (t.rank() != d + 2) c.fail(std::string(what) + " expects a " + std::to_string(d + 2) + "-D input, got " + t.str());
+  if (!is_float(t.dtype) && std::string(what).rfind("upsample_nearest", 0) != 0) {
+    c.fail(std::string(what) + " needs floating-point input, got " + t.str());
+  }
+  Upsample u;
+  u.d = d;
+  const TensorType ot = c.out_type(0);
+  for (int a = 0; a < d; ++a) {
+    u.in.push_back(t.shape[static_cast<size_t>(2 + a)]);
+    u.out.push_back(ot.shape[static_cast<size_t>(2 + a)]);
+  }
+  size_t next = 2;
+  if (has_align) {
+    u.align = c.bool_or(2, "align_corners", false);
+    next = 3;
+  }
+  u.scales.assign(static_cast<size_t>(d), std::nullopt);
+  if (vec) {
+    if (const json* j = c.get(next, "scale_factors")) {
+      if (!j->is_array() || j->size() != static_cast<size_t>(d)) {
+        c.fail(std::string(what) + ": scale_factors must be a list of " + std::to_string(d) + " numbers");
+      }
+      for (int a = 0; a < d; ++a) {
+        u.scales[static_cast<size_t>(a)] = json_double((*j)[static_cast<size_t>(a)]);
+        if (!u.scales[static_cast<size_t>(a)]) c.fail(std::string(what) + ": scale_factors must be numbers");
+      }
+    }
+  } else {
+    static const char* names1[] = {"scales"};
+    static const char* names2[] = {"scales_h", "scales_w"};
+    static const char* names3[] = {"scales_d", "scales_h", "scales_w"};
+    const char** names = d == 1 ? names1 : d == 2 ? names2 : names3;
+    for (int a = 0; a < d; ++a) {
+      if (c.has(next + static_cast<size_t>(a), names[a])) u.scales[static_cast<size_t>(a)] = c.float_or(next + static_cast<size_t>(a), names[a], 0.0);
+    }
+  }
+  for (int a = 0; a < d; ++a) {
+    if (u.in[static_cast<size_t>(a)] <= 0 || u.out[static_cast<size_t>(a)] <= 0) {
+      c.fail(std::string(what) + ": input and output sizes must be positive, got input " + t.str() + " and output " + ot.str());
+    }
+  }
+  return u;
+}
+
+// PyTorch's area_pixel_compute_scale and area_pixel_compute_source_index (UpSample.h), in the
+// kernel's opmath type T (float for float32 inputs).
+template <class T>
+T pixel_scale(int64_t in, int64_t out, bool align, std::optional<double> scale) {
+  if (align) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  return (scale && *scale > 0.) ? static_cast<T>(1.0 / *scale) : static_cast<T>(in) / static_cast<T>(out);
+}
+
+template <class T>
+T source_index(T scale, int64_t dst, bool align, bool cubic) {
+  if (align) return scale * static_cast<T>(dst);
+  const T src = scale * (static_cast<T>(dst) + static_cast<T>(0.5)) - static_cast<T>(0.5);
+  return (!cubic && src < T(0)) ? T(0) : src;
+}
+
+template <class T>
+std::vector<int64_t> nearest_table(int64_t in, int64_t out, std::optional<double> scale, bool exact, bool shortcut) {
+  const T s = pixel_scale<T>(in, out, false, scale);
+  std::vector<int64_t> idx;
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t i;
+    if (shortcut && out == in) {
+      i = o;  // the 2-d kernel's nearest_idx copies for scale 1 and halves for scale 2
+    } else if (shortcut && out == 2 * in) {
+      i = o >> 1;
+    } else if (exact) {
+      const T real = source_index<T>(s, o, false, false);
+      i = static_cast<int64_t>(std::floor(static_cast<float>(static_cast<double>(real) + 0.5)));
+    } else {
+      i = static_cast<int64_t>(std::floor(static_cast<float>(source_index<T>(s, o, true, false))));
+    }
+    idx.push_back(std::min(i, in - 1));
+  }
+  return idx;
+}
+
+// upsample_nearest{1,2,3}d and _upsample_nearest_exact{1,2,3}d: a constant Gather per axis
+// (a view when the table is the identity or a plain repeat).
+Value upsample_nearest(Call& c, int d, bool vec, bool exact) {
+  Builder& b = c.b;
+  const Upsample u = upsample_args(c, d, vec, false, exact ? "upsample_nearest_exact" : "upsample_nearest");
+  Value x = c.tensor(0, "input");
+  const bool f64 = b.type(x).dtype == DType::kF64;
+  for (int a = 0; a < d; ++a) {
+    const size_t i = static_cast<size_t>(a);
+    // PyTorch's 2-d nearest kernel (not 1-d/3-d, not exact) special-cases scales 1 and 2.
+    const bool shortcut = d == 2 && !exact;
+    const auto tab = f64 ? nearest_table<double>(u.in[i], u.out[i], u.scales[i], exact, shortcut)
+                         : nearest_table<float>(u.in[i], u.out[i], u.scales[i], exact, shortcut);
+    x = take(b, x, 2 + a, tab);
+  }
+  return x;
+}
+
+// upsample_linear1d / upsample_bilinear2d / upsample_trilinear3d: separable, innermost axis
+// first (the order of PyTorch's nested interpolation): y = w0 * x[i0] + w1 * x[i1] per axis,
+// with PyTorch's indices and weights (compute_source_index_and_lambda).
+template <class T>
+Value linear_axis(Builder& b, Value x, int64_t axis, int64_t in, int64_t out, bool align, std::optional<double> scale) {
+  if (in == out) return x;  // PyTorch copies (lambda 1, 0)
+  const T ratio = pixel_scale<T>(in, out, align, scale);
+  std::vector<int64_t> tab;
+  std::vector<double> w0, w1;
+  for (int64_t o = 0; o < out; ++o) {
+    const T real = source_index<T>(ratio, o, align, false);
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(static_cast<float>(real))), in - 1);
+    const T l1 = std::min(std::max(real - static_cast<T>(i0), T(0)), T(1));
+    const T l0 = T(1) - l1;
+    tab.push_back(i0);
+    tab.push_back(i0 + (i0 < in - 1 ? 1 : 0));
+    w0.push_back(static_cast<double>(l0));
+    w1.push_back(static_cast<double>(l1));
+  }
+  const DType dt = b.type(x).dtype;
+  const int64_t r = b.type(x).rank();
+  Value g = gather(b, x, axis, const_i64(b, {out, 2}, tab));  // [..., out, 2, ...]
+  Shape s = b.type(x).shape;
+  s[static_cast<size_t>(axis)] = out;
+  Value g0 = b.reshape(b.slice(g, axis + 1, 0, 1, 1), s);
+  Value g1 = b.reshape(b.slice(g, axis + 1, 1, 2, 1), s);
+  Value c0 = const_float(b, dt, along(r, axis, out), w0);
+  Value c1 = const_float(b, dt, along(r, axis, out), w1);
+  return b.ew(EwOp::k_add, b.ew(EwOp::k_mul, g0, c0), b.ew(EwOp::k_mul, g1, c1));
+}
+
+Value upsample_linear(Call& c, int d, bool vec) {
+  Builder& b = c.b;
+  const char* what = d == 1 ? "upsample_linear1d" : d == 2 ? "upsample_bilinear2d" : "upsample_trilinear3d";
+  const Upsample u = upsample_args(c, d, vec, true, what);
+  Value x = c.tensor(0, "input");
+  const bool f64 = b.type(x).dtype == DType::kF64;
+  for (int a = d - 1; a >= 0; --a) {
+    const size_t i = static_cast<size_t>(a);
+    x = f64 ? linear_axis<double>(b, x, 2 + a, u.in[i], u.out[i], u.align, u.scales[i])
+            : linear_axis<float>(b, x, 2 + a, u.in[i], u.out[i], u.align, u.scales[i]);
+  }
+  return x;
+}
+
+// ---- normalization ------------------------------------------------------------------------
+
+// Per-channel vector [C] shaped to broadcast against x [N, C, ...].
+Value per_channel(Builder& b, Value v, int64_t rank) {
+  const int64_t n = b.type(v).numel();
+  return b.reshape(v, along(rank, 1, n));
+}
+
+// y = x * alpha + beta with alpha = invstd * weight, beta = bias - mean * alpha (PyTorch's
+// batch_norm_cpu_collect_linear_and_constant_terms); mean/invstd are [C].
+Value bn_apply(Call& c, Value x, Value mean, Value invstd) {
+  Builder& b = c.b;
+  Value alpha = invstd;
+  if (c.is_tensor(1, "weight")) alpha = b.ew(EwOp::k_mul, alpha, c.tensor(1, "weight"));
+  Value beta = b.ew(EwOp::k_neg, b.ew(EwOp::k_mul, mean, alpha));
+  if (c.is_tensor(2, "bias")) beta = b.ew(EwOp::k_sub, c.tensor(2, "bias"), b.ew(EwOp::k_mul, mean, alpha));
+  const int64_t r = b.type(x).rank();
+  return b.ew(EwOp::k_add, b.ew(EwOp::k_mul, x, per_channel(b, alpha, r)), per_channel(b, beta, r));
+}
+
+Value invstd_of(Builder& b, Value var, double eps) {
+  return b.ew(EwOp::k_reciprocal, b.ew(EwOp::k_sqrt, b.ew(EwOp::k_add, var, Scalar::of_float(eps))));
+}
+
+void check_bn_input(Call& c, Value x, const char* what) {
+  const TensorType t = c.b.type(x);
+  if (t.rank() < 2) c.fail(std::string(what) + " expects an input with at least 2 dims (N, C, ...), got " + t.str());
+  if (!is_float(t.dtype)) c.fail(std::string(what) + " needs floating-point input, got " + t.str());
+}
+
+// Batch statistics over every dim but 1: mean, biased variance, element count.
+struct Stats {
+  Value mean, var;
+  int64_t n;
+};
+
+Stats batch_stats(Builder& b, Value x) {
+  const TensorType t = b.type(x);
+  std::vector<int64_t> axes;
+  int64_t n = 1;
+  for (int64_t a = 0; a < t.rank(); ++a) {
+    if (a == 1) continue;
+    axes.push_back(a);
+    n *= t.shape[static_cast<size_t>(a)];
+  }
+  Value mean_k = b.mean(x, axes, true);
+  Value centered = b.ew(EwOp::k_sub, x, mean_k);
+  Value var = b.mean(b.ew(EwOp::k_mul, centered, centered), axes, false);
+  return {b.reshape(mean_k, {t.shape[1]}), var, n};
+}
+
+Value empty_vec(Builder& b, DType t) { return b.full(Scalar::of_float(0.0), t, {0}); }
+
+// _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
+// momentum, eps) -> (y, empty, empty).
+std::vector<Value> bn_inference(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  check_bn_input(c, x, "batch_norm");
+  const double eps = c.float_or(6, "eps", 1e-5);
+  const DType dt = b.type(x).dtype;
+  Value mean = c.tensor(3, "running_mean"), var = c.tensor(4, "running_var");
+  Value y = bn_apply(c, x, mean, invstd_of(b, var, eps));
+  return {y, empty_vec(b, dt), empty_vec(b, dt)};
+}
+
+// _native_batch_norm_legit{,.no_stats,_functional}: with training, batch statistics (saved
+// mean and invstd are outputs 1 and 2; _functional also returns the updated running stats,
+// running_var with the unbiased variance); without, the running statistics.
+std::vector<Value> bn_legit(Call& c, bool has_running, bool functional) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  check_bn_input(c, x, "batch_norm");
+  const size_t at = has_running ? 5 : 3;
+  const bool training = c.bool_or(at, "training", true);
+  const double momentum = c.float_or(at + 1, "momentum", 0.1);
+  const double eps = c.float_or(at + 2, "eps", 1e-5);
+  const DType dt = b.type(x).dtype;
+  if (!training) {
+    if (!has_running) c.fail("batch_norm in eval mode needs running statistics");
+    Value rm = c.tensor(3, "running_mean"), rv = c.tensor(4, "running_var");
+    Value y = bn_apply(c, x, rm, invstd_of(b, rv, eps));
+    std::vector<Value> r{y, empty_vec(b, dt), empty_vec(b, dt)};
+    if (functional) {
+      r.push_back(rm);
+      r.push_back(rv);
+    }
+    return r;
+  }
+  const Stats s = batch_stats(b, x);
+  Value invstd = invstd_of(b, s.var, eps);
+  Value y = bn_apply(c, x, s.mean, invstd);
+  std::vector<Value> r{y, s.mean, invstd};
+  if (functional) {
+    Value rm = c.tensor(3, "running_mean"), rv = c.tensor(4, "running_var");
+    const double keep = 1.0 - momentum;
+    Value unbiased = b.ew(EwOp::k_mul, s.var, Scalar::of_float(s.n > 1 ? static_cast<double>(s.n) / static_cast<double>(s.n - 1) : INFINITY));
+    r.push_back(b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, s.mean, Scalar::of_float(momentum)),
+                            b.ew(EwOp::k_mul, rm, Scalar::of_float(keep))), b.type(rm).dtype));
+    r.push_back(b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, unbiased, Scalar::of_float(momentum)),
+                            b.ew(EwOp::k_mul, rv, Scalar::of_float(keep))), b.type(rv).dtype));
+  }
+  return r;
+}
+
+// native_group_norm(input, weight, bias, N, C, HxW, group, eps) -> (y, mean [N, G], rstd [N, G]).
+std::vector<Value> group_norm(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "input");
+  check_bn_input(c, x, "group_norm");
+  const TensorType t = b.type(x);
+  const int64_t n = c.int_(3, "N"), ch = c.int_(4, "C"), hw = c.int_(5, "HxW"), g = c.int_(6, "group");
+  const double eps = c.float_or(7, "eps", 1e-5);
+  if (g <= 0 || ch % g != 0) c.fail("group_norm: " + std::to_string(ch) + " channels cannot be split into " + std::to_string(g) + " groups");
+  if (n * ch * hw != t.numel() || t.shape[0] != n || t.shape[1] != ch) {
+    c.fail("group_norm: N=" + std::to_string(n) + ", C=" + std::to_string(ch) + ", HxW=" + std::to_string(hw) +
+           " do not match the input " + t.str());
+  }
+  Value xg = b.reshape(x, {n, g, (ch / g) * hw});
+  Value mean = b.mean(xg, {2}, true);
+  Value centered = b.ew(EwOp::k_sub, xg, mean);
+  Value var = b.mean(b.ew(EwOp::k_mul, centered, centered), {2}, true);
+  Value rstd = invstd_of(b, var, eps);
+  // y = x * a + c per (n, channel): a = rstd * gamma, c = beta - a * mean.
+  Value rstd_c = b.reshape(b.expand(b.reshape(rstd, {n, g, 1}), {n, g, ch / g}), {n, ch});
+  Value mean_c = b.reshape(b.expand(b.reshape(mean, {n, g, 1}), {n, g, ch / g}), {n, ch});
+  Value a = rstd_c;
+  if (c.is_tensor(1, "weight")) a = b.ew(EwOp::k_mul, a, b.reshape(c.tensor(1, "weight"), {1, ch}));
+  Value off = b.ew(EwOp::k_neg, b.ew(EwOp::k_mul, a, mean_c));
+  if (c.is_tensor(2, "bias")) off = b.ew(EwOp::k_sub, b.reshape(c.tensor(2, "bias"), {1, ch}), b.ew(EwOp::k_mul, a, mean_c));
+  Value x3 = b.reshape(x, {n, ch, hw});
+  Value y = b.ew(EwOp::k_add, b.ew(EwOp::k_mul, x3, b.reshape(a, {n, ch, 1})), b.reshape(off, {n, ch, 1}));
+  return {b.reshape(y, t.shape), b.reshape(mean, {n, g}), b.reshape(rstd, {n, g})};
+}
+
+}  // namespace
+
+void register_aten_pool(HandlerTable& t) {
+  t["aten.max_pool1d_with_indices.default"] = [](Call& c) { return max_pool(c, 1); };
+  t["aten.max_pool2d_with_indices.default"] = [](Call& c) { return max_pool(c, 2); };
+  t["aten.max_pool3d_with_indices.default"] = [](Call& c) { return max_pool(c, 3); };
+  t["aten.max_pool1d.default"] = [](Call& c) { return one(max_pool(c, 1)[0]); };
+  t["aten.max_pool2d.default"] = [](Call& c) { return one(max_pool(c, 2)[0]); };
+  t["aten.max_pool3d.default"] = [](Call& c) { return one(max_pool(c, 3)[0]); };
+  t["aten.avg_pool1d.default"] = [](Call& c) { return one(avg_pool(c, 1)); };
+  t["aten.avg_pool2d.default"] = [](Call& c) { return one(avg_pool(c, 2)); };
+  t["aten.avg_pool3d.default"] = [](Call& c) { return one(avg_pool(c, 3)); };
+  t["aten._adaptive_avg_pool2d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 2)); };
+  t["aten._adaptive_avg_pool3d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 3)); };
+  t["aten.adaptive_max_pool2d.default"] = [](Call& c) { return adaptive_max_pool(c, 2); };
+  t["aten.adaptive_max_pool3d.default"] = [](Call& c) { return adaptive_max_pool(c, 3); };
+  t["aten.avg_pool2d_backward.default"] = [](Call& c) { return one(avg_pool_backward(c, 2)); };
+  t["aten.avg_pool3d_backward.default"] = [](Call& c) { return one(avg_pool_backward(c, 3)); };
+  t["aten.max_pool2d_with_indices_backward.default"] = [](Call& c) { return one(max_pool_backward(c, 2)); };
+  t["aten.max_pool3d_with_indices_backward.default"] = [](Call& c) { return one(max_pool_backward(c, 3)); };
+  t["aten._adaptive_avg_pool2d_backward.default"] = [](Call& c) { return one(adaptive_avg_pool_backward(c, 2)); };
+  t["aten._adaptive_avg_pool3d_backward.default"] = [](Call& c) { return one(adaptive_avg_pool_backward(c, 3)); };
+
+  t["aten.upsample_nearest1d.default"] = [](Call& c) { return one(upsample_nearest(c, 1, false, false)); };
+  t["aten.upsample_nearest2d.default"] = [](Call& c) { return one(upsample_nearest(c, 2, false, false)); };
+  t["aten.upsample_nearest3d.default"] = [](Call& c) { return one(upsample_nearest(c, 3, false, false)); };
+  t["aten.upsample_nearest1d.vec"] = [](Call& c) { return one(upsample_nearest(c, 1, true, false)); };
+  t["aten.upsample_nearest2d.vec"] = [](Call& c) { return one(upsample_nearest(c, 2, true, false)); };
+  t["aten.upsample_nearest3d.vec"] = [](Call& c) { return one(upsample_nearest(c, 3, true, false)); };
+  t["aten._upsample_nearest_exact1d.default"] = [](Call& c) { return one(upsample_nearest(c, 1, false, true)); };
+  t["aten._upsample_nearest_exact2d.default"] = [](Call& c) { return one(upsample_nearest(c, 2, false, true)); };
+  t["aten._upsample_nearest_exact3d.default"] = [](Call& c) { return one(upsample_nearest(c, 3, false, true)); };
+  t["aten._upsample_nearest_exact1d.vec"] = [](Call& c) { return one(upsample_nearest(c, 1, true, true)); };
+  t["aten._upsample_nearest_exact2d.vec"] = [](Call& c) { return one(upsample_nearest(c, 2, true, true)); };
+  t["aten._upsample_nearest_exact3d.vec"] = [](Call& c) { return one(upsample_nearest(c, 3, true, true)); };
+  t["aten.upsample_linear1d.default"] = [](Call& c) { return one(upsample_linear(c, 1, false)); };
+  t["aten.upsample_bilinear2d.default"] = [](Call& c) { return one(upsample_linear(c, 2, false)); };
+  t["aten.upsample_trilinear3d.default"] = [](Call& c) { return one(upsample_linear(c, 3, false)); };
+  t["aten.upsample_linear1d.vec"] = [](Call& c) { return one(upsample_linear(c, 1, true)); };
+  t["aten.upsample_bilinear2d.vec"] = [](Call& c) { return one(upsample_linear(c, 2, true)); };
+  t["aten.upsample_trilinear3d.vec"] = [](Call& c) { return one(upsample_linear(c, 3, true)); };
+
+  t["aten._native_batch_norm_legit_no_training.default"] = [](Call& c) { return bn_inference(c); };
+  t["aten._native_batch_norm_legit.default"] = [](Call& c) { return bn_legit(c, true, false); };
+  t["aten._native_batch_norm_legit.no_stats"] = [](Call& c) { return bn_legit(c, false, false); };
+  t["aten._native_batch_norm_legit_functional.default"] = [](Call& c) { return bn_legit(c, true, true); };
+  t["aten.native_group_norm.default"] = [](Call& c) { return group_norm(c); };
+  // F.pad(mode="circular") exports as empty + slice_scatter copies that overwrite every
+  // element; the uninitialized tensor becomes zeros (of the recorded type).
+  t["aten.empty.memory_format"] = [](Call& c) {
+    const TensorType ty = c.out_type(0);
+    return one(c.b.full(Scalar::of_int(0), ty.dtype, ty.shape));
+  };
+}
 
 }  // namespace chroma
