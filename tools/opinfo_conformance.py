@@ -361,12 +361,20 @@ def main(argv=None):
                     continue
                 if a.max_samples:
                     samples = samples[:a.max_samples]
-                cases = [Case(op, s) for s in samples]
+                cases, bad = [], []
+                for smp in samples:
+                    try:
+                        cases.append(Case(op, smp))
+                    except Exception as e:  # noqa: BLE001 - e.g. sparse inputs: not a dense tensor
+                        bad.append((repr(smp)[:160], f"input: {type(e).__name__}: {e}"[:300]))
                 work = os.path.join(tmp, re.sub(r"\W", "_", full) + "_" + dname)
                 try:
-                    res = run_cases(cases, work, cache)
+                    res = run_cases(cases, work, cache) if cases else []
                 except Exception:  # noqa: BLE001 - the runner itself must not stop
                     res = [("fail", "runner: " + traceback.format_exc(limit=2)[-300:])] * len(cases)
+                # Samples whose inputs are not dense strided tensors (sparse layouts): unsupported.
+                res = list(res) + [("unsupported", why) for _, why in bad]
+                cases = cases + [type("Bad", (), {"text": text})() for text, _ in bad]
                 entry["dtypes"][dname] = {"samples": [{"sample": c.text, "status": s, "reason": r}
                                                       for c, (s, r) in zip(cases, res)]}
                 counts = {k: sum(1 for s, _ in res if s == k) for k in ("pass", "fail", "unsupported", "skip")}

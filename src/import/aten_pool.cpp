@@ -125,6 +125,39 @@ Value take(Builder& b, Value x, int64_t axis, const std::vector<int64_t>& idx) {
   return gather(b, x, axis, const_i64(b, {m}, idx));
 }
 
+// reflection_pad{1,2,3}d / replication_pad{1,2,3}d: padding = [lo, hi] per trailing dim, last
+// dim first (PyTorch's order). Reflection mirrors without repeating the edge (and needs
+// padding < size); replication repeats the edge.
+Value mode_pad(Call& c, int d, bool reflect) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  const std::vector<int64_t> pad = c.ints(1, "padding");
+  const char* what = reflect ? "reflection padding" : "replication padding";
+  const TensorType t = b.type(x);
+  if (static_cast<int>(pad.size()) != 2 * d) c.fail(std::string(what) + ": padding needs " + std::to_string(2 * d) + " values");
+  if (t.rank() < d + 1) c.fail(std::string(what) + ": input " + t.str() + " has too few dims");
+  for (int a = 0; a < d; ++a) {
+    const int64_t axis = t.rank() - 1 - a;
+    const int64_t n = t.shape[static_cast<size_t>(axis)];
+    const int64_t lo = pad[2 * static_cast<size_t>(a)], hi = pad[2 * static_cast<size_t>(a) + 1];
+    if (n <= 0) c.fail(std::string(what) + ": dim " + std::to_string(axis) + " of " + t.str() + " is empty");
+    if (reflect && (lo >= n || hi >= n || lo < 0 || hi < 0)) {
+      c.fail("reflection padding (" + std::to_string(lo) + ", " + std::to_string(hi) + ") must be non-negative and smaller than dim " +
+             std::to_string(axis) + " of " + t.str());
+    }
+    if (n + lo + hi < 0) c.fail(std::string(what) + ": padding leaves dim " + std::to_string(axis) + " with negative size");
+    std::vector<int64_t> idx;
+    for (int64_t i = -lo; i < n + hi; ++i) {
+      int64_t j = i;
+      if (reflect) j = i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i);
+      else j = std::clamp<int64_t>(i, 0, n - 1);
+      idx.push_back(j);
+    }
+    x = take(b, x, axis, idx);
+  }
+  return x;
+}
+
 // Balanced tree of a binary elementwise op over `xs` (in order).
 Value tree(Builder& b, EwOp op, std::vector<Value> xs) {
   while (xs.size() > 1) {
@@ -482,7 +515,7 @@ std::vector<int64_t> adaptive_sizes(Call& c, Value x, int d, const char* what) {
 Value adaptive_avg_pool(Call& c, int d) {
   Builder& b = c.b;
   Value x = c.tensor(0, "self");
-  const char* what = d == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d";
+  const char* what = d == 1 ? "adaptive_avg_pool1d" : d == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d";
   const DType dt = b.type(x).dtype;
   if (!is_float(dt)) c.fail(std::string(what) + " needs floating-point input, got " + b.type(x).str());
   const std::vector<int64_t> out = adaptive_sizes(c, x, d, what);
@@ -1072,7 +1105,16 @@ void register_aten_pool(HandlerTable& t) {
   t["aten.avg_pool1d.default"] = [](Call& c) { return one(avg_pool(c, 1)); };
   t["aten.avg_pool2d.default"] = [](Call& c) { return one(avg_pool(c, 2)); };
   t["aten.avg_pool3d.default"] = [](Call& c) { return one(avg_pool(c, 3)); };
+  t["aten.adaptive_avg_pool1d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 1)); };
   t["aten._adaptive_avg_pool2d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 2)); };
+  // Reflection and replication padding: a constant index table per padded axis. (torch.export
+  // decomposes F.pad into indexing before these ops reach a graph file; graph files from other
+  // producers may still carry them.)
+  for (int d = 1; d <= 3; ++d) {
+    const std::string n = std::to_string(d);
+    t["aten.reflection_pad" + n + "d.default"] = [d](Call& c) { return one(mode_pad(c, d, true)); };
+    t["aten.replication_pad" + n + "d.default"] = [d](Call& c) { return one(mode_pad(c, d, false)); };
+  }
   t["aten._adaptive_avg_pool3d.default"] = [](Call& c) { return one(adaptive_avg_pool(c, 3)); };
   t["aten.adaptive_max_pool2d.default"] = [](Call& c) { return adaptive_max_pool(c, 2); };
   t["aten.adaptive_max_pool3d.default"] = [](Call& c) { return adaptive_max_pool(c, 3); };

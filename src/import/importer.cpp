@@ -81,6 +81,8 @@ std::string refusal(const std::string& target) {
       "random-number ops are not supported: Chroma programs are deterministic and cannot reproduce PyTorch's "
       "generator (call model.eval() to disable dropout)";
   static const char* kComplex = "FFTs produce complex tensors; complex dtypes are not supported";
+  static const char* kSymbolic =
+      "a symbolic-shape query: in a fixed-shape graph every size is a constant (export with static shapes)";
   static const std::map<std::string, const char*> kRefused = {
       {"nonzero", kDataDependent}, {"nonzero_static", kDataDependent}, {"masked_select", kDataDependent},
       {"unique", kDataDependent}, {"_unique2", kDataDependent}, {"unique_consecutive", kDataDependent},
@@ -91,6 +93,8 @@ std::string refusal(const std::string& target) {
       {"exponential", kRandom}, {"geometric", kRandom}, {"cauchy", kRandom}, {"log_normal", kRandom},
       {"poisson", kRandom}, {"rrelu_with_noise", kRandom}, {"random", kRandom},
       {"_fft_r2c", kComplex}, {"_fft_c2r", kComplex}, {"_fft_c2c", kComplex},
+      {"sym_size", kSymbolic}, {"sym_numel", kSymbolic}, {"sym_stride", kSymbolic},
+      {"sym_storage_offset", kSymbolic}, {"sym_is_contiguous", kSymbolic},
   };
   auto it = kRefused.find(op);
   return it == kRefused.end() ? std::string() : std::string(it->second);
