@@ -684,9 +684,148 @@ Value grid_sampler_2d(Call& c) {
   return b.reshape(out, {n, ch, ho, wo});
 }
 
+
+// ---- ops that survive torch.export's decompositions (not core, but common) --------------------
+
+// k-th smallest along `dim` (1-based k), PyTorch's kthvalue: values and their indices.
+std::vector<Value> kth(Call& c, Value x, int64_t k, int64_t dim, bool keepdim, const char* what) {
+  Builder& b = c.b;
+  const TensorType t = b.type(x);
+  const int64_t axis = t.rank() == 0 ? 0 : b.dim(dim, t.rank());
+  if (t.rank() == 0) {
+    if (k != 1) c.fail(std::string(what) + ": k = " + std::to_string(k) + " is out of range for a 0-d tensor");
+    return {x, zeros(b, DType::kI64, {})};
+  }
+  const int64_t n = t.shape[static_cast<size_t>(axis)];
+  if (k < 1 || k > n) c.fail(std::string(what) + ": k = " + std::to_string(k) + " is out of range for dim " +
+                             std::to_string(axis) + " of " + t.str());
+  Attrs a;
+  a.axis = axis;
+  a.k = k;
+  a.largest = false;
+  a.sorted = true;
+  Value v = b.graph().add(Op::kTopK, {x}, a);
+  Value vk = b.slice(v, axis, k - 1, k, 1), ik = b.slice(Value{v.node, 1}, axis, k - 1, k, 1);
+  if (!keepdim) {
+    Shape s = t.shape;
+    s.erase(s.begin() + axis);
+    vk = b.reshape(vk, s);
+    ik = b.reshape(ik, s);
+  }
+  return {vk, ik};
+}
+
+// An operand as a tensor of dtype t (a cast, not arithmetic: -0.0 keeps its sign).
+Value as_tensor(Builder& b, const Operand& o, DType t) {
+  if (o.tensor.valid()) return b.cast(o.tensor, t);
+  return b.full(*o.scalar, t, {});
+}
+
+// fmax / fmin: the other operand where one is NaN.
+Value fmax_fmin(Call& c, bool is_max) {
+  Builder& b = c.b;
+  Operand x = c.operand(0, "self"), y = c.operand(1, "other");
+  const DType t = b.promote({x, y});
+  Value a = as_tensor(b, x, t), bb = as_tensor(b, y, t);
+  Value m = b.ew(is_max ? EwOp::k_maximum : EwOp::k_minimum, a, bb);
+  if (!is_float(t)) return m;
+  Value r = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_isnan, bb)), Operand::of(a), Operand::of(m)});
+  return b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_isnan, a)), Operand::of(bb), Operand::of(r)});
+}
+
+// copysign(a, b): |a| with b's sign bit (-0.0 counts as negative: 1 / b < 0).
+Value copysign(Call& c) {
+  Builder& b = c.b;
+  Operand x = c.operand(0, "self"), y = c.operand(1, "other");
+  DType t = b.promote({x, y});
+  if (!is_float(t)) t = DType::kF32;
+  Value a = b.ew(EwOp::k_abs, as_tensor(b, x, t));
+  Value s = as_tensor(b, y, t);
+  Value zero = b.ew(EwOp::k_eq, s, Scalar::of_int(0));
+  Value negzero = b.ew(EwOp::k_logical_and, zero, b.ew(EwOp::k_lt, b.ew(EwOp::k_reciprocal, s), Scalar::of_int(0)));
+  Value neg = b.ew(EwOp::k_logical_or, b.ew(EwOp::k_lt, s, Scalar::of_int(0)), negzero);
+  return b.ew(EwOp::k_where, {Operand::of(neg), Operand::of(b.ew(EwOp::k_neg, a)), Operand::of(a)});
+}
+
+Value scaled_sum(Builder& b, Value self, Value prod, Call& c) {
+  const Scalar beta = c.has(3, "beta") ? c.scalar(3, "beta") : Scalar::of_int(1);
+  const Scalar alpha = c.has(4, "alpha") ? c.scalar(4, "alpha") : Scalar::of_int(1);
+  Value p = alpha.as_double() == 1.0 ? prod : b.ew(EwOp::k_mul, prod, alpha);
+  if (beta.as_double() == 0.0) return b.ew(EwOp::k_add, p, b.full(Scalar::of_int(0), b.type(p).dtype, {}));  // self ignored (NaN too)
+  Value s = beta.as_double() == 1.0 ? self : b.ew(EwOp::k_mul, self, beta);
+  return b.ew(EwOp::k_add, s, p);
+}
+
 }  // namespace
 
 void register_aten_misc(HandlerTable& t) {
+
+  // Common ops that survive torch.export's decompositions.
+  t["aten.addmv.default"] = [](Call& c) {
+    return one(scaled_sum(c.b, c.tensor(0, "self"), c.b.matmul(c.tensor(1, "mat"), c.tensor(2, "vec")), c));
+  };
+  t["aten.addbmm.default"] = [](Call& c) {
+    Value p = c.b.sum(c.b.matmul(c.tensor(1, "batch1"), c.tensor(2, "batch2")), {0}, false);
+    return one(scaled_sum(c.b, c.tensor(0, "self"), p, c));
+  };
+  t["aten.fmax.default"] = [](Call& c) { return one(fmax_fmin(c, true)); };
+  t["aten.fmin.default"] = [](Call& c) { return one(fmax_fmin(c, false)); };
+  t["aten.copysign.Tensor"] = t["aten.copysign.Scalar"] = [](Call& c) { return one(copysign(c)); };
+  t["aten.var_mean.correction"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    std::vector<int64_t> dims = c.has(1, "dim") ? c.ints(1, "dim") : std::vector<int64_t>{};
+    const double corr = c.has(2, "correction") ? c.float_or(2, "correction", 1.0) : 1.0;
+    const bool keep = c.bool_or(3, "keepdim", false);
+    return std::vector<Value>{b.var(x, dims, corr, keep), b.mean(x, dims, keep)};
+  };
+  t["aten.std_mean.correction"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    std::vector<int64_t> dims = c.has(1, "dim") ? c.ints(1, "dim") : std::vector<int64_t>{};
+    const double corr = c.has(2, "correction") ? c.float_or(2, "correction", 1.0) : 1.0;
+    const bool keep = c.bool_or(3, "keepdim", false);
+    return std::vector<Value>{b.ew(EwOp::k_sqrt, b.var(x, dims, corr, keep)), b.mean(x, dims, keep)};
+  };
+  t["aten.kthvalue.default"] = [](Call& c) {
+    return kth(c, c.tensor(0, "self"), c.int_(1, "k"), c.int_or(2, "dim", -1), c.bool_or(3, "keepdim", false), "kthvalue");
+  };
+  t["aten.median.dim"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const TensorType t = c.b.type(x);
+    const int64_t dim = c.int_or(1, "dim", -1);
+    const int64_t n = t.rank() == 0 ? 1 : t.shape[static_cast<size_t>(c.b.dim(dim, t.rank()))];
+    const bool keep = c.bool_or(2, "keepdim", false);
+    std::vector<Value> r = kth(c, x, (n - 1) / 2 + 1, dim, keep, "median");
+    if (!is_float(t.dtype) || t.rank() == 0) return r;
+    // A NaN anywhere along the dim is the median (PyTorch propagates it), at its first index.
+    Builder& b = c.b;
+    const int64_t axis = b.dim(dim, t.rank());
+    Value isn = b.cast(b.ew(EwOp::k_isnan, x), DType::kI32);
+    Value any = b.cast(b.reduce(ReduceKind::kMax, isn, {axis}, keep), DType::kBool);
+    Attrs a;
+    a.reduce = ReduceKind::kMax;
+    a.axis = axis;
+    a.keepdim = keep;
+    Value first = b.graph().add(Op::kArgReduce, {isn}, a);
+    r[0] = b.ew(EwOp::k_where, {Operand::of(any), Operand::of(Scalar::of_float(std::numeric_limits<double>::quiet_NaN())),
+                                 Operand::of(r[0])}, t.dtype);
+    r[1] = b.ew(EwOp::k_where, {Operand::of(any), Operand::of(first), Operand::of(r[1])});
+    return r;
+  };
+  t["aten.median.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const int64_t n = c.b.type(x).numel();
+    if (n == 0) c.fail("median of an empty tensor");
+    Builder& b = c.b;
+    Value flat = b.reshape(x, {n});
+    Value v = kth(c, flat, (n - 1) / 2 + 1, 0, false, "median")[0];
+    if (!is_float(b.type(x).dtype)) return std::vector<Value>{v};
+    Value any = b.reduce(ReduceKind::kMax, b.ew(EwOp::k_isnan, flat), {0}, false);
+    return std::vector<Value>{b.ew(EwOp::k_where, {Operand::of(any),
+                                                    Operand::of(Scalar::of_float(std::numeric_limits<double>::quiet_NaN())),
+                                                    Operand::of(v)}, b.type(x).dtype)};
+  };
   // scans
   t["aten.cumsum.default"] = [](Call& c) { return one(cum_scan(c, ReduceKind::kSum)); };
   t["aten.cumprod.default"] = [](Call& c) { return one(cum_scan(c, ReduceKind::kProd)); };

@@ -350,3 +350,33 @@ def test_training_dropout_is_refused(tmp_path):
 def test_fft_is_refused(tmp_path, fn, op):
     msg = _refused(tmp_path, fn, randn(3, 8))
     assert "complex" in msg and ("fft" in msg.lower()), msg
+
+
+# ---- common ops that survive torch.export's decompositions ----------------------------------
+
+def test_addmv_addbmm_fmax_fmin_copysign(check):
+    a, m, v = randn(5), randn(5, 4, seed=1), randn(4, seed=2)
+    s, b1, b2 = randn(3, 5, seed=3), randn(6, 3, 4, seed=4), randn(6, 4, 5, seed=5)
+    x = torch.tensor([1.0, float("nan"), -2.0, 0.0, -0.0, 3.0])
+    y = torch.tensor([float("nan"), 2.0, -0.0, -1.0, 5.0, float("nan")])
+
+    def f(a, m, v, s, b1, b2, x, y):
+        return (torch.addmv(a, m, v, beta=0.5, alpha=2.0), torch.addbmm(s, b1, b2, alpha=0.25),
+                torch.fmax(x, y), torch.fmin(x, y), torch.copysign(x, y), torch.copysign(y, -0.0))
+
+    check(f, a, m, v, s, b1, b2, x, y, rtol=1e-5, atol=1e-5)
+
+
+def test_var_mean_std_mean_kthvalue_median(check):
+    x = randn(4, 7)
+    z = torch.tensor([[1.0, float("nan"), 3.0], [4.0, 2.0, 6.0]])
+
+    def f(x, z):
+        vm = torch.var_mean(x, dim=1, correction=0)
+        sm = torch.std_mean(x, dim=0, keepdim=True)
+        k = torch.kthvalue(x, 3, dim=1)
+        md = torch.median(x, dim=0)
+        mz = torch.median(z, dim=1)
+        return vm + sm + (k.values, k.indices, md.values, md.indices, mz.values, mz.indices, torch.median(x), torch.median(z))
+
+    check(f, x, z)
