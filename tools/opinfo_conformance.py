@@ -3,7 +3,7 @@
     .venv/bin/python tools/opinfo_conformance.py --markdown docs/ops.md     # the full run (about an hour)
     .venv/bin/python tools/opinfo_conformance.py [--ops REGEX] [--dtypes float32,int64,...]
                                                  [--max-samples N] [--json FILE] [--markdown FILE]
-    .venv/bin/python tools/opinfo_conformance.py --from-json build/opinfo.json --markdown docs/ops.md
+    .venv/bin/python tools/opinfo_conformance.py --from-json a.json,b.json --json all.json --markdown docs/ops.md
 
 For each OpInfo (torch.testing._internal.common_methods_invocations.op_db; needs the
 `expecttest` package) and each requested dtype it supports on the CPU, every sample input is
@@ -326,8 +326,26 @@ def main(argv=None):
     ap.add_argument("--from-json", default="", help="write --markdown from an earlier report, run nothing")
     a = ap.parse_args(argv)
     if a.from_json:
-        with open(a.from_json) as f:
-            write_markdown(json.load(f), a.markdown or os.path.join("docs", "ops.md"))
+        # Several reports (comma-separated, e.g. parallel shards and a re-run): later entries
+        # replace earlier ones of the same name; op_db order is kept.
+        merged, order, seconds = None, [], 0.0
+        for path in a.from_json.split(","):
+            with open(path) as f:
+                r = json.load(f)
+            seconds += r.get("seconds", 0)
+            if merged is None:
+                merged = dict(r, ops=[])
+                by = {}
+            for o in r["ops"]:
+                if o["name"] not in by:
+                    order.append(o["name"])
+                by[o["name"]] = o
+        merged["ops"] = [by[n] for n in order]
+        merged["seconds"] = seconds
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(merged, f, indent=1)
+        write_markdown(merged, a.markdown or os.path.join("docs", "ops.md"))
         return
     os.environ.setdefault("CHROMA_NUM_THREADS", "1")
     import torch
