@@ -238,6 +238,11 @@ void register_aten_index(HandlerTable& t) {
     const int64_t axis = c.b.dim(c.int_(1, "dim"), c.b.type(x).rank());
     Value idx = c.tensor(2, "index");
     if (c.b.type(idx).rank() == 0) idx = c.b.reshape(idx, {1});
+    if (c.b.type(x).rank() == 0) {
+      // A 0-d input acts as one element (the index must be 0); the result is 0-d again.
+      if (c.b.type(idx).numel() != 1) c.fail("index_select on a 0-d tensor takes exactly one index");
+      return one(c.b.reshape(gather(c.b, c.b.reshape(x, {1}), idx, 0), {}));
+    }
     return one(gather(c.b, x, idx, axis));
   };
   t["aten.index.Tensor"] = [](Call& c) { return one(index_tensor(c)); };
