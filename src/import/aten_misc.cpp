@@ -792,15 +792,15 @@ void register_aten_misc(HandlerTable& t) {
   };
   t["aten.median.dim"] = [](Call& c) {
     Value x = c.tensor(0, "self");
-    const TensorType t = c.b.type(x);
+    const TensorType xt = c.b.type(x);
     const int64_t dim = c.int_or(1, "dim", -1);
-    const int64_t n = t.rank() == 0 ? 1 : t.shape[static_cast<size_t>(c.b.dim(dim, t.rank()))];
+    const int64_t n = xt.rank() == 0 ? 1 : xt.shape[static_cast<size_t>(c.b.dim(dim, xt.rank()))];
     const bool keep = c.bool_or(2, "keepdim", false);
     std::vector<Value> r = kth(c, x, (n - 1) / 2 + 1, dim, keep, "median");
-    if (!is_float(t.dtype) || t.rank() == 0) return r;
+    if (!is_float(xt.dtype) || xt.rank() == 0) return r;
     // A NaN anywhere along the dim is the median (PyTorch propagates it), at its first index.
     Builder& b = c.b;
-    const int64_t axis = b.dim(dim, t.rank());
+    const int64_t axis = b.dim(dim, xt.rank());
     Value isn = b.cast(b.ew(EwOp::k_isnan, x), DType::kI32);
     Value any = b.cast(b.reduce(ReduceKind::kMax, isn, {axis}, keep), DType::kBool);
     Attrs a;
@@ -809,7 +809,7 @@ void register_aten_misc(HandlerTable& t) {
     a.keepdim = keep;
     Value first = b.graph().add(Op::kArgReduce, {isn}, a);
     r[0] = b.ew(EwOp::k_where, {Operand::of(any), Operand::of(Scalar::of_float(std::numeric_limits<double>::quiet_NaN())),
-                                 Operand::of(r[0])}, t.dtype);
+                                 Operand::of(r[0])}, xt.dtype);
     r[1] = b.ew(EwOp::k_where, {Operand::of(any), Operand::of(first), Operand::of(r[1])});
     return r;
   };
