@@ -190,13 +190,24 @@ Value Builder::reduce(ReduceKind k, Value v, std::vector<int64_t> axes, bool kee
   return g_.add(Op::kReduce, {v}, at);
 }
 
+// Elements each output of a reduction over `axes` (normalized, deduplicated) combines; a 0-d
+// tensor reduces over nothing (dims 0 and -1 name the tensor itself): 1.
+int64_t Builder::reduced_count(const TensorType& t, std::vector<int64_t> axes) const {
+  if (t.rank() == 0) return 1;
+  for (int64_t& a : axes) a = dim(a, t.rank());
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  int64_t n = 1;
+  for (int64_t a : axes) n *= t.shape[static_cast<size_t>(a)];
+  return n;
+}
+
 Value Builder::mean(Value v, std::vector<int64_t> axes, bool keepdim) {
   const TensorType t = type(v);
   if (axes.empty()) {
     for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
   }
-  int64_t n = 1;
-  for (int64_t a : axes) n *= t.shape[static_cast<size_t>(dim(a, t.rank()))];
+  const int64_t n = reduced_count(t, axes);
   Value s = sum(v, axes, keepdim);
   return ew(EwOp::k_div, s, Scalar::of_float(static_cast<double>(n)));
 }
@@ -206,8 +217,7 @@ Value Builder::var(Value v, std::vector<int64_t> axes, double correction, bool k
   if (axes.empty()) {
     for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
   }
-  int64_t n = 1;
-  for (int64_t a : axes) n *= t.shape[static_cast<size_t>(dim(a, t.rank()))];
+  const int64_t n = reduced_count(t, axes);
   Value m = mean(v, axes, true);
   Value d = ew(EwOp::k_sub, v, m);
   Value sq = ew(EwOp::k_mul, d, d);

@@ -51,6 +51,7 @@ class Builder {
   Value reduce(ReduceKind k, Value v, std::vector<int64_t> axes, bool keepdim);
   Value sum(Value v, std::vector<int64_t> axes, bool keepdim) { return reduce(ReduceKind::kSum, v, std::move(axes), keepdim); }
   Value mean(Value v, std::vector<int64_t> axes, bool keepdim);
+  int64_t reduced_count(const TensorType& t, std::vector<int64_t> axes) const;
   // Variance with `correction` (Bessel: 1).
   Value var(Value v, std::vector<int64_t> axes, double correction, bool keepdim);
   Value softmax(Value v, int64_t axis, bool log);

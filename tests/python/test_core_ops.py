@@ -380,3 +380,9 @@ def test_var_mean_std_mean_kthvalue_median(check):
         return vm + sm + (k.values, k.indices, md.values, md.indices, mz.values, mz.indices, torch.median(x), torch.median(z))
 
     check(f, x, z)
+
+
+def test_reductions_of_0d_tensors_over_dim_0(check):
+    # dims 0 and -1 name a 0-d tensor itself: nothing is reduced (used to crash the compiler).
+    x = torch.tensor(-2.5)
+    check(lambda x: (torch.mean(x, 0, keepdim=True), torch.var(x, -1, correction=0), torch.sum(x, 0), torch.std(x, 0)), x)
