@@ -1,5 +1,9 @@
 #include "passes/cse.h"
 
+#include <bit>
+#include <cstdint>
+#include <vector>
+
 #include <map>
 #include <tuple>
 
@@ -18,9 +22,15 @@ struct Key {
     if (inputs != o.inputs) return inputs < o.inputs;
     return attrs_less(attrs, o.attrs);
   }
+  // Doubles are compared by bit pattern: NaN would break the strict weak order std::map
+  // needs (every comparison with NaN is false, so Full(NaN) "equalled" Full(2.0) and a mean's
+  // divisor became NaN), and -0.0 is a different constant from 0.0.
+  static uint64_t bits(double d) { return std::bit_cast<uint64_t>(d); }
   static bool attrs_less(const Attrs& a, const Attrs& b) {
     auto t = [](const Attrs& x) {
-      return std::make_tuple(x.ew, x.reduce, x.dtype, x.ints, x.coeffs, x.scalar.is_int, x.scalar.i, x.scalar.f, x.axis,
+      std::vector<uint64_t> coeffs;
+      for (double c : x.coeffs) coeffs.push_back(bits(c));
+      return std::make_tuple(x.ew, x.reduce, x.dtype, x.ints, coeffs, x.scalar.is_int, x.scalar.i, bits(x.scalar.f), x.axis,
                              x.start, x.end, x.step, x.k, x.index, x.keepdim, x.largest, x.sorted, x.log, x.accumulate);
     };
     return t(a) < t(b);

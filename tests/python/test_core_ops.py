@@ -386,3 +386,10 @@ def test_reductions_of_0d_tensors_over_dim_0(check):
     # dims 0 and -1 name a 0-d tensor itself: nothing is reduced (used to crash the compiler).
     x = torch.tensor(-2.5)
     check(lambda x: (torch.mean(x, 0, keepdim=True), torch.var(x, -1, correction=0), torch.sum(x, 0), torch.std(x, 0)), x)
+
+
+def test_nan_constant_is_not_merged_with_other_constants(check):
+    # xlogy's decomposition holds a NaN scalar; common-subexpression elimination used to
+    # treat Full(NaN) as equal to the mean's divisor Full(2.0) (NaN breaks std::map's order).
+    a, b = torch.tensor([-3.3905, -0.0343]), torch.tensor([0.2766, 0.7234])
+    check(lambda a, b: (F.kl_div(a, b, reduction="mean"), torch.xlogy(b, b).mean()), a, b)
