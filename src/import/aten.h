@@ -1,7 +1,7 @@
 // The ATen handler table: maps each ATen target ("aten.add.Tensor") onto IR primitives,
 // directly or by decomposition. Handlers are grouped by op family, one file each
 // (aten_elementwise.cpp, aten_shape.cpp, aten_reduce.cpp, aten_linalg.cpp, aten_index.cpp,
-// aten_conv.cpp, aten_pool.cpp, aten_misc.cpp).
+// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp).
 #pragma once
 
 #include <functional>
@@ -68,7 +68,8 @@ void register_aten_reduce(HandlerTable& t);
 void register_aten_linalg(HandlerTable& t);
 void register_aten_index(HandlerTable& t);
 void register_aten_conv(HandlerTable& t);   // convolution (plain, grouped, depthwise, transposed)
-void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsampling, normalization layers
+void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsampling
+void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
 void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
 
 // All handlers, built once.

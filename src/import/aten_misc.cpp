@@ -747,6 +747,17 @@ Value copysign(Call& c) {
   return b.ew(EwOp::k_where, {Operand::of(neg), Operand::of(b.ew(EwOp::k_neg, a)), Operand::of(a)});
 }
 
+// var_mean / std_mean (.correction): (variance or its square root, mean) over `dim`.
+std::vector<Value> moments(Call& c, bool std_dev) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  std::vector<int64_t> dims = c.has(1, "dim") ? c.ints(1, "dim") : std::vector<int64_t>{};
+  const double corr = c.float_or(2, "correction", 1.0);
+  const bool keep = c.bool_or(3, "keepdim", false);
+  Value v = b.var(x, dims, corr, keep);
+  return {std_dev ? b.ew(EwOp::k_sqrt, v) : v, b.mean(x, dims, keep)};
+}
+
 Value scaled_sum(Builder& b, Value self, Value prod, Call& c) {
   const Scalar beta = c.has(3, "beta") ? c.scalar(3, "beta") : Scalar::of_int(1);
   const Scalar alpha = c.has(4, "alpha") ? c.scalar(4, "alpha") : Scalar::of_int(1);
@@ -771,22 +782,8 @@ void register_aten_misc(HandlerTable& t) {
   t["aten.fmax.default"] = [](Call& c) { return one(fmax_fmin(c, true)); };
   t["aten.fmin.default"] = [](Call& c) { return one(fmax_fmin(c, false)); };
   t["aten.copysign.Tensor"] = t["aten.copysign.Scalar"] = [](Call& c) { return one(copysign(c)); };
-  t["aten.var_mean.correction"] = [](Call& c) {
-    Builder& b = c.b;
-    Value x = c.tensor(0, "self");
-    std::vector<int64_t> dims = c.has(1, "dim") ? c.ints(1, "dim") : std::vector<int64_t>{};
-    const double corr = c.has(2, "correction") ? c.float_or(2, "correction", 1.0) : 1.0;
-    const bool keep = c.bool_or(3, "keepdim", false);
-    return std::vector<Value>{b.var(x, dims, corr, keep), b.mean(x, dims, keep)};
-  };
-  t["aten.std_mean.correction"] = [](Call& c) {
-    Builder& b = c.b;
-    Value x = c.tensor(0, "self");
-    std::vector<int64_t> dims = c.has(1, "dim") ? c.ints(1, "dim") : std::vector<int64_t>{};
-    const double corr = c.has(2, "correction") ? c.float_or(2, "correction", 1.0) : 1.0;
-    const bool keep = c.bool_or(3, "keepdim", false);
-    return std::vector<Value>{b.ew(EwOp::k_sqrt, b.var(x, dims, corr, keep)), b.mean(x, dims, keep)};
-  };
+  t["aten.var_mean.correction"] = [](Call& c) { return moments(c, false); };
+  t["aten.std_mean.correction"] = [](Call& c) { return moments(c, true); };
   t["aten.kthvalue.default"] = [](Call& c) {
     return kth(c, c.tensor(0, "self"), c.int_(1, "k"), c.int_or(2, "dim", -1), c.bool_or(3, "keepdim", false), "kthvalue");
   };
