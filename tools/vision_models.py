@@ -105,6 +105,7 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(ROOT, "build", "vision_models.json"))
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs", "models.md"))
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--from-json", default="", help="write the docs table from a (partial) results file, run nothing")
     args = ap.parse_args(argv)
 
     import torch
@@ -114,6 +115,14 @@ def main(argv=None):
 
     names = [m for m in args.models.split(",") if m] or vision.classification_models()
     results = []
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        results = data["results"] if isinstance(data, dict) else data
+        done = {r["model"] for r in results}
+        results += [{"model": n, "passed": False, "error": "not run (the run was stopped before this model)"}
+                    for n in names if n not in done]
+        names = []
     with tempfile.TemporaryDirectory(prefix="chroma-vision-models-") as work:
         for i, name in enumerate(names):
             r = run_one(name, args.timeout, args.timing, work)
@@ -121,6 +130,10 @@ def main(argv=None):
             status = "pass" if r.get("passed") else "FAIL " + reason(r)
             extra = f" rel err {r['relative_error']:.1e}, compile {r['compile_s']:.0f} s" if "relative_error" in r else ""
             print(f"[{i + 1}/{len(names)}] {name}: {status}{extra}", flush=True)
+            # Written after every model, so a long run that is stopped keeps what it measured.
+            os.makedirs(os.path.dirname(args.json), exist_ok=True)
+            with open(args.json + ".partial", "w") as f:
+                json.dump(results, f, indent=1)
     meta = {
         "date": datetime.date.today().isoformat(),
         "torch": torch.__version__,

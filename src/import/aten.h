@@ -71,6 +71,7 @@ void register_aten_conv(HandlerTable& t);   // convolution (plain, grouped, dept
 void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsampling
 void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
 void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
+void register_aten_search(HandlerTable& t);  // searchsorted, bucketize, histograms, nonzero_static, dist
 
 // All handlers, built once.
 const HandlerTable& aten_handlers();

@@ -220,6 +220,11 @@ Value arange(Builder& b, int64_t start, int64_t step, int64_t count) {
 
 std::vector<Value> topk(Call& c) {
   Value x = c.tensor(0, "self");
+  if (c.b.type(x).rank() == 0) {
+    // A 0-d tensor is its own top-1 (PyTorch accepts dim 0 or -1 and k = 1).
+    if (c.int_(1, "k") != 1) c.fail("topk of a 0-d tensor takes k = 1, got k = " + std::to_string(c.int_(1, "k")));
+    return {x, c.b.full(Scalar::of_int(0), DType::kI64, {})};
+  }
   Attrs a;
   a.k = c.int_(1, "k");
   a.axis = c.b.dim(c.int_or(2, "dim", -1), c.b.type(x).rank());

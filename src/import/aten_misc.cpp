@@ -20,83 +20,22 @@
 #include <string>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
 
 std::vector<Value> one(Value v) { return {v}; }
 
-Value iota(Builder& b, DType t, const Shape& shape, std::vector<double> coeffs, int64_t base) {
-  Attrs a;
-  a.dtype = t;
-  a.ints = shape;
-  a.coeffs = std::move(coeffs);
-  a.scalar = Scalar::of_int(base);
-  return b.graph().add(Op::kIota, {}, a);
-}
-
-// int64 index of dimension `axis` over `shape`.
-Value axis_iota(Builder& b, const Shape& shape, int64_t axis) {
-  std::vector<double> c(shape.size(), 0.0);
-  c[static_cast<size_t>(axis)] = 1.0;
-  return iota(b, DType::kI64, shape, c, 0);
-}
-
-Value const_i64(Builder& b, const std::vector<int64_t>& data, const Shape& shape) {
-  ConstantData c;
-  c.type = TensorType{DType::kI64, shape};
-  auto bytes = std::make_shared<std::vector<uint8_t>>(data.size() * sizeof(int64_t));
-  if (!data.empty()) std::memcpy(bytes->data(), data.data(), bytes->size());
-  c.bytes = std::move(bytes);
-  return b.graph().constant(std::move(c));
-}
-
-Value flat(Builder& b, Value v) { return b.reshape(v, {b.type(v).numel()}); }
-
-Value where(Builder& b, Value cond, Value x, Value y) {
-  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)});
-}
-Value where(Builder& b, Value cond, Value x, Scalar y) {
-  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)}, b.type(x).dtype);
-}
-
-Value zeros(Builder& b, DType t, const Shape& s) { return b.full(Scalar::of_int(0), t, s); }
-
-// The largest/smallest value of a dtype (infinities for floats): identities of max and min.
-Scalar lowest(DType t) {
-  if (is_float(t)) return Scalar::of_float(-std::numeric_limits<double>::infinity());
-  switch (t) {
-    case DType::kI64: return Scalar::of_int(std::numeric_limits<int64_t>::min());
-    case DType::kI32: return Scalar::of_int(std::numeric_limits<int32_t>::min());
-    case DType::kI16: return Scalar::of_int(std::numeric_limits<int16_t>::min());
-    case DType::kI8: return Scalar::of_int(std::numeric_limits<int8_t>::min());
-    default: return Scalar::of_int(0);  // uint8, bool
-  }
-}
-Scalar highest(DType t) {
-  if (is_float(t)) return Scalar::of_float(std::numeric_limits<double>::infinity());
-  switch (t) {
-    case DType::kI64: return Scalar::of_int(std::numeric_limits<int64_t>::max());
-    case DType::kI32: return Scalar::of_int(std::numeric_limits<int32_t>::max());
-    case DType::kI16: return Scalar::of_int(std::numeric_limits<int16_t>::max());
-    case DType::kI8: return Scalar::of_int(std::numeric_limits<int8_t>::max());
-    case DType::kU8: return Scalar::of_int(255);
-    default: return Scalar::of_int(1);
-  }
-}
-
-// ---- scans -------------------------------------------------------------------------------
-
-Value scan(Builder& b, Value x, int64_t axis, ReduceKind k, bool log = false) {
-  const TensorType t = b.type(x);
-  if (t.rank() == 0) return b.reshape(scan(b, b.reshape(x, {1}), 0, k, log), {});
-  if (t.numel() == 0) return x;
-  Attrs a;
-  a.axis = axis;
-  a.reduce = k;
-  a.log = log;
-  return b.graph().add(Op::kScan, {x}, a);
-}
+using gu::iota;
+using gu::axis_iota;
+using gu::const_i64;
+using gu::flat;
+using gu::where;
+using gu::zeros;
+using gu::lowest;
+using gu::highest;
+using gu::scan;
 
 // cumsum/cumprod(self, dim, dtype=None): integer and bool inputs accumulate in int64 unless
 // a dtype is given (the exporter records the result type).
@@ -715,6 +654,34 @@ std::vector<Value> kth(Call& c, Value x, int64_t k, int64_t dim, bool keepdim, c
   return {vk, ik};
 }
 
+// nanmedian: the lower median of the non-NaN elements along `dim` (sort puts NaN last, so
+// it is element (m - 1) / 2 of the sorted slice, m the count of non-NaN); an all-NaN slice
+// gives NaN at index 0, as PyTorch.
+std::vector<Value> nanmedian(Call& c, Value x, int64_t dim, bool keepdim) {
+  Builder& b = c.b;
+  const TensorType t = b.type(x);
+  if (t.rank() == 0) return {x, zeros(b, DType::kI64, {})};
+  const int64_t axis = b.dim(dim, t.rank());
+  const int64_t n = t.shape[static_cast<size_t>(axis)];
+  if (n == 0) c.fail("nanmedian: dim " + std::to_string(axis) + " of " + t.str() + " is empty");
+  std::vector<Value> s = sort(c, x, axis, false);
+  Value m = is_float(t.dtype) ? b.sum(b.cast(b.ew(EwOp::k_logical_not, b.ew(EwOp::k_isnan, x)), DType::kI64), {axis}, true)
+                              : b.full(Scalar::of_int(n), DType::kI64, [&] { Shape k = t.shape; k[static_cast<size_t>(axis)] = 1; return k; }());
+  Value k = b.ew(EwOp::k_floor_divide, b.ew(EwOp::k_maximum, b.ew(EwOp::k_sub, m, Scalar::of_int(1)), Scalar::of_int(0)),
+                 Scalar::of_int(2));
+  Attrs a;
+  a.axis = axis;
+  Value v = b.graph().add(Op::kGatherElements, {s[0], k}, a);
+  Value i = b.graph().add(Op::kGatherElements, {s[1], k}, a);
+  if (!keepdim) {
+    Shape r = t.shape;
+    r.erase(r.begin() + axis);
+    v = b.reshape(v, r);
+    i = b.reshape(i, r);
+  }
+  return {v, i};
+}
+
 // An operand as a tensor of dtype t (a cast, not arithmetic: -0.0 keeps its sign).
 Value as_tensor(Builder& b, const Operand& o, DType t) {
   if (o.tensor.valid()) return b.cast(o.tensor, t);
@@ -822,6 +789,15 @@ void register_aten_misc(HandlerTable& t) {
     return std::vector<Value>{b.ew(EwOp::k_where, {Operand::of(any),
                                                     Operand::of(Scalar::of_float(std::numeric_limits<double>::quiet_NaN())),
                                                     Operand::of(v)}, b.type(x).dtype)};
+  };
+  t["aten.nanmedian.dim"] = [](Call& c) {
+    return nanmedian(c, c.tensor(0, "self"), c.int_or(1, "dim", -1), c.bool_or(2, "keepdim", false));
+  };
+  t["aten.nanmedian.default"] = [](Call& c) {
+    Value x = c.tensor(0, "self");
+    const int64_t n = c.b.type(x).numel();
+    if (n == 0) c.fail("nanmedian of an empty tensor");
+    return std::vector<Value>{nanmedian(c, c.b.reshape(x, {n}), 0, false)[0]};
   };
   // scans
   t["aten.cumsum.default"] = [](Call& c) { return one(cum_scan(c, ReduceKind::kSum)); };

@@ -84,7 +84,7 @@ std::string refusal(const std::string& target) {
   static const char* kSymbolic =
       "a symbolic-shape query: in a fixed-shape graph every size is a constant (export with static shapes)";
   static const std::map<std::string, const char*> kRefused = {
-      {"nonzero", kDataDependent}, {"nonzero_static", kDataDependent}, {"masked_select", kDataDependent},
+      {"nonzero", kDataDependent}, {"masked_select", kDataDependent},
       {"unique", kDataDependent}, {"_unique2", kDataDependent}, {"unique_consecutive", kDataDependent},
       {"unique_dim", kDataDependent}, {"argwhere", kDataDependent},
       {"rand", kRandom}, {"rand_like", kRandom}, {"randn", kRandom}, {"randn_like", kRandom},
@@ -252,6 +252,7 @@ const HandlerTable& aten_handlers() {
     register_aten_pool(t);
     register_aten_norm(t);
     register_aten_misc(t);
+    register_aten_search(t);
     return t;
   }();
   return table;

@@ -1,0 +1,85 @@
+// Small graph-building helpers shared by the ATen handler files that build index arithmetic
+// (aten_misc.cpp, aten_search.cpp): Iota grids, where, zeros, dtype extremes, scans.
+#pragma once
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "import/builder.h"
+
+namespace chroma::gu {
+
+inline Value iota(Builder& b, DType t, const Shape& shape, std::vector<double> coeffs, int64_t base) {
+  Attrs a;
+  a.dtype = t;
+  a.ints = shape;
+  a.coeffs = std::move(coeffs);
+  a.scalar = Scalar::of_int(base);
+  return b.graph().add(Op::kIota, {}, a);
+}
+
+// int64 index of dimension `axis` over `shape`.
+inline Value axis_iota(Builder& b, const Shape& shape, int64_t axis) {
+  std::vector<double> c(shape.size(), 0.0);
+  c[static_cast<size_t>(axis)] = 1.0;
+  return iota(b, DType::kI64, shape, c, 0);
+}
+
+inline Value const_i64(Builder& b, const std::vector<int64_t>& data, const Shape& shape) {
+  ConstantData c;
+  c.type = TensorType{DType::kI64, shape};
+  auto bytes = std::make_shared<std::vector<uint8_t>>(data.size() * sizeof(int64_t));
+  if (!data.empty()) std::memcpy(bytes->data(), data.data(), bytes->size());
+  c.bytes = std::move(bytes);
+  return b.graph().constant(std::move(c));
+}
+
+inline Value flat(Builder& b, Value v) { return b.reshape(v, {b.type(v).numel()}); }
+
+inline Value where(Builder& b, Value cond, Value x, Value y) {
+  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)});
+}
+inline Value where(Builder& b, Value cond, Value x, Scalar y) {
+  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)}, b.type(x).dtype);
+}
+
+inline Value zeros(Builder& b, DType t, const Shape& s) { return b.full(Scalar::of_int(0), t, s); }
+
+// The largest/smallest value of a dtype (infinities for floats): identities of max and min.
+inline Scalar lowest(DType t) {
+  if (is_float(t)) return Scalar::of_float(-std::numeric_limits<double>::infinity());
+  switch (t) {
+    case DType::kI64: return Scalar::of_int(std::numeric_limits<int64_t>::min());
+    case DType::kI32: return Scalar::of_int(std::numeric_limits<int32_t>::min());
+    case DType::kI16: return Scalar::of_int(std::numeric_limits<int16_t>::min());
+    case DType::kI8: return Scalar::of_int(std::numeric_limits<int8_t>::min());
+    default: return Scalar::of_int(0);  // uint8, bool
+  }
+}
+inline Scalar highest(DType t) {
+  if (is_float(t)) return Scalar::of_float(std::numeric_limits<double>::infinity());
+  switch (t) {
+    case DType::kI64: return Scalar::of_int(std::numeric_limits<int64_t>::max());
+    case DType::kI32: return Scalar::of_int(std::numeric_limits<int32_t>::max());
+    case DType::kI16: return Scalar::of_int(std::numeric_limits<int16_t>::max());
+    case DType::kI8: return Scalar::of_int(std::numeric_limits<int8_t>::max());
+    case DType::kU8: return Scalar::of_int(255);
+    default: return Scalar::of_int(1);
+  }
+}
+
+// Inclusive scan along `axis` (0-d tensors are scanned as [1]).
+inline Value scan(Builder& b, Value x, int64_t axis, ReduceKind k, bool log = false) {
+  const TensorType t = b.type(x);
+  if (t.rank() == 0) return b.reshape(scan(b, b.reshape(x, {1}), 0, k, log), {});
+  if (t.numel() == 0) return x;
+  Attrs a;
+  a.axis = axis;
+  a.reduce = k;
+  a.log = log;
+  return b.graph().add(Op::kScan, {x}, a);
+}
+
+}  // namespace chroma::gu
