@@ -80,12 +80,14 @@ std::vector<Value> bn_inference(Call& c) {
 // _native_batch_norm_legit{,.no_stats,_functional}: with training, batch statistics (saved
 // mean and invstd are outputs 1 and 2; _functional also returns the updated running stats,
 // running_var with the unbiased variance); without, the running statistics.
-std::vector<Value> bn_legit(Call& c, bool has_running, bool functional) {
+// `has_training`: the op has a `training` argument (the _batch_norm_with_update ops do not:
+// they always train).
+std::vector<Value> bn_legit(Call& c, bool has_running, bool functional, bool has_training = true) {
   Builder& b = c.b;
   Value x = c.tensor(0, "input");
   check_bn_input(c, x, "batch_norm");
-  const size_t at = has_running ? 5 : 3;
-  const bool training = c.bool_or(at, "training", true);
+  const size_t at = (has_running ? 5 : 3) - (has_training ? 0 : 1);
+  const bool training = has_training ? c.bool_or(at, "training", true) : true;
   const double momentum = c.float_or(at + 1, "momentum", 0.1);
   const double eps = c.float_or(at + 2, "eps", 1e-5);
   const DType dt = b.type(x).dtype;
@@ -155,6 +157,13 @@ void register_aten_norm(HandlerTable& t) {
   t["aten._native_batch_norm_legit.no_stats"] = [](Call& c) { return bn_legit(c, false, false); };
   t["aten._native_batch_norm_legit_functional.default"] = [](Call& c) { return bn_legit(c, true, true); };
   t["aten.native_group_norm.default"] = [](Call& c) { return group_norm(c); };
+  // (out, save_mean, save_invstd, reserve, running_mean_out, running_var_out); reserve is an
+  // empty uint8 workspace on the CPU.
+  t["aten._batch_norm_with_update_functional.default"] = [](Call& c) {
+    std::vector<Value> r = bn_legit(c, true, true, false);
+    r.insert(r.begin() + 3, c.b.full(Scalar::of_int(0), DType::kU8, {0}));
+    return r;
+  };
 }
 
 }  // namespace chroma

@@ -313,6 +313,57 @@ std::vector<Value> trilinear(Call& c) {
   return one(b.sum(p, sum, false));
 }
 
+// mode(self, dim, keepdim) -> (values, indices): the most frequent value along `dim` (equal
+// counts: the smallest value) and the last index holding it, PyTorch's choices. Counts come
+// from an n x n equality table per slice, so NaN (never equal to itself) counts once.
+std::vector<Value> mode(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  const TensorType t = b.type(x);
+  const bool keep = c.bool_or(2, "keepdim", false);
+  if (t.rank() == 0) return {x, zeros(b, DType::kI64, {})};
+  const int64_t axis = b.dim(c.int_or(1, "dim", -1), t.rank());
+  const int64_t n = t.shape[static_cast<size_t>(axis)];
+  if (n == 0) c.fail("mode: dim " + std::to_string(axis) + " of " + t.str() + " is empty");
+  // Move the axis last: xs [R..., n].
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < t.rank(); ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  Value xs = b.permute(x, perm);
+  Shape rs = b.type(xs).shape;
+  Shape row = rs, col = rs;
+  row.insert(row.end() - 1, 1);  // [R..., 1, n]: x_j
+  col.push_back(1);              // [R..., n, 1]: x_i
+  Shape sq = rs;
+  sq.push_back(n);
+  const int64_t last = static_cast<int64_t>(sq.size()) - 1;
+  Value xi = b.expand(b.reshape(xs, col), sq), xj = b.expand(b.reshape(xs, row), sq);
+  Value eq = b.ew(EwOp::k_eq, xi, xj);
+  Value count = b.sum(b.cast(eq, DType::kI64), {last}, false);  // [R..., n]
+  const int64_t ax = static_cast<int64_t>(rs.size()) - 1;
+  Value best = b.reduce(ReduceKind::kMax, count, {ax}, true);
+  Value cand = b.ew(EwOp::k_eq, count, best);
+  if (is_float(t.dtype)) cand = b.ew(EwOp::k_logical_and, cand, b.ew(EwOp::k_logical_not, b.ew(EwOp::k_isnan, xs)));
+  Value any = b.reduce(ReduceKind::kMax, b.cast(cand, DType::kI32), {ax}, true);
+  Value v = b.reduce(ReduceKind::kMin, where(b, cand, xs, gu::highest(t.dtype)), {ax}, true);  // [R..., 1]
+  if (is_float(t.dtype))
+    v = where(b, b.ew(EwOp::k_gt, any, Scalar::of_int(0)), v, Scalar::of_float(std::numeric_limits<double>::quiet_NaN()));
+  Value hit = b.ew(EwOp::k_eq, xs, b.expand(v, rs));
+  if (is_float(t.dtype)) hit = b.ew(EwOp::k_logical_or, hit, b.ew(EwOp::k_logical_and, b.ew(EwOp::k_isnan, xs),
+                                                                     b.expand(b.ew(EwOp::k_isnan, v), rs)));
+  Value j = b.reduce(ReduceKind::kMax, where(b, hit, gu::axis_iota(b, rs, ax), Scalar::of_int(-1)), {ax}, true);
+  // Back to the input's layout with a size-1 (or no) dim at `axis`.
+  Shape out = t.shape;
+  out[static_cast<size_t>(axis)] = 1;
+  std::vector<int64_t> inv(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) inv[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
+  v = b.permute(v, inv);
+  j = b.permute(j, inv);
+  if (!keep) out.erase(out.begin() + axis);
+  return {b.reshape(v, out), b.reshape(j, out)};
+}
+
 }  // namespace
 
 void register_aten_search(HandlerTable& t) {
@@ -333,6 +384,7 @@ void register_aten_search(HandlerTable& t) {
   t["aten.nonzero_static.default"] = [](Call& c) { return nonzero_static(c); };
   t["aten.dist.default"] = [](Call& c) { return dist(c); };
   t["aten._trilinear.default"] = [](Call& c) { return trilinear(c); };
+  t["aten.mode.default"] = [](Call& c) { return mode(c); };
 }
 
 }  // namespace chroma

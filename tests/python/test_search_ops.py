@@ -107,3 +107,16 @@ def test_bilinear_trilinear(check):
 
 def test_topk_of_a_0d_tensor(check):
     check(lambda x: torch.topk(x, 1), randn())
+
+
+def test_mode_ties_pick_the_smallest_value_and_its_last_index(check):
+    x = torch.tensor([[1.0, 2, 2, 1, 3], [3, 3, 1, 1, 2], [5, 4, 4, 5, 5], [0, -1, 7, 8, 9]])
+    check(lambda x, i: (*torch.mode(x, 1), *torch.mode(x, 0), *torch.mode(x, 1, keepdim=True), *torch.mode(i, -1)),
+          x, randint(0, 4, 3, 2, 9, seed=18))
+
+
+def test_batch_norm_with_update_functional(check):
+    x, w, b = randn(4, 3, 5, seed=19), randn(3, seed=20), randn(3, seed=21)
+    rm, rv = randn(3, seed=22), randn(3, seed=23).abs() + 0.5
+    check(lambda x, w, b, rm, rv: torch.ops.aten._batch_norm_with_update_functional(x, w, b, rm, rv, 0.1, 1e-5),
+          x, w, b, rm, rv)
