@@ -181,7 +181,7 @@ def _classify(e: BaseException) -> tuple:
     return "fail", f"{name}: {msg[:300]}"
 
 
-def run_cases(cases, workdir, cache, groups=None):
+def run_cases(cases, workdir, cache, groups=None, probe=None):
     """Returns one (status, reason) per case. Compiles one program for all cases first; when
     that fails, one per group (`groups`: lists of case indices, e.g. one per dtype), then
     one per sample, so every failure gets its own reason."""
@@ -231,12 +231,26 @@ def run_cases(cases, workdir, cache, groups=None):
         except Exception as e:  # noqa: BLE001 - fall back to smaller programs
             return e
 
+    # Groups of a dtype Chroma may have no type for (bfloat16) are probed with their first
+    # sample: when its input is rejected for its dtype, every sample of the group is, and
+    # the group stays out of the shared program.
+    for g in probe or ():
+        idx = [i for i in groups[g] if i in live]
+        if not idx:
+            continue
+        e = attempt(idx[:1], f"p{g}")
+        if e is not None and re.search(r"input '[^']*': dtype \w+ is not supported", str(e)):
+            for i in idx:
+                results[i] = _classify(e)
+            live = [i for i in live if i not in idx]
+        elif e is not None:
+            results[idx[0]] = None  # decided again below, with the others
     first = attempt(live, "all") if len(live) > 1 else None
     if len(live) > 1 and first is None:
         return results
     several = groups and len(groups) > 1
     for g, idx in enumerate(groups if several else [live]):
-        idx = [i for i in idx if i in live]
+        idx = [i for i in idx if i in live and results[i] is None]
         e = (attempt(idx, f"g{g}") if several else first) if len(idx) > 1 else None
         # An input dtype Chroma has no type for rejects every sample of the group alike.
         if e is not None and re.search(r"input '[^']*': dtype \w+ is not supported", str(e)):
@@ -466,7 +480,8 @@ def main(argv=None):
                 flat.extend(cases)
             work = os.path.join(tmp, re.sub(r"\W", "_", full))
             try:
-                res_all = run_cases(flat, work, cache, groups) if flat else []
+                probe = [k for k, (dname, _, _) in enumerate(per_dtype) if dname == "bfloat16"]
+                res_all = run_cases(flat, work, cache, groups, probe) if flat else []
             except Exception:  # noqa: BLE001 - the runner itself must not stop
                 res_all = [("fail", "runner: " + traceback.format_exc(limit=2)[-300:])] * len(flat)
             for (dname, cases, bad), idx in zip(per_dtype, groups):
