@@ -253,6 +253,7 @@ const HandlerTable& aten_handlers() {
     register_aten_norm(t);
     register_aten_misc(t);
     register_aten_search(t);
+    register_aten_backward(t);
     return t;
   }();
   return table;
