@@ -72,6 +72,8 @@ void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsamplin
 void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
 void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
 void register_aten_search(HandlerTable& t);  // searchsorted, bucketize, histograms, nonzero_static, dist
+void register_aten_backward(HandlerTable& t);  // col2im, convolution / embedding / layer and group norm backward
+void register_aten_extra(HandlerTable& t);     // index_reduce, segment_reduce, grid_sampler_3d, unfold, *_copy views (after the views)
 
 // All handlers, built once.
 const HandlerTable& aten_handlers();

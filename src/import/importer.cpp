@@ -253,6 +253,8 @@ const HandlerTable& aten_handlers() {
     register_aten_norm(t);
     register_aten_misc(t);
     register_aten_search(t);
+    register_aten_backward(t);
+    register_aten_extra(t);
     return t;
   }();
   return table;
