@@ -1,7 +1,7 @@
 // The ATen handler table: maps each ATen target ("aten.add.Tensor") onto IR primitives,
 // directly or by decomposition. Handlers are grouped by op family, one file each
 // (aten_elementwise.cpp, aten_shape.cpp, aten_reduce.cpp, aten_linalg.cpp, aten_index.cpp,
-// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp).
+// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp, aten_special.cpp).
 #pragma once
 
 #include <functional>
@@ -71,6 +71,7 @@ void register_aten_conv(HandlerTable& t);   // convolution (plain, grouped, dept
 void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsampling
 void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
 void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
+void register_aten_special(HandlerTable& t);  // special functions, hypot/ldexp/frexp/nextafter/signbit/angle
 
 // All handlers, built once.
 const HandlerTable& aten_handlers();
