@@ -30,9 +30,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- Bessel functions of the first kind, modified ------------------------------------------
 
-// e^-x I_nu(x) (scaled = true) or K_nu(x) e^x (scaled = false... see below) for large x from
-// the Hankel asymptotic expansion: sum_k c_k a_k(nu) / x^k with
-// a_k = prod_{j<=k} (4 nu^2 - (2j-1)^2) / (k! 8^k); c_k = (-1)^k for I, 1 for K.
+// The sums of the large-x (Hankel) expansions e^-x I_nu(x) = S_I / sqrt(2 pi x) and
+// e^x K_nu(x) = S_K sqrt(pi / (2x)): S = sum_k c_k a_k(nu) / x^k with
+// a_k = prod_{j<=k} (4 nu^2 - (2j-1)^2) / (k! 8^k), c_k = (-1)^k for I (alternate), 1 for K.
+// Used above x = 40, where the smallest term is far below double precision.
 inline double hankel_sum(int nu, double x, bool alternate) {
   const double mu = 4.0 * nu * nu;
   double term = 1.0, sum = 1.0;
@@ -179,6 +180,10 @@ inline double zeta(double s, double q) {
   }
   if (std::isnan(s) || std::isnan(q)) return kNaN;
   if (std::isinf(q)) return kNaN;
+  // q < 0 (integer s) is summed term by term up to q + N >= 10, as PyTorch does; below -2^24
+  // that would take more than 16 million terms per element (PyTorch's float32 loop never
+  // ends there), so the result is NaN instead.
+  if (q < -16777216.0) return kNaN;
   if (std::isinf(s)) return q == 1 ? 1.0 : (q < 1 ? kInf : kNaN);
   double sum = 0.0;
   double a = q;
