@@ -1,7 +1,7 @@
 // The ATen handler table: maps each ATen target ("aten.add.Tensor") onto IR primitives,
 // directly or by decomposition. Handlers are grouped by op family, one file each
 // (aten_elementwise.cpp, aten_shape.cpp, aten_reduce.cpp, aten_linalg.cpp, aten_index.cpp,
-// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp).
+// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp, aten_special.cpp).
 #pragma once
 
 #include <functional>
@@ -74,6 +74,7 @@ void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided
 void register_aten_search(HandlerTable& t);  // searchsorted, bucketize, histograms, nonzero_static, dist
 void register_aten_backward(HandlerTable& t);  // col2im, convolution / embedding / layer and group norm backward
 void register_aten_extra(HandlerTable& t);     // index_reduce, segment_reduce, grid_sampler_3d, unfold, *_copy views (after the views)
+void register_aten_special(HandlerTable& t);  // special functions, hypot/ldexp/frexp/nextafter/signbit/angle
 
 // All handlers, built once.
 const HandlerTable& aten_handlers();

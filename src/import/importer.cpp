@@ -255,6 +255,7 @@ const HandlerTable& aten_handlers() {
     register_aten_search(t);
     register_aten_backward(t);
     register_aten_extra(t);
+    register_aten_special(t);
     return t;
   }();
   return table;

@@ -348,3 +348,5 @@ template <int Kind, class A> inline A scan_combine(A a, A b) {
 }
 
 }  // namespace chroma::scalar
+
+#include "chroma/cpu/special.h"  // special functions (Bessel, gamma, zeta, polynomials, ...)
