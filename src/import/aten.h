@@ -70,7 +70,8 @@ void register_aten_index(HandlerTable& t);
 void register_aten_conv(HandlerTable& t);   // convolution (plain, grouped, depthwise, transposed)
 void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsampling
 void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
-void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
+void register_aten_misc(HandlerTable& t);
+void register_aten_lapack(HandlerTable& t);  // LAPACK-backed factorizations and what decomposes over them   // scans, sorting, scatters, strided views, the rest of core ATen
 
 // All handlers, built once.
 const HandlerTable& aten_handlers();

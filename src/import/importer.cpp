@@ -252,6 +252,7 @@ const HandlerTable& aten_handlers() {
     register_aten_pool(t);
     register_aten_norm(t);
     register_aten_misc(t);
+    register_aten_lapack(t);
     return t;
   }();
   return table;

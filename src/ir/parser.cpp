@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "chroma/cpu/linalg.h"
 #include "ir/graph.h"
 
 namespace chroma {
@@ -169,6 +170,13 @@ class Parser {
     return k.at(sub);
   }
 
+  static int linalg_flag(const std::string& key) {
+    for (int i = 0; i < 6; ++i) {
+      if (key == linalg::kFlagNames[i]) return i;
+    }
+    return -1;
+  }
+
   void statement() {
     expect('%');
     const int64_t id = integer();
@@ -188,6 +196,12 @@ class Parser {
         if (!parse_ew(sub, &a.ew)) fail("unknown elementwise op '" + sub + "'");
       } else if (op == Op::kReduce || op == Op::kArgReduce || op == Op::kScan) {
         a.reduce = reduction(sub);
+      } else if (op == Op::kLinalg) {
+        a.k = -1;
+        for (int i = 0; i < linalg::kKindCount; ++i) {
+          if (sub == linalg::kKindNames[i]) a.k = i;
+        }
+        if (a.k < 0) fail("unknown factorization '" + sub + "'");
       } else {
         fail(opname + " takes no '." + sub + "'");
       }
@@ -214,6 +228,7 @@ class Parser {
         else if (key == "smallest") a.largest = false;
         else if (key == "sorted") a.sorted = true;
         else if (key == "log") a.log = true;
+        else if (op == Op::kLinalg && linalg_flag(key) >= 0) a.start |= int64_t{1} << linalg_flag(key);
         else if (key == "accumulate") {
           a.accumulate = true;
           if (at('=')) {

@@ -1,0 +1,242 @@
+// Dense linear algebra through LAPACK (OpenBLAS ships LAPACK's Fortran symbols): the run-time
+// kernels of the IR primitive Linalg (src/ir/ops.def), shared by the generated code and the
+// reference interpreter (src/interp/eval_linalg.cpp), so folding and run time compute the same.
+//
+// Tensors are row-major; LAPACK is column-major. Every matrix is transposed into a
+// column-major scratch copy, factored, and transposed back, so the logical matrix (and its
+// "upper"/"lower" triangle) is the same on both sides. Matrices are batched over the leading
+// dims; each matrix is processed independently. LAPACK's `info` is returned where the op has
+// an info output (cholesky, lu); otherwise failures give whatever LAPACK leaves (NaN, inf).
+//
+// Kinds (outputs; a vector counts as a [1, k] matrix in `dims`):
+//   kCholesky  a[n,n]                 -> factor[n,n] (other triangle zero), info i32
+//   kLu        a[m,n]                 -> lu[m,n], pivots i32[min(m,n)] (1-based), info i32
+//   kTriSolve  a[s,s], b[m,k]         -> x[m,k]: op(A) X = B (kLeft) or X op(A) = B, op = A or A^T
+//   kGeqrf     a[m,n]                 -> qr[m,n], tau[min(m,n)]
+//   kOrgqr     a[m,n], tau[k]         -> q[m,n] (Householder product, k <= n <= m)
+//   kOrmqr     a[r,c], tau[k], x[m,n] -> op(Q) X (kLeft) or X op(Q), op = Q or Q^T (kTrans)
+//   kEigh      a[n,n]                 -> w[n] ascending (, v[n,n] eigenvectors as columns with kVectors)
+//   kSvd       a[m,n]                 -> s[min(m,n)] descending (, u, vh with kVectors; kFull: square u, vh)
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+extern "C" {
+#define CHROMA_LAPACK_DECL(T, p)                                                                                        \
+  void p##potrf_(const char*, const int*, T*, const int*, int*, size_t);                                               \
+  void p##getrf_(const int*, const int*, T*, const int*, int*, int*);                                                  \
+  void p##trsm_(const char*, const char*, const char*, const char*, const int*, const int*, const T*, const T*,        \
+                const int*, T*, const int*, size_t, size_t, size_t, size_t);                                           \
+  void p##geqrf_(const int*, const int*, T*, const int*, T*, T*, const int*, int*);                                    \
+  void p##orgqr_(const int*, const int*, const int*, T*, const int*, const T*, T*, const int*, int*);                  \
+  void p##ormqr_(const char*, const char*, const int*, const int*, const int*, const T*, const int*, const T*, T*,     \
+                 const int*, T*, const int*, int*, size_t, size_t);                                                    \
+  void p##syevd_(const char*, const char*, const int*, T*, const int*, T*, T*, const int*, int*, const int*, int*,     \
+                 size_t, size_t);                                                                                      \
+  void p##gesdd_(const char*, const int*, const int*, T*, const int*, T*, T*, const int*, T*, const int*, T*,          \
+                 const int*, int*, int*, size_t);
+CHROMA_LAPACK_DECL(float, s)
+CHROMA_LAPACK_DECL(double, d)
+#undef CHROMA_LAPACK_DECL
+}
+
+namespace chroma::linalg {
+
+enum Kind : int { kCholesky, kLu, kTriSolve, kGeqrf, kOrgqr, kOrmqr, kEigh, kSvd, kKindCount };
+enum Flag : int { kUpper = 1, kLeft = 2, kTrans = 4, kUnit = 8, kFull = 16, kVectors = 32 };
+// Names used by the IR's text form (Linalg.<kind>, {flag, ...}).
+inline constexpr const char* kKindNames[kKindCount] = {"cholesky", "lu", "trisolve", "geqrf", "orgqr", "ormqr", "eigh", "svd"};
+inline constexpr int kKindArity[kKindCount] = {1, 1, 2, 1, 2, 3, 1, 1};
+inline constexpr const char* kFlagNames[6] = {"upper", "left", "trans", "unit", "full", "vectors"};
+
+namespace detail {
+
+// Overloads picking the s/d routine.
+#define CHROMA_LAPACK_WRAP(T, p)                                                                                        \
+  inline void potrf(char u, int n, T* a, int lda, int* info) { p##potrf_(&u, &n, a, &lda, info, 1); }                  \
+  inline void getrf(int m, int n, T* a, int lda, int* piv, int* info) { p##getrf_(&m, &n, a, &lda, piv, info); }       \
+  inline void trsm(char side, char uplo, char tr, char diag, int m, int n, T* a, int lda, T* b, int ldb) {             \
+    const T one = 1;                                                                                                   \
+    p##trsm_(&side, &uplo, &tr, &diag, &m, &n, &one, a, &lda, b, &ldb, 1, 1, 1, 1);                                    \
+  }                                                                                                                    \
+  inline void geqrf(int m, int n, T* a, int lda, T* tau, T* w, int lw, int* info) {                                    \
+    p##geqrf_(&m, &n, a, &lda, tau, w, &lw, info);                                                                     \
+  }                                                                                                                    \
+  inline void orgqr(int m, int n, int k, T* a, int lda, const T* tau, T* w, int lw, int* info) {                       \
+    p##orgqr_(&m, &n, &k, a, &lda, tau, w, &lw, info);                                                                 \
+  }                                                                                                                    \
+  inline void ormqr(char side, char tr, int m, int n, int k, const T* a, int lda, const T* tau, T* c, int ldc, T* w,  \
+                    int lw, int* info) {                                                                               \
+    p##ormqr_(&side, &tr, &m, &n, &k, a, &lda, tau, c, &ldc, w, &lw, info, 1, 1);                                      \
+  }                                                                                                                    \
+  inline void syevd(char jobz, char uplo, int n, T* a, int lda, T* w, T* wk, int lw, int* iw, int liw, int* info) {    \
+    p##syevd_(&jobz, &uplo, &n, a, &lda, w, wk, &lw, iw, &liw, info, 1, 1);                                            \
+  }                                                                                                                    \
+  inline void gesdd(char jobz, int m, int n, T* a, int lda, T* s, T* u, int ldu, T* vt, int ldvt, T* w, int lw,       \
+                    int* iw, int* info) {                                                                              \
+    p##gesdd_(&jobz, &m, &n, a, &lda, s, u, &ldu, vt, &ldvt, w, &lw, iw, info, 1);                                     \
+  }
+CHROMA_LAPACK_WRAP(float, s)
+CHROMA_LAPACK_WRAP(double, d)
+#undef CHROMA_LAPACK_WRAP
+
+inline int ld(int64_t rows) { return static_cast<int>(std::max<int64_t>(rows, 1)); }
+
+// Row-major [rows, cols] -> column-major with leading dimension `rows`.
+template <class T> void to_col(const T* src, int64_t rows, int64_t cols, T* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+}
+// Column-major (leading dimension ldc) -> row-major [rows, cols].
+template <class T> void from_col(const T* src, int64_t rows, int64_t cols, int64_t ldc, T* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = src[j * ldc + i];
+}
+// A LAPACK workspace size returned by a query (as a float value).
+template <class T> int work_size(T w) { return std::max(1, static_cast<int>(w)); }
+
+}  // namespace detail
+
+// Runs `kind` over `batch` matrices. dims: the last two dims of each input, in order (a
+// vector as [1, k]). in: the inputs (dense, row-major); out: the outputs (T, or int32 for
+// pivots and info).
+template <class T>
+void run(int kind, int flags, int64_t batch, const int64_t* dims, const T* const* in, void* const* out) {
+  using namespace detail;
+  const int64_t m = dims[0], n = dims[1], mn = std::min(m, n);
+  const char uplo = (flags & kUpper) ? 'U' : 'L';
+  std::vector<T> a(static_cast<size_t>(std::max<int64_t>(m * n, 1)));
+  int info = 0;
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const T* src = in[0] + bi * m * n;
+    switch (kind) {
+      case kCholesky: {
+        to_col(src, n, n, a.data());
+        if (n > 0) potrf(uplo, static_cast<int>(n), a.data(), ld(n), &info);
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < n; ++i)
+            if ((flags & kUpper) ? i > j : i < j) a[static_cast<size_t>(j * n + i)] = T(0);
+        from_col(a.data(), n, n, n, static_cast<T*>(out[0]) + bi * n * n);
+        static_cast<int32_t*>(out[1])[bi] = n > 0 ? info : 0;
+        break;
+      }
+      case kLu: {
+        to_col(src, m, n, a.data());
+        int32_t* piv = static_cast<int32_t*>(out[1]) + bi * mn;
+        info = 0;
+        if (mn > 0) getrf(static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), piv, &info);
+        from_col(a.data(), m, n, m, static_cast<T*>(out[0]) + bi * m * n);
+        static_cast<int32_t*>(out[2])[bi] = info;
+        break;
+      }
+      case kTriSolve: {
+        const int64_t bm = dims[2], bk = dims[3];
+        std::vector<T> x(static_cast<size_t>(std::max<int64_t>(bm * bk, 1)));
+        to_col(src, m, m, a.data());
+        to_col(in[1] + bi * bm * bk, bm, bk, x.data());
+        if (bm > 0 && bk > 0) {
+          trsm((flags & kLeft) ? 'L' : 'R', uplo, (flags & kTrans) ? 'T' : 'N', (flags & kUnit) ? 'U' : 'N',
+               static_cast<int>(bm), static_cast<int>(bk), a.data(), ld(m), x.data(), ld(bm));
+        }
+        from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
+        break;
+      }
+      case kGeqrf: {
+        to_col(src, m, n, a.data());
+        T* tau = static_cast<T*>(out[1]) + bi * mn;
+        if (mn > 0) {
+          T q = 0;
+          geqrf(static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), tau, &q, -1, &info);
+          std::vector<T> w(static_cast<size_t>(work_size(q)));
+          geqrf(static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), tau, w.data(), static_cast<int>(w.size()), &info);
+        }
+        from_col(a.data(), m, n, m, static_cast<T*>(out[0]) + bi * m * n);
+        break;
+      }
+      case kOrgqr: {
+        const int64_t k = dims[3];
+        to_col(src, m, n, a.data());
+        if (n > 0) {
+          const T* tau = in[1] + bi * k;
+          T q = 0;
+          orgqr(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a.data(), ld(m), tau, &q, -1, &info);
+          std::vector<T> w(static_cast<size_t>(work_size(q)));
+          orgqr(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a.data(), ld(m), tau, w.data(),
+                static_cast<int>(w.size()), &info);
+        }
+        from_col(a.data(), m, n, m, static_cast<T*>(out[0]) + bi * m * n);
+        break;
+      }
+      case kOrmqr: {
+        const int64_t k = dims[3], cm = dims[4], cn = dims[5];
+        std::vector<T> c(static_cast<size_t>(std::max<int64_t>(cm * cn, 1)));
+        to_col(src, m, n, a.data());
+        to_col(in[2] + bi * cm * cn, cm, cn, c.data());
+        if (cm > 0 && cn > 0) {
+          const T* tau = in[1] + bi * k;
+          const char side = (flags & kLeft) ? 'L' : 'R', tr = (flags & kTrans) ? 'T' : 'N';
+          T q = 0;
+          ormqr(side, tr, static_cast<int>(cm), static_cast<int>(cn), static_cast<int>(k), a.data(), ld(m), tau, c.data(),
+                ld(cm), &q, -1, &info);
+          std::vector<T> w(static_cast<size_t>(work_size(q)));
+          ormqr(side, tr, static_cast<int>(cm), static_cast<int>(cn), static_cast<int>(k), a.data(), ld(m), tau, c.data(),
+                ld(cm), w.data(), static_cast<int>(w.size()), &info);
+        }
+        from_col(c.data(), cm, cn, cm, static_cast<T*>(out[0]) + bi * cm * cn);
+        break;
+      }
+      case kEigh: {
+        const bool vec = flags & kVectors;
+        to_col(src, n, n, a.data());
+        T* w = static_cast<T*>(out[0]) + bi * n;
+        if (n > 0) {
+          const char jobz = vec ? 'V' : 'N';
+          T q = 0;
+          int iq = 0;
+          syevd(jobz, uplo, static_cast<int>(n), a.data(), ld(n), w, &q, -1, &iq, -1, &info);
+          std::vector<T> wk(static_cast<size_t>(work_size(q)));
+          std::vector<int> iw(static_cast<size_t>(std::max(iq, 1)));
+          syevd(jobz, uplo, static_cast<int>(n), a.data(), ld(n), w, wk.data(), static_cast<int>(wk.size()), iw.data(),
+                static_cast<int>(iw.size()), &info);
+        }
+        if (vec) from_col(a.data(), n, n, n, static_cast<T*>(out[1]) + bi * n * n);
+        break;
+      }
+      case kSvd: {
+        const bool vec = flags & kVectors, full = flags & kFull;
+        const int64_t uc = full ? m : mn, vr = full ? n : mn;
+        to_col(src, m, n, a.data());
+        T* s = static_cast<T*>(out[0]) + bi * mn;
+        std::vector<T> u(static_cast<size_t>(vec ? std::max<int64_t>(m * uc, 1) : 1));
+        std::vector<T> vt(static_cast<size_t>(vec ? std::max<int64_t>(vr * n, 1) : 1));
+        if (mn > 0) {
+          const char jobz = vec ? (full ? 'A' : 'S') : 'N';
+          std::vector<int> iw(static_cast<size_t>(8 * mn));
+          T q = 0;
+          gesdd(jobz, static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), s, u.data(), ld(m), vt.data(), ld(vr), &q,
+                -1, iw.data(), &info);
+          std::vector<T> wk(static_cast<size_t>(work_size(q)));
+          gesdd(jobz, static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), s, u.data(), ld(m), vt.data(), ld(vr),
+                wk.data(), static_cast<int>(wk.size()), iw.data(), &info);
+        } else if (vec && full) {
+          // An empty matrix: PyTorch returns identity factors for the non-empty side.
+          std::fill(u.begin(), u.end(), T(0));
+          std::fill(vt.begin(), vt.end(), T(0));
+          for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i * m + i)] = T(1);
+          for (int64_t i = 0; i < n; ++i) vt[static_cast<size_t>(i * n + i)] = T(1);
+        }
+        if (vec) {
+          from_col(u.data(), m, uc, m, static_cast<T*>(out[1]) + bi * m * uc);
+          from_col(vt.data(), vr, n, vr, static_cast<T*>(out[2]) + bi * vr * n);
+        }
+        break;
+      }
+      default: break;
+    }
+  }
+}
+
+}  // namespace chroma::linalg
