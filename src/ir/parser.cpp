@@ -139,14 +139,22 @@ class Parser {
     if (pos_ >= s_.size()) fail("unterminated string");
     return s_.substr(b, pos_++ - b);
   }
+  // Digits only: "%4.1" is output 1 of node 4, not the number 4.1.
+  int64_t digits() {
+    skip();
+    const size_t b = pos_;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    if (b == pos_) fail("expected an integer");
+    return std::strtoll(s_.substr(b, pos_ - b).c_str(), nullptr, 10);
+  }
   Value value() {
     expect('%');
-    const int64_t id = integer();
+    const int64_t id = digits();
     if (id < 0 || id >= static_cast<int64_t>(ids_.size())) fail("%" + std::to_string(id) + " is not defined yet");
     Value v = ids_[static_cast<size_t>(id)];
     if (at('.')) {
       ++pos_;
-      v.index = static_cast<int32_t>(integer());
+      v.index = static_cast<int32_t>(digits());
     }
     return v;
   }
