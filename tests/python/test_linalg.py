@@ -229,6 +229,14 @@ def test_constant_folded(compile_to):
     check(compile_to, M(), x, tol=TOL[torch.float64])
 
 
+def test_outer_product_operand_layout(compile_to):
+    """b.mT of a column b is a [1, n] view with strides (1, 1): BLAS must see it as column-major
+    (found through pinv(a @ b.mT), OpInfo's linalg.pinv.singular)."""
+    a, b = rand(3, 1), rand(4, 1, seed=1)
+    check(compile_to, lambda x, y: x @ y.mT, a.float(), b.float(), tol=TOL[torch.float32])
+    check(compile_to, lambda x, y: torch.linalg.pinv(x @ y.mT), a, b, tol=TOL[torch.float64])
+
+
 def test_needs_blas(compile_to):
     with pytest.raises(Exception, match=r"LAPACK.*blas=True"):
         compile_to(lambda x: torch.linalg.inv(x), general((), 3), blas=False)

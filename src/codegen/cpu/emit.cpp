@@ -312,7 +312,9 @@ class Emitter {
     const std::string t = ctype(c.type.dtype);
     auto op = [](const Layout& l, bool* trans, int64_t* ld) {
       const size_t rr = l.shape.size();
-      if (l.strides[rr - 1] == 1) {
+      // Row-major needs a row stride of at least the row length: a [1, n] view of a column
+      // (strides 1, 1) is column-major with ld 1, not row-major with an illegal ld.
+      if (l.strides[rr - 1] == 1 && l.strides[rr - 2] >= std::max<int64_t>(l.shape[rr - 1], 1)) {
         *trans = false;
         *ld = l.strides[rr - 2];
       } else {
