@@ -457,6 +457,29 @@ void register_aten_lapack(HandlerTable& t) {
     Value q = lapack(c, la::kOrgqr, 0, {h, f[1]})[0];
     return std::vector<Value>{q, rr};
   };
+  // Principal square root of a symmetric positive-definite matrix: V diag(sqrt w) V^T
+  // (lower triangle, as eigh).
+  t["aten.linalg_matrix_sqrth.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value a = c.tensor(0, "self");
+    need_square(c, a, "matrix_sqrth");
+    std::vector<Value> e = lapack(c, la::kEigh, la::kVectors, {a});
+    Value vs = b.ew(EwOp::k_mul, e[1], b.unsqueeze(b.ew(EwOp::k_sqrt, e[0]), -2));
+    return std::vector<Value>{b.matmul(vs, b.transpose(e[1], -1, -2))};
+  };
+  // Polar decomposition A = U H (m >= n) from the reduced SVD A = W S Vh: U = W Vh,
+  // H = Vh^T S Vh (PyTorch's CPU path is SVD-based too).
+  t["aten.linalg_polar.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value a = c.tensor(0, "self");
+    const TensorType& at = b.type(a);
+    if (at.rank() < 2 || at.shape[at.shape.size() - 2] < at.shape.back()) c.fail("polar of " + at.str() + ": needs m >= n");
+    std::vector<Value> f = svd(c, a, false, true);
+    Value u = b.matmul(f[1], f[2]);
+    Value vht = b.transpose(f[2], -1, -2);
+    Value h = b.matmul(b.ew(EwOp::k_mul, vht, b.unsqueeze(f[0], -2)), f[2]);
+    return std::vector<Value>{u, h};
+  };
   t["aten.linalg_pinv.atol_rtol_tensor"] = [](Call& c) {
     return std::vector<Value>{pinv(c, c.tensor(0, "self"), opt_tensor(c, 1, "atol"), opt_tensor(c, 2, "rtol"),
                                    c.bool_or(3, "hermitian", false))};

@@ -127,6 +127,8 @@ CASES = {
     "cond": (lambda a: torch.linalg.cond(a), lambda bt, dt: (general(bt, 4, dtype=dt),)),
     "matrix_norm_2_nuc": (lambda a: (torch.linalg.matrix_norm(a, 2), torch.linalg.matrix_norm(a, "nuc")),
                           lambda bt, dt: (rand(*bt, 4, 3, dtype=dt),)),
+    "matrix_sqrth": (lambda a: torch.linalg.matrix_sqrth(a), lambda bt, dt: (spd(bt, 4, dtype=dt),)),
+    "polar": (lambda a: torch.linalg.polar(a), lambda bt, dt: (rand(*bt, 5, 3, dtype=dt),)),
     "matrix_power_negative": (lambda a: torch.linalg.matrix_power(a, -2), lambda bt, dt: (general(bt, 3, dtype=dt),)),
 }
 
