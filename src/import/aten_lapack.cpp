@@ -21,8 +21,9 @@ std::vector<Value> lapack(Call& c, int kind, int flags, std::vector<Value> ins) 
   if (x.dtype != DType::kF32 && x.dtype != DType::kF64) {
     c.fail(std::string(la::kKindNames[kind]) + " of " + x.str() + ": only float32 and float64 are supported");
   }
-  for (Value& v : ins) {
-    if (b.type(v).dtype != x.dtype) v = b.cast(v, x.dtype);
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const DType want = kind == la::kLdlSolve && i == 1 ? DType::kI32 : x.dtype;  // ldl_solve's pivots
+    if (b.type(ins[i]).dtype != want) ins[i] = b.cast(ins[i], want);
   }
   Attrs a;
   a.k = kind;
@@ -479,6 +480,19 @@ void register_aten_lapack(HandlerTable& t) {
     Value vht = b.transpose(f[2], -1, -2);
     Value h = b.matmul(b.ew(EwOp::k_mul, vht, b.unsqueeze(f[0], -2)), f[2]);
     return std::vector<Value>{u, h};
+  };
+  t["aten.linalg_ldl_factor_ex.default"] = [](Call& c) {
+    Value a = c.tensor(0, "self");
+    need_square(c, a, "ldl_factor");
+    // hermitian only matters for complex inputs, which Chroma does not compute with.
+    return lapack(c, la::kLdl, 0, {a});
+  };
+  t["aten.linalg_ldl_solve.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value ld = c.tensor(0, "LD"), piv = c.tensor(1, "pivots"), rhs = c.tensor(2, "B");
+    need_square(c, ld, "ldl_solve");
+    const Shape batch = Builder::broadcast_shapes(batch_of(b.type(ld)), batch_of(b.type(rhs)));
+    return lapack(c, la::kLdlSolve, 0, {to_batch(b, ld, batch), to_batch(b, piv, batch, 1), to_batch(b, rhs, batch)});
   };
   t["aten.linalg_pinv.atol_rtol_tensor"] = [](Call& c) {
     return std::vector<Value>{pinv(c, c.tensor(0, "self"), opt_tensor(c, 1, "atol"), opt_tensor(c, 2, "rtol"),

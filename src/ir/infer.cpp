@@ -278,9 +278,9 @@ Types infer_Linalg(const Graph& g, const Inputs& in, const Attrs& a) {
     return TensorType{d, s};
   };
   // Input i: the same dtype and batch dims, `mat_rank` trailing dims.
-  auto operand = [&](size_t i, size_t mat_rank) -> const TensorType& {
+  auto operand = [&](size_t i, size_t mat_rank, bool pivots = false) -> const TensorType& {
     const TensorType& t = g.type(in[i]);
-    if (t.dtype != x.dtype || t.shape.size() != batch.size() + mat_rank ||
+    if (t.dtype != (pivots ? DType::kI32 : x.dtype) || t.shape.size() != batch.size() + mat_rank ||
         !std::equal(batch.begin(), batch.end(), t.shape.begin())) {
       fail(kname + ": operand " + t.str() + " does not match " + x.str() + " (dtype, batch dims)");
     }
@@ -323,6 +323,14 @@ Types infer_Linalg(const Graph& g, const Inputs& in, const Attrs& a) {
       if (!(f & la::kVectors)) return {with({mn}, x.dtype)};
       const bool full = f & la::kFull;
       return {with({mn}, x.dtype), with({m, full ? m : mn}, x.dtype), with({full ? n : mn, n}, x.dtype)};
+    }
+    case la::kLdl: square(); return {x, with({n}, DType::kI32), with({}, DType::kI32)};
+    case la::kLdlSolve: {
+      square();
+      const TensorType& piv = operand(1, 1, true);
+      const TensorType& b = operand(2, 2);
+      if (piv.shape[r - 2] != n || b.shape[r - 2] != n) fail("ldl_solve: " + x.str() + ", pivots " + piv.str() + " and " + b.str() + " do not fit");
+      return {b};
     }
     default: break;
   }

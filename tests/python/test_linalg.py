@@ -129,6 +129,9 @@ CASES = {
                           lambda bt, dt: (rand(*bt, 4, 3, dtype=dt),)),
     "matrix_sqrth": (lambda a: torch.linalg.matrix_sqrth(a), lambda bt, dt: (spd(bt, 4, dtype=dt),)),
     "polar": (lambda a: torch.linalg.polar(a), lambda bt, dt: (rand(*bt, 5, 3, dtype=dt),)),
+    "ldl_factor": (lambda a: torch.linalg.ldl_factor(a), lambda bt, dt: (rand(*bt, 5, 5, dtype=dt) + rand(*bt, 5, 5, dtype=dt).mT,)),
+    "ldl_solve": (lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
+                  lambda bt, dt: (rand(*bt, 4, 4, dtype=dt) + rand(*bt, 4, 4, dtype=dt).mT, rand(*bt, 4, 2, seed=1, dtype=dt))),
     "matrix_power_negative": (lambda a: torch.linalg.matrix_power(a, -2), lambda bt, dt: (general(bt, 3, dtype=dt),)),
 }
 

@@ -17,6 +17,9 @@
 //   kOrmqr     a[r,c], tau[k], x[m,n] -> op(Q) X (kLeft) or X op(Q), op = Q or Q^T (kTrans)
 //   kEigh      a[n,n]                 -> w[n] ascending (, v[n,n] eigenvectors as columns with kVectors)
 //   kSvd       a[m,n]                 -> s[min(m,n)] descending (, u, vh with kVectors; kFull: square u, vh)
+//   kLdl       a[n,n]                 -> ld[n,n] (L and D of Bunch-Kaufman, lower; upper zero), pivots i32[n]
+//                                        (LAPACK's: 1-based, negative for 2x2 blocks), info i32
+//   kLdlSolve  ld[n,n], pivots i32[n] (the only non-float input), b[n,k] -> x with A x = b
 #pragma once
 
 #include <algorithm>
@@ -37,7 +40,9 @@ extern "C" {
   void p##syevd_(const char*, const char*, const int*, T*, const int*, T*, T*, const int*, int*, const int*, int*,     \
                  size_t, size_t);                                                                                      \
   void p##gesdd_(const char*, const int*, const int*, T*, const int*, T*, T*, const int*, T*, const int*, T*,          \
-                 const int*, int*, int*, size_t);
+                 const int*, int*, int*, size_t);                                                               \
+  void p##sytrf_(const char*, const int*, T*, const int*, int*, T*, const int*, int*, size_t);                         \
+  void p##sytrs_(const char*, const int*, const int*, const T*, const int*, const int*, T*, const int*, int*, size_t);
 CHROMA_LAPACK_DECL(float, s)
 CHROMA_LAPACK_DECL(double, d)
 #undef CHROMA_LAPACK_DECL
@@ -45,11 +50,12 @@ CHROMA_LAPACK_DECL(double, d)
 
 namespace chroma::linalg {
 
-enum Kind : int { kCholesky, kLu, kTriSolve, kGeqrf, kOrgqr, kOrmqr, kEigh, kSvd, kKindCount };
+enum Kind : int { kCholesky, kLu, kTriSolve, kGeqrf, kOrgqr, kOrmqr, kEigh, kSvd, kLdl, kLdlSolve, kKindCount };
 enum Flag : int { kUpper = 1, kLeft = 2, kTrans = 4, kUnit = 8, kFull = 16, kVectors = 32 };
 // Names used by the IR's text form (Linalg.<kind>, {flag, ...}).
-inline constexpr const char* kKindNames[kKindCount] = {"cholesky", "lu", "trisolve", "geqrf", "orgqr", "ormqr", "eigh", "svd"};
-inline constexpr int kKindArity[kKindCount] = {1, 1, 2, 1, 2, 3, 1, 1};
+inline constexpr const char* kKindNames[kKindCount] = {"cholesky", "lu", "trisolve", "geqrf", "orgqr", "ormqr", "eigh", "svd",
+                                                              "ldl", "ldl_solve"};
+inline constexpr int kKindArity[kKindCount] = {1, 1, 2, 1, 2, 3, 1, 1, 1, 3};
 inline constexpr const char* kFlagNames[6] = {"upper", "left", "trans", "unit", "full", "vectors"};
 
 namespace detail {
@@ -78,6 +84,14 @@ namespace detail {
   inline void gesdd(char jobz, int m, int n, T* a, int lda, T* s, T* u, int ldu, T* vt, int ldvt, T* w, int lw,       \
                     int* iw, int* info) {                                                                              \
     p##gesdd_(&jobz, &m, &n, a, &lda, s, u, &ldu, vt, &ldvt, w, &lw, iw, info, 1);                                     \
+  }                                                                                                                    \
+  inline void sytrf(int n, T* a, int lda, int* piv, T* w, int lw, int* info) {                                         \
+    const char u = 'L';                                                                                                \
+    p##sytrf_(&u, &n, a, &lda, piv, w, &lw, info, 1);                                                                  \
+  }                                                                                                                    \
+  inline void sytrs(int n, int nrhs, const T* a, int lda, const int* piv, T* b, int ldb, int* info) {                  \
+    const char u = 'L';                                                                                                \
+    p##sytrs_(&u, &n, &nrhs, a, &lda, piv, b, &ldb, info, 1);                                                          \
   }
 CHROMA_LAPACK_WRAP(float, s)
 CHROMA_LAPACK_WRAP(double, d)
@@ -232,6 +246,32 @@ void run(int kind, int flags, int64_t batch, const int64_t* dims, const T* const
           from_col(u.data(), m, uc, m, static_cast<T*>(out[1]) + bi * m * uc);
           from_col(vt.data(), vr, n, vr, static_cast<T*>(out[2]) + bi * vr * n);
         }
+        break;
+      }
+      case kLdl: {
+        to_col(src, n, n, a.data());
+        int32_t* piv = static_cast<int32_t*>(out[1]) + bi * n;
+        info = 0;
+        if (n > 0) {
+          T q = 0;
+          sytrf(static_cast<int>(n), a.data(), ld(n), piv, &q, -1, &info);
+          std::vector<T> w(static_cast<size_t>(work_size(q)));
+          sytrf(static_cast<int>(n), a.data(), ld(n), piv, w.data(), static_cast<int>(w.size()), &info);
+        }
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < j; ++i) a[static_cast<size_t>(j * n + i)] = T(0);
+        from_col(a.data(), n, n, n, static_cast<T*>(out[0]) + bi * n * n);
+        static_cast<int32_t*>(out[2])[bi] = info;
+        break;
+      }
+      case kLdlSolve: {
+        const int64_t bm = dims[4], bk = dims[5];
+        std::vector<T> x(static_cast<size_t>(std::max<int64_t>(bm * bk, 1)));
+        to_col(src, n, n, a.data());
+        to_col(in[2] + bi * bm * bk, bm, bk, x.data());
+        const int32_t* piv = reinterpret_cast<const int32_t*>(in[1]) + bi * n;
+        if (n > 0 && bk > 0) sytrs(static_cast<int>(n), static_cast<int>(bk), a.data(), ld(n), piv, x.data(), ld(bm), &info);
+        from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
         break;
       }
       default: break;

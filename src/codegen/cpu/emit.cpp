@@ -249,8 +249,10 @@ class Emitter {
     std::ostringstream o;
     o << "  static constexpr int64_t dims[] = {" << int_list(dims) << "};\n  const " << t << "* in[] = {";
     for (size_t i = 0; i < k.inputs.size(); ++i) {
-      o << (i ? ", " : "") << "static_cast<const " << t << "*>(" << ptr(k.inputs[i].buffer, false) << ") + "
-        << k.inputs[i].layout.offset;
+      // Offsets count elements of the input's own type (ldl_solve's pivots are int32).
+      const std::string it = ctype(k.inputs[i].dtype);
+      o << (i ? ", " : "") << "static_cast<const " << t << "*>(static_cast<const void*>(static_cast<const " << it << "*>("
+        << ptr(k.inputs[i].buffer, false) << ") + " << k.inputs[i].layout.offset << "))";
     }
     o << "};\n  void* out[] = {";
     for (size_t i = 0; i < k.outputs.size(); ++i) o << (i ? ", " : "") << ptr(k.outputs[i], true);
