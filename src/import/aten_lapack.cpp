@@ -481,6 +481,11 @@ void register_aten_lapack(HandlerTable& t) {
     Value h = b.matmul(b.ew(EwOp::k_mul, vht, b.unsqueeze(f[0], -2)), f[2]);
     return std::vector<Value>{u, h};
   };
+  t["aten.linalg_matrix_exp.default"] = [](Call& c) {
+    Value a = c.tensor(0, "self");
+    need_square(c, a, "matrix_exp");
+    return lapack(c, la::kExpm, 0, {a});
+  };
   t["aten.linalg_ldl_factor_ex.default"] = [](Call& c) {
     Value a = c.tensor(0, "self");
     need_square(c, a, "ldl_factor");

@@ -324,6 +324,7 @@ Types infer_Linalg(const Graph& g, const Inputs& in, const Attrs& a) {
       const bool full = f & la::kFull;
       return {with({mn}, x.dtype), with({m, full ? m : mn}, x.dtype), with({full ? n : mn, n}, x.dtype)};
     }
+    case la::kExpm: square(); return {x};
     case la::kLdl: square(); return {x, with({n}, DType::kI32), with({}, DType::kI32)};
     case la::kLdlSolve: {
       square();

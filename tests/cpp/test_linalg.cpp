@@ -76,6 +76,18 @@ TEST(Linalg, SvdAndEighOutputsFollowFlags) {
   EXPECT_EQ(g.node(e).type(0), (TensorType{DType::kF64, {4}}));
 }
 
+TEST(Linalg, ExpmOfNilpotentAndRotation) {
+  Graph g;
+  // exp([[0, 1], [0, 0]]) = [[1, 1], [0, 1]]; exp([[0, -8], [8, 0]]) = rotation by 8 rad
+  // (norm 8 > theta13: two squarings).
+  Tensor x = Tensor::of<double>(TensorType{DType::kF64, {2, 2, 2}}, {0, 1, 0, 0, 0, -8, 8, 0});
+  Value vx = g.input("x", x.type);
+  g.outputs = {g.add(Op::kLinalg, {vx}, kind(la::kExpm))};
+  std::vector<double> e = chroma::interp::run(g, {x})[0].to_vector<double>();
+  const std::vector<double> want = {1, 1, 0, 1, std::cos(8.0), -std::sin(8.0), std::sin(8.0), std::cos(8.0)};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(e[i], want[i], 1e-13) << i;
+}
+
 TEST(Linalg, ShapeAndDtypeErrors) {
   Graph g;
   Value rect = g.input("r", TensorType{DType::kF32, {3, 2}});

@@ -132,6 +132,8 @@ CASES = {
     "ldl_factor": (lambda a: torch.linalg.ldl_factor(a), lambda bt, dt: (rand(*bt, 5, 5, dtype=dt) + rand(*bt, 5, 5, dtype=dt).mT,)),
     "ldl_solve": (lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
                   lambda bt, dt: (rand(*bt, 4, 4, dtype=dt) + rand(*bt, 4, 4, dtype=dt).mT, rand(*bt, 4, 2, seed=1, dtype=dt))),
+    "matrix_exp": (lambda a: torch.linalg.matrix_exp(a), lambda bt, dt: (rand(*bt, 4, 4, dtype=dt),)),
+    "matrix_exp_scaled": (lambda a: torch.linalg.matrix_exp(a), lambda bt, dt: (3 * rand(*bt, 5, 5, dtype=dt),)),
     "matrix_power_negative": (lambda a: torch.linalg.matrix_power(a, -2), lambda bt, dt: (general(bt, 3, dtype=dt),)),
 }
 

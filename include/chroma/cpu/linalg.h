@@ -20,9 +20,12 @@
 //   kLdl       a[n,n]                 -> ld[n,n] (L and D of Bunch-Kaufman, lower; upper zero), pivots i32[n]
 //                                        (LAPACK's: 1-based, negative for 2x2 blocks), info i32
 //   kLdlSolve  ld[n,n], pivots i32[n] (the only non-float input), b[n,k] -> x with A x = b
+//   kExpm      a[n,n]                 -> exp(a): scaling and squaring with the [13/13] Pade
+//                                        approximant (Higham 2005), computed in double
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -46,16 +49,17 @@ extern "C" {
 CHROMA_LAPACK_DECL(float, s)
 CHROMA_LAPACK_DECL(double, d)
 #undef CHROMA_LAPACK_DECL
+void dgetrs_(const char*, const int*, const int*, const double*, const int*, const int*, double*, const int*, int*, size_t);
 }
 
 namespace chroma::linalg {
 
-enum Kind : int { kCholesky, kLu, kTriSolve, kGeqrf, kOrgqr, kOrmqr, kEigh, kSvd, kLdl, kLdlSolve, kKindCount };
+enum Kind : int { kCholesky, kLu, kTriSolve, kGeqrf, kOrgqr, kOrmqr, kEigh, kSvd, kLdl, kLdlSolve, kExpm, kKindCount };
 enum Flag : int { kUpper = 1, kLeft = 2, kTrans = 4, kUnit = 8, kFull = 16, kVectors = 32 };
 // Names used by the IR's text form (Linalg.<kind>, {flag, ...}).
 inline constexpr const char* kKindNames[kKindCount] = {"cholesky", "lu", "trisolve", "geqrf", "orgqr", "ormqr", "eigh", "svd",
-                                                              "ldl", "ldl_solve"};
-inline constexpr int kKindArity[kKindCount] = {1, 1, 2, 1, 2, 3, 1, 1, 1, 3};
+                                                              "ldl", "ldl_solve", "expm"};
+inline constexpr int kKindArity[kKindCount] = {1, 1, 2, 1, 2, 3, 1, 1, 1, 3, 1};
 inline constexpr const char* kFlagNames[6] = {"upper", "left", "trans", "unit", "full", "vectors"};
 
 namespace detail {
@@ -113,6 +117,66 @@ template <class T> void from_col(const T* src, int64_t rows, int64_t cols, int64
 template <class T> int work_size(T w) { return std::max(1, static_cast<int>(w)); }
 
 }  // namespace detail
+
+// exp of the n x n column-major matrix a (in place), in double.
+inline void expm(int64_t n, double* a) {
+  static constexpr double b[14] = {64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
+                                   129060195264000.0,   10559470521600.0,    670442572800.0,     33522128640.0,
+                                   1323241920.0,        40840800.0,          960960.0,           16380.0,
+                                   182.0,               1.0};
+  constexpr double theta13 = 5.371920351148152;
+  const size_t nn = static_cast<size_t>(n * n);
+  auto mul = [n](const double* x, const double* y, double* z) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < n; ++i) z[j * n + i] = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const double ykj = y[j * n + k];
+        for (int64_t i = 0; i < n; ++i) z[j * n + i] += x[k * n + i] * ykj;
+      }
+    }
+  };
+  double norm1 = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    double c = 0;
+    for (int64_t i = 0; i < n; ++i) c += a[j * n + i] < 0 ? -a[j * n + i] : a[j * n + i];
+    norm1 = c > norm1 ? c : norm1;
+  }
+  int s = 0;
+  while (norm1 > theta13 && s < 1000) {
+    norm1 /= 2;
+    ++s;
+  }
+  const double scale = std::ldexp(1.0, -s);
+  for (size_t i = 0; i < nn; ++i) a[i] *= scale;
+  std::vector<double> a2(nn), a4(nn), a6(nn), t(nn), u(nn), v(nn);
+  mul(a, a, a2.data());
+  mul(a2.data(), a2.data(), a4.data());
+  mul(a4.data(), a2.data(), a6.data());
+  for (size_t i = 0; i < nn; ++i) t[i] = b[13] * a6[i] + b[11] * a4[i] + b[9] * a2[i];
+  mul(a6.data(), t.data(), u.data());
+  for (size_t i = 0; i < nn; ++i) u[i] += b[7] * a6[i] + b[5] * a4[i] + b[3] * a2[i];
+  for (int64_t i = 0; i < n; ++i) u[static_cast<size_t>(i * n + i)] += b[1];
+  mul(a, u.data(), t.data());  // U
+  for (size_t i = 0; i < nn; ++i) u[i] = b[12] * a6[i] + b[10] * a4[i] + b[8] * a2[i];
+  mul(a6.data(), u.data(), v.data());
+  for (size_t i = 0; i < nn; ++i) v[i] += b[6] * a6[i] + b[4] * a4[i] + b[2] * a2[i];
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * n + i)] += b[0];
+  // (V - U) R = (V + U)
+  for (size_t i = 0; i < nn; ++i) {
+    u[i] = v[i] - t[i];
+    a[i] = v[i] + t[i];
+  }
+  std::vector<int> piv(static_cast<size_t>(n));
+  int info = 0;
+  const int ni = static_cast<int>(n);
+  dgetrf_(&ni, &ni, u.data(), &ni, piv.data(), &info);
+  const char tr = 'N';
+  dgetrs_(&tr, &ni, &ni, u.data(), &ni, piv.data(), a, &ni, &info, 1);
+  for (int k = 0; k < s; ++k) {
+    mul(a, a, t.data());
+    std::copy(t.begin(), t.end(), a);
+  }
+}
 
 // Runs `kind` over `batch` matrices. dims: the last two dims of each input, in order (a
 // vector as [1, k]). in: the inputs (dense, row-major); out: the outputs (T, or int32 for
@@ -272,6 +336,16 @@ void run(int kind, int flags, int64_t batch, const int64_t* dims, const T* const
         const int32_t* piv = reinterpret_cast<const int32_t*>(in[1]) + bi * n;
         if (n > 0 && bk > 0) sytrs(static_cast<int>(n), static_cast<int>(bk), a.data(), ld(n), piv, x.data(), ld(bm), &info);
         from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
+        break;
+      }
+      case kExpm: {
+        std::vector<double> w(static_cast<size_t>(std::max<int64_t>(n * n, 1)));
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) w[static_cast<size_t>(j * n + i)] = static_cast<double>(src[i * n + j]);
+        if (n > 0) expm(n, w.data());
+        T* o = static_cast<T*>(out[0]) + bi * n * n;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) o[i * n + j] = static_cast<T>(w[static_cast<size_t>(j * n + i)]);
         break;
       }
       default: break;
