@@ -114,7 +114,7 @@ void write_file(const fs::path& p, const void* data, size_t n) {
 
 const char* kernel_kind(Kernel::Kind k) {
   static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",   "gather_elements",
-                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan", "conv"};
+                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan", "conv", "linalg"};
   return names[k];
 }
 

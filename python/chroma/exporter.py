@@ -261,6 +261,30 @@ def _check_targets(graph: torch.fx.Graph) -> None:
                           "ATen ops:\n" + "\n".join(bad))
 
 
+def _drop_error_checks(graph: torch.fx.Graph) -> None:
+    """Remove ``aten._linalg_check_errors`` and the effect tokens that order it.
+
+    torch.export wraps the check eager PyTorch runs after a factorization (raise on a
+    singular or not positive-definite input) in ``higher_order.with_effects``, threaded by a
+    token from an extra input to an extra output. A compiled program cannot raise, so the
+    check is dropped: singular inputs give what LAPACK gives (the ``_ex`` variants return
+    LAPACK's ``info`` exactly; see docs/linalg.md). The token input/output specs are skipped
+    by the serializer.
+    """
+    check = getattr(torch.ops.aten, "_linalg_check_errors", None)
+    for n in list(graph.nodes):
+        if n.op != "call_function" or "with_effects" not in str(n.target):
+            continue
+        if len(n.args) < 2 or n.args[1] is not getattr(check, "default", None):
+            continue
+        for u in list(n.users):
+            if u.target is operator.getitem and u.args[1] == 0:
+                u.replace_all_uses_with(n.args[0])
+                graph.erase_node(u)
+        if not n.users:
+            graph.erase_node(n)
+
+
 class _Serializer:
     """Turns an (already decomposed) ExportedProgram into graph JSON + blob."""
 
@@ -318,8 +342,8 @@ class _Serializer:
                  InputKind.CONSTANT_TENSOR: "constant"}
         entries, blob, seen = [], bytearray(), {}
         for spec in self.ep.graph_signature.input_specs:
-            if spec.kind == InputKind.USER_INPUT:
-                continue
+            if spec.kind == InputKind.USER_INPUT or spec.kind.name == "TOKEN":
+                continue  # effect tokens: see _drop_error_checks
             if spec.kind not in kinds:
                 raise ExportError(f"unsupported graph input {spec.arg} of kind "
                                   f"{spec.kind.name}")
@@ -406,7 +430,7 @@ class _Serializer:
                 upd = self.ref(by_name[s.arg.name])
                 upd["state"] = s.target
                 self.state_updates.append(upd)
-            elif s.kind != OutputKind.USER_OUTPUT:
+            elif s.kind != OutputKind.USER_OUTPUT and s.kind.name != "TOKEN":
                 mutated.append(f"{s.kind.name} {s.target}")
         for i, s in enumerate(user):
             if not isinstance(s.arg, TensorArgument):
@@ -453,6 +477,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
     except Exception as e:
         raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
 
+    _drop_error_checks(ep.graph)
     _check_targets(ep.graph)
     ser = _Serializer(ep)
     ser.extra_state = tuple(state)

@@ -256,6 +256,7 @@ const HandlerTable& aten_handlers() {
     register_aten_backward(t);
     register_aten_extra(t);
     register_aten_special(t);
+    register_aten_lapack(t);
     return t;
   }();
   return table;

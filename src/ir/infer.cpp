@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "chroma/cpu/linalg.h"
 #include "ir/graph.h"
 
 namespace chroma {
@@ -255,6 +256,86 @@ Types infer_Scan(const Graph& g, const Inputs& in, const Attrs& a) {
   if (a.axis < 0 || a.axis >= t.rank()) fail("axis out of range for " + t.str());
   if (a.log && (!is_float(t.dtype) || a.reduce != ReduceKind::kSum)) fail("log-sum-exp scan needs a floating-point input and sum");
   return {t};
+}
+
+// Linalg: see include/chroma/cpu/linalg.h for each kind's inputs and outputs.
+Types infer_Linalg(const Graph& g, const Inputs& in, const Attrs& a) {
+  namespace la = linalg;
+  if (a.k < 0 || a.k >= la::kKindCount) fail("unknown factorization kind " + std::to_string(a.k));
+  const std::string kname = la::kKindNames[a.k];
+  if (static_cast<int>(in.size()) != la::kKindArity[a.k]) {
+    fail(kname + " expects " + std::to_string(la::kKindArity[a.k]) + " inputs, got " + std::to_string(in.size()));
+  }
+  const TensorType& x = g.type(in[0]);
+  if (x.dtype != DType::kF32 && x.dtype != DType::kF64) fail(kname + " of " + x.str() + ": f32 or f64 only");
+  if (x.rank() < 2) fail(kname + " of " + x.str() + ": needs a matrix (rank >= 2)");
+  const size_t r = static_cast<size_t>(x.rank());
+  const Shape batch(x.shape.begin(), x.shape.end() - 2);
+  const int64_t m = x.shape[r - 2], n = x.shape[r - 1], mn = std::min(m, n);
+  auto with = [&](std::initializer_list<int64_t> tail, DType d) {
+    Shape s = batch;
+    s.insert(s.end(), tail);
+    return TensorType{d, s};
+  };
+  // Input i: the same dtype and batch dims, `mat_rank` trailing dims.
+  auto operand = [&](size_t i, size_t mat_rank, bool pivots = false) -> const TensorType& {
+    const TensorType& t = g.type(in[i]);
+    if (t.dtype != (pivots ? DType::kI32 : x.dtype) || t.shape.size() != batch.size() + mat_rank ||
+        !std::equal(batch.begin(), batch.end(), t.shape.begin())) {
+      fail(kname + ": operand " + t.str() + " does not match " + x.str() + " (dtype, batch dims)");
+    }
+    return t;
+  };
+  auto square = [&] {
+    if (m != n) fail(kname + " of " + x.str() + ": needs square matrices");
+  };
+  const int64_t f = a.start;
+  switch (a.k) {
+    case la::kCholesky: square(); return {x, with({}, DType::kI32)};
+    case la::kLu: return {x, with({mn}, DType::kI32), with({}, DType::kI32)};
+    case la::kTriSolve: {
+      square();
+      const TensorType& b = operand(1, 2);
+      const int64_t side = (f & la::kLeft) ? b.shape[r - 2] : b.shape[r - 1];
+      if (side != n) fail("trisolve: " + x.str() + " does not fit right-hand side " + b.str());
+      return {b};
+    }
+    case la::kGeqrf: return {x, with({mn}, x.dtype)};
+    case la::kOrgqr: {
+      const TensorType& tau = operand(1, 1);
+      if (n > m || tau.shape[r - 2] > n) fail("orgqr: needs k <= n <= m, got " + x.str() + " and tau " + tau.str());
+      return {x};
+    }
+    case la::kOrmqr: {
+      const TensorType& tau = operand(1, 1);
+      const TensorType& c = operand(2, 2);
+      const int64_t nq = (f & la::kLeft) ? c.shape[r - 2] : c.shape[r - 1];
+      if (m != nq || tau.shape[r - 2] > std::min(nq, n)) {
+        fail("ormqr: reflectors " + x.str() + " and tau " + tau.str() + " do not fit " + c.str());
+      }
+      return {c};
+    }
+    case la::kEigh:
+      square();
+      if (f & la::kVectors) return {with({n}, x.dtype), x};
+      return {with({n}, x.dtype)};
+    case la::kSvd: {
+      if (!(f & la::kVectors)) return {with({mn}, x.dtype)};
+      const bool full = f & la::kFull;
+      return {with({mn}, x.dtype), with({m, full ? m : mn}, x.dtype), with({full ? n : mn, n}, x.dtype)};
+    }
+    case la::kExpm: square(); return {x};
+    case la::kLdl: square(); return {x, with({n}, DType::kI32), with({}, DType::kI32)};
+    case la::kLdlSolve: {
+      square();
+      const TensorType& piv = operand(1, 1, true);
+      const TensorType& b = operand(2, 2);
+      if (piv.shape[r - 2] != n || b.shape[r - 2] != n) fail("ldl_solve: " + x.str() + ", pivots " + piv.str() + " and " + b.str() + " do not fit");
+      return {b};
+    }
+    default: break;
+  }
+  fail("unknown factorization kind");
 }
 
 using Rule = Types (*)(const Graph&, const Inputs&, const Attrs&);

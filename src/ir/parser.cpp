@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "chroma/cpu/linalg.h"
 #include "ir/graph.h"
 
 namespace chroma {
@@ -138,14 +139,22 @@ class Parser {
     if (pos_ >= s_.size()) fail("unterminated string");
     return s_.substr(b, pos_++ - b);
   }
+  // Digits only: "%4.1" is output 1 of node 4, not the number 4.1.
+  int64_t digits() {
+    skip();
+    const size_t b = pos_;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    if (b == pos_) fail("expected an integer");
+    return std::strtoll(s_.substr(b, pos_ - b).c_str(), nullptr, 10);
+  }
   Value value() {
     expect('%');
-    const int64_t id = integer();
+    const int64_t id = digits();
     if (id < 0 || id >= static_cast<int64_t>(ids_.size())) fail("%" + std::to_string(id) + " is not defined yet");
     Value v = ids_[static_cast<size_t>(id)];
     if (at('.')) {
       ++pos_;
-      v.index = static_cast<int32_t>(integer());
+      v.index = static_cast<int32_t>(digits());
     }
     return v;
   }
@@ -169,6 +178,13 @@ class Parser {
     return k.at(sub);
   }
 
+  static int linalg_flag(const std::string& key) {
+    for (int i = 0; i < 6; ++i) {
+      if (key == linalg::kFlagNames[i]) return i;
+    }
+    return -1;
+  }
+
   void statement() {
     expect('%');
     const int64_t id = integer();
@@ -188,6 +204,12 @@ class Parser {
         if (!parse_ew(sub, &a.ew)) fail("unknown elementwise op '" + sub + "'");
       } else if (op == Op::kReduce || op == Op::kArgReduce || op == Op::kScan) {
         a.reduce = reduction(sub);
+      } else if (op == Op::kLinalg) {
+        a.k = -1;
+        for (int i = 0; i < linalg::kKindCount; ++i) {
+          if (sub == linalg::kKindNames[i]) a.k = i;
+        }
+        if (a.k < 0) fail("unknown factorization '" + sub + "'");
       } else {
         fail(opname + " takes no '." + sub + "'");
       }
@@ -214,6 +236,7 @@ class Parser {
         else if (key == "smallest") a.largest = false;
         else if (key == "sorted") a.sorted = true;
         else if (key == "log") a.log = true;
+        else if (op == Op::kLinalg && linalg_flag(key) >= 0) a.start |= int64_t{1} << linalg_flag(key);
         else if (key == "accumulate") {
           a.accumulate = true;
           if (at('=')) {

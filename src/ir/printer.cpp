@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "chroma/cpu/linalg.h"
 #include "ir/graph.h"
 
 namespace chroma {
@@ -80,6 +81,16 @@ std::string attrs_str(const Graph& g, const Node& n) {
     case Op::kTopK:
       o << "axis=" << a.axis << ", k=" << a.k << (a.largest ? ", largest" : ", smallest") << (a.sorted ? ", sorted" : "");
       break;
+    case Op::kLinalg: {
+      const char* sep = "";
+      for (int i = 0; i < 6; ++i) {
+        if (a.start & (1 << i)) {
+          o << sep << linalg::kFlagNames[i];
+          sep = ", ";
+        }
+      }
+      break;
+    }
     default: break;
   }
   return o.str();
@@ -94,6 +105,7 @@ std::string print(const Graph& g) {
     const Node& n = g.nodes()[id];
     o << "  %" << id << " = " << op_info(n.op).name;
     if (n.op == Op::kMap) o << "." << ew_info(n.attrs.ew).name;
+    if (n.op == Op::kLinalg) o << "." << (n.attrs.k >= 0 && n.attrs.k < linalg::kKindCount ? linalg::kKindNames[n.attrs.k] : "?");
     if (n.op == Op::kReduce || n.op == Op::kArgReduce || n.op == Op::kScan) o << "." << reduce_name(n.attrs.reduce);
     o << "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) o << (i ? ", " : "") << value_str(n.inputs[i]);

@@ -24,6 +24,7 @@
 #include <map>
 #include <sstream>
 
+#include "chroma/cpu/linalg.h"
 #include "lower/program.h"
 #include "memory/planner.h"
 
@@ -267,6 +268,7 @@ class Lowerer {
     label << op_info(n.op).name;
     if (n.op == Op::kMap) label << "." << ew_info(n.attrs.ew).name;
     if (n.op == Op::kReduce || n.op == Op::kArgReduce || n.op == Op::kScan) label << "." << reduce_name(n.attrs.reduce);
+    if (n.op == Op::kLinalg) label << "." << linalg::kKindNames[n.attrs.k];
     std::vector<std::string> fused;
     for (int32_t id : fused_into_) {
       const Node& f = g_.node(id);
@@ -568,6 +570,18 @@ class Lowerer {
         k.outputs.push_back(new_buffer(Value{id, 1}, Region::kArena, -1));
         k.out_layouts.push_back(contiguous_layout(n.type(0).shape));
         k.out_layouts.push_back(contiguous_layout(n.type(1).shape));
+        push(std::move(k), n);
+        return;
+      }
+      case Op::kLinalg: {
+        // LAPACK kernel (chroma/cpu/linalg.h): dense row-major operands, one buffer per output.
+        Kernel k = start(n, Kernel::kLinalg);
+        k.shape = g_.type(n.inputs[0]).shape;
+        for (Value in : n.inputs) k.inputs.push_back(dense_operand(in));
+        for (int32_t i = 0; i < static_cast<int32_t>(n.types.size()); ++i) {
+          k.outputs.push_back(new_buffer(Value{id, i}, Region::kArena, -1));
+          k.out_layouts.push_back(contiguous_layout(n.type(i).shape));
+        }
         push(std::move(k), n);
         return;
       }

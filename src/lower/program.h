@@ -43,7 +43,7 @@ struct Expr {
 };
 
 struct Kernel {
-  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut, kScan, kConv } kind = kAssign;
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut, kScan, kConv, kLinalg } kind = kAssign;
   Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
   std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves;
                                  // kMatMulPacked: A, then the packed constant, both kLoad)

@@ -185,6 +185,9 @@ class Emitter {
       case Kernel::kConv:
         o << conv(k);
         break;
+      case Kernel::kLinalg:
+        o << linalg(k);
+        break;
       case Kernel::kMatMulPacked:
         o << matmul_packed(k);
         break;
@@ -222,6 +225,39 @@ class Emitter {
       << ptr(a.buffer, false) << "), ao, " << a.layout.strides[r - 2] << ", " << a.layout.strides[r - 1]
       << ",\n      static_cast<const float*>(" << ptr(b.buffer, false) << "), bo, static_cast<float*>("
       << ptr(k.outputs[0], true) << "), co, " << n << ", cx.pool);\n";
+    return o.str();
+  }
+
+  // Linalg: one call into chroma/cpu/linalg.h (LAPACK), which needs OpenBLAS at link time.
+  std::string linalg(const Kernel& k) const {
+    if (!o_.blas) {
+      throw CompileError("node '" + k.name + "' (" + k.label + ", " + k.source +
+                         "): linear-algebra factorizations run through LAPACK (OpenBLAS); compile with blas=True");
+    }
+    const Shape& xs = k.inputs[0].layout.shape;
+    const size_t r = xs.size();
+    int64_t batch = 1;
+    for (size_t i = 0; i + 2 < r; ++i) batch *= xs[i];
+    std::vector<int64_t> dims(6, 0);
+    for (size_t i = 0; i < k.inputs.size() && i < 3; ++i) {
+      const Shape& s = k.inputs[i].layout.shape;
+      const bool vec = i > 0 && s.size() == r - 1;
+      dims[2 * i] = vec ? 1 : s[s.size() - 2];
+      dims[2 * i + 1] = s.back();
+    }
+    const std::string t = ctype(k.inputs[0].dtype);
+    std::ostringstream o;
+    o << "  static constexpr int64_t dims[] = {" << int_list(dims) << "};\n  const " << t << "* in[] = {";
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      // Offsets count elements of the input's own type (ldl_solve's pivots are int32).
+      const std::string it = ctype(k.inputs[i].dtype);
+      o << (i ? ", " : "") << "static_cast<const " << t << "*>(static_cast<const void*>(static_cast<const " << it << "*>("
+        << ptr(k.inputs[i].buffer, false) << ") + " << k.inputs[i].layout.offset << "))";
+    }
+    o << "};\n  void* out[] = {";
+    for (size_t i = 0; i < k.outputs.size(); ++i) o << (i ? ", " : "") << ptr(k.outputs[i], true);
+    o << "};\n  ::chroma::linalg::run<" << t << ">(" << k.attrs.k << ", " << k.attrs.start << ", " << batch
+      << ", dims, in, out);\n";
     return o.str();
   }
 
@@ -278,7 +314,9 @@ class Emitter {
     const std::string t = ctype(c.type.dtype);
     auto op = [](const Layout& l, bool* trans, int64_t* ld) {
       const size_t rr = l.shape.size();
-      if (l.strides[rr - 1] == 1) {
+      // Row-major needs a row stride of at least the row length: a [1, n] view of a column
+      // (strides 1, 1) is column-major with ld 1, not row-major with an illegal ld.
+      if (l.strides[rr - 1] == 1 && l.strides[rr - 2] >= std::max<int64_t>(l.shape[rr - 1], 1)) {
         *trans = false;
         *ld = l.strides[rr - 2];
       } else {
@@ -328,6 +366,7 @@ class Emitter {
     s += "#include <cstdint>\n#include <limits>\n";
     if (o_.blas) s += "#include <cblas.h>\n";
     s += "#include \"chroma/cpu/et.h\"\n#include \"chroma/cpu/conv.h\"\n";
+    if (o_.blas) s += "#include \"chroma/cpu/linalg.h\"\n";
     s += "#include \"chroma/cpu/gemm_packed.h\"\n#include \"chroma/cpu/runtime.h\"\n\n";
     return s;
   }
