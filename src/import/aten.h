@@ -75,8 +75,7 @@ void register_aten_search(HandlerTable& t);  // searchsorted, bucketize, histogr
 void register_aten_backward(HandlerTable& t);  // col2im, convolution / embedding / layer and group norm backward
 void register_aten_extra(HandlerTable& t);     // index_reduce, segment_reduce, grid_sampler_3d, unfold, *_copy views (after the views)
 void register_aten_special(HandlerTable& t);  // special functions, hypot/ldexp/frexp/nextafter/signbit/angle
-void register_aten_misc(HandlerTable& t);
-void register_aten_lapack(HandlerTable& t);  // LAPACK-backed factorizations and what decomposes over them   // scans, sorting, scatters, strided views, the rest of core ATen
+void register_aten_lapack(HandlerTable& t);  // LAPACK-backed factorizations and what decomposes over them
 
 // All handlers, built once.
 const HandlerTable& aten_handlers();
