@@ -1,7 +1,8 @@
 // The ATen handler table: maps each ATen target ("aten.add.Tensor") onto IR primitives,
 // directly or by decomposition. Handlers are grouped by op family, one file each
 // (aten_elementwise.cpp, aten_shape.cpp, aten_reduce.cpp, aten_linalg.cpp, aten_index.cpp,
-// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp, aten_special.cpp).
+// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp, aten_search.cpp,
+// aten_backward.cpp, aten_extra.cpp, aten_special.cpp, aten_lapack.cpp).
 #pragma once
 
 #include <functional>
