@@ -69,7 +69,8 @@ void register_aten_reduce(HandlerTable& t);
 void register_aten_linalg(HandlerTable& t);
 void register_aten_index(HandlerTable& t);
 void register_aten_conv(HandlerTable& t);   // convolution (plain, grouped, depthwise, transposed)
-void register_aten_pool(HandlerTable& t);   // pooling, padding modes, upsampling
+void register_aten_pool(HandlerTable& t);   // pooling, padding modes
+void register_aten_upsample(HandlerTable& t);  // nearest / linear upsampling, 1-3 spatial dims
 void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
 void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
 void register_aten_search(HandlerTable& t);  // searchsorted, bucketize, histograms, nonzero_static, dist

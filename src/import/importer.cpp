@@ -250,6 +250,7 @@ const HandlerTable& aten_handlers() {
     register_aten_index(t);
     register_aten_conv(t);
     register_aten_pool(t);
+    register_aten_upsample(t);
     register_aten_norm(t);
     register_aten_misc(t);
     register_aten_search(t);
