@@ -66,6 +66,10 @@ def table(results, meta):
         f"{meta['date']}, torch {meta['torch']}, torchvision {meta['torchvision']}).",
         f"Command: `{meta['command']}`.",
         "",
+    ]
+    if meta.get("not_run"):
+        lines += [f"Not run yet ({len(meta['not_run'])}; the run was stopped): " + ", ".join(meta["not_run"]) + ".", ""]
+    lines += [
         "| model | params (M) | input | result | max abs error / max abs logit | kernels | compile s |"
         + (" eager ms | Chroma ms |" if meta["timing"] else ""),
         "|---|---:|---|---|---:|---:|---:|" + ("---:|---:|" if meta["timing"] else ""),
@@ -114,14 +118,13 @@ def main(argv=None):
     from chroma.models import vision
 
     names = [m for m in args.models.split(",") if m] or vision.classification_models()
-    results = []
+    results, not_run = [], []
     if args.from_json:
         with open(args.from_json) as f:
             data = json.load(f)
         results = data["results"] if isinstance(data, dict) else data
         done = {r["model"] for r in results}
-        results += [{"model": n, "passed": False, "error": "not run (the run was stopped before this model)"}
-                    for n in names if n not in done]
+        not_run = [n for n in names if n not in done]
         names = []
     with tempfile.TemporaryDirectory(prefix="chroma-vision-models-") as work:
         for i, name in enumerate(names):
@@ -142,6 +145,7 @@ def main(argv=None):
         "command": "python tools/vision_models.py" + (f" --models {args.models}" if args.models else "")
         + (f" --timing {args.timing}" if args.timing else ""),
         "timing": bool(args.timing),
+        "not_run": not_run,
     }
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
