@@ -26,9 +26,10 @@ from chroma.program import ArtifactError
 
 
 def _two_unsupported(x):
-    a = torch.histc(x, 4)  # LINE_HISTC
-    b, _ = torch.mode(x, dim=-1)  # LINE_MODE
-    return a.sum() + b
+    # (ops without a handler yet: antialiased bilinear resizing, torch.put)
+    a = torch.nn.functional.interpolate(x[None, None], size=(2, 2), mode="bilinear", antialias=True)  # LINE_HISTC
+    b = torch.put(x, torch.tensor([0, 3]), torch.tensor([1.0, 2.0]))  # LINE_MODE
+    return a.sum() + b.sum()
 
 
 def _line_of(marker):
@@ -43,20 +44,20 @@ def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):
     import chroma._compiler as c
 
     supported = set(c.supported_aten_targets())
-    assert "aten.histc.default" not in supported and "aten.mode.default" not in supported
+    assert "aten._upsample_bilinear2d_aa.default" not in supported and "aten.put.default" not in supported
     with pytest.raises(chroma.CompileError) as ei:
         chroma.compile(_two_unsupported, (randn(3, 5),), out=str(tmp_path / "bad"))
     assert issubclass(chroma.CompileError, RuntimeError)
     msg = str(ei.value)
     assert re.search(r"\b2 unsupported ops\b", msg), msg
-    assert "aten.histc.default" in msg, msg
-    assert "aten.mode" in msg, msg
+    assert "aten._upsample_bilinear2d_aa.default" in msg, msg
+    assert "aten.put" in msg, msg
     assert f"test_errors.py:{_line_of('LINE_HISTC')}" in msg, msg
     assert f"test_errors.py:{_line_of('LINE_MODE')}" in msg, msg
     # each op is reported on its own line together with its own source location
     lines = msg.splitlines()
-    his = [ln for ln in lines if "aten.histc" in ln]
-    mod = [ln for ln in lines if "aten.mode" in ln]
+    his = [ln for ln in lines if "aten._upsample_bilinear2d_aa" in ln]
+    mod = [ln for ln in lines if "aten.put" in ln]
     assert len(his) == 1 and f":{_line_of('LINE_HISTC')}" in his[0], msg
     assert len(mod) == 1 and f":{_line_of('LINE_MODE')}" in mod[0], msg
 
