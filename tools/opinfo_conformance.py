@@ -10,7 +10,8 @@ For each OpInfo (torch.testing._internal.common_methods_invocations.op_db; needs
 wrapped as a function of its tensors (other arguments are baked in), compiled with
 chroma.compile and run; each output is compared with eager PyTorch using
 torch.testing.assert_close's default tolerances for the dtype (float32: rtol 1.3e-6,
-atol 1e-5), NaNs equal. To keep compile time down, all samples of one (op, dtype) are
+atol 1e-5, or the entry's own OpInfo tolerance overrides), NaNs equal; singular and eigen
+vectors in a canonical sign (CANONICAL). To keep compile time down, all samples of one (op, dtype) are
 compiled into one program first; when that fails, each sample is compiled on its own so every
 failure gets its own reason.
 
@@ -137,11 +138,58 @@ def _outputs(res):
     raise TypeError(f"non-tensor output {type(res).__name__}")
 
 
+def _sign_canon(vecs, others=()):
+    """Flips each column j of `vecs` (and of every tensor in `others`, whose column j goes
+    with it) so that the column's largest-magnitude entry (the first, on ties) is positive."""
+    import torch
+
+    if vecs.numel() == 0:
+        return vecs, list(others)
+    i = vecs.abs().argmax(dim=-2, keepdim=True)
+    sgn = torch.gather(vecs, -2, i).sign()
+    sgn = torch.where(sgn == 0, torch.ones_like(sgn), sgn)
+    return vecs * sgn, [o * sgn for o in others]
+
+
+def _canon_svd(outs, vh):
+    """Singular vectors are unique only up to a common sign per pair (u_j, v_j), and the
+    columns past min(m, n) of a full U or V only up to a rotation of the space they span:
+    compare sign-normalized pairs, and those spaces by their projectors."""
+    u, s, v = outs
+    if vh:
+        v = v.mT
+    k = s.shape[-1]
+    u1, (v1,) = _sign_canon(u[..., :k], [v[..., :k]])
+    res = [u1, s, v1]
+    for m in (u, v):
+        if m.shape[-1] > k:
+            rest = m[..., k:]
+            res.append(rest @ rest.mT)
+    return res
+
+
+def _canon_eigh(outs):
+    """Eigenvectors of a symmetric matrix are unique only up to sign (for distinct eigenvalues)."""
+    lam, q = outs
+    return [lam, _sign_canon(q)[0]]
+
+
+# Entries whose outputs are defined only up to a sign (or a rotation): both Chroma's and
+# eager's outputs are put into the canonical form above before they are compared (as
+# PyTorch's own linalg tests compare reconstructions rather than the vectors themselves).
+CANONICAL = {
+    "svd": lambda o: _canon_svd(o, vh=False),
+    "linalg.svd": lambda o: _canon_svd(o, vh=True),
+    "linalg.eigh": _canon_eigh,
+}
+
+
 class Case:
     """One sample as a function of its tensors."""
 
     def __init__(self, op, sample, tol=None):
         self.tol = tol  # (rtol, atol) or None: torch.testing's defaults
+        self.canon = CANONICAL.get(op.name if not op.variant_test_name else f"{op.name}.{op.variant_test_name}")
         self.leaves = []
         self.spec = _flatten((sample.input, tuple(sample.args), dict(sample.kwargs)), self.leaves)
         self.leaves = [t.detach().contiguous().clone() for t in self.leaves]
@@ -153,15 +201,18 @@ class Case:
         return self.op.op(inp, *args, **kwargs)
 
 
-def _compare(got, want, tol=None):
+def _compare(got, want, tol=None, canon=None):
     import numpy as np
     import torch
 
     if len(got) != len(want):
         return f"{len(got)} outputs, eager gives {len(want)}"
+    # (np.array, not ascontiguousarray, which would make 0-d arrays 1-d)
+    got = [torch.from_numpy(np.array(g, copy=True)) for g in got]
+    want = [w.detach().contiguous() for w in want]
+    if canon is not None:
+        got, want = canon(got), canon(want)
     for i, (g, w) in enumerate(zip(got, want)):
-        g = torch.from_numpy(np.array(g, copy=True))  # (ascontiguousarray would make 0-d arrays 1-d)
-        w = w.detach().contiguous()
         kw = {}
         if tol is not None and w.is_floating_point():
             kw = {"rtol": tol[0], "atol": tol[1]}
@@ -228,7 +279,7 @@ def run_cases(cases, workdir, cache, groups=None, probe=None):
         res, k = [], 0
         for i in idx:
             n = len(wants[i])
-            res.append(_compare(got[k:k + n], wants[i], cases[i].tol))
+            res.append(_compare(got[k:k + n], wants[i], cases[i].tol, cases[i].canon))
             k += n
         return res
 
@@ -364,8 +415,20 @@ def cause(sample):
     return "refused at compile time (argument combination)"
 
 
+def _random_sample(smp):
+    """A sample Chroma refuses because it draws random numbers (dropout with p > 0 inside an
+    entry that is otherwise deterministic, such as attention with dropout_p): it belongs to the
+    excluded random-number family and is skipped, not counted against the entry."""
+    return smp["status"] == "unsupported" and "random-number ops are not supported" in smp.get("reason", "")
+
+
 def write_markdown(report, path, note=""):
     ops = report["ops"]
+    for o in ops:
+        for d in o.get("dtypes", {}).values():
+            for smp in d.get("samples", []):
+                if _random_sample(smp):
+                    smp["status"], smp["reason"] = "skip", "draws random numbers: " + smp["reason"]
     excluded = [o for o in ops if o.get("excluded")]
     f32_all = [o for o in ops if "float32" in o.get("dtypes", {}) and "samples" in o["dtypes"]["float32"]]
     # Entries where eager itself raises on every float32 sample (CUDA-only jiterator entries)
@@ -438,11 +501,17 @@ def write_markdown(report, path, note=""):
               "tolerances, NaNs equal: `torch.testing.assert_close`'s defaults for the dtype (float32: "
               "rtol 1.3e-6, atol 1e-5; integer and bool results exactly), widened where the OpInfo entry declares "
               "a tolerance override for one of PyTorch's own forward-comparison tests on the CPU "
-              "(TestCommon, TestDecomp, TestInductorOpInfo; gradient tests do not count). `unsupported` "
+              "(TestCommon, TestDecomp, TestInductorOpInfo; gradient tests do not count). Singular and "
+              "eigen vectors (svd, linalg.svd, linalg.eigh) are unique only up to sign, so both sides are "
+              "compared in a canonical form: each vector's largest entry made positive (flipping its "
+              "partner too), and the extra columns of full U/V, a basis fixed only up to rotation, "
+              "compared by their projector. `unsupported` "
               "means export or compilation refused it with the message shown; `fail` means it compiled "
               "and gave a different answer or failed at run time. Random-number ops (their results "
               "depend on the generator: this includes fractional max pooling and the randomized "
-              "low-rank SVD/PCA) and ops returning uninitialized memory are excluded; entries with no "
+              "low-rank SVD/PCA, and single samples that draw random numbers, such as attention with "
+              "dropout_p > 0, which count as skipped) and ops returning uninitialized memory are "
+              "excluded; entries with no "
               "CPU kernel for a dtype have no row for it.",
               "", "## Core ATen opset", ""]
     core = core_table()
@@ -491,25 +560,32 @@ def main(argv=None):
     if a.from_json:
         # Several reports (comma-separated, e.g. parallel shards and a re-run): later entries
         # replace earlier ones of the same name; op_db order is kept.
+        # An input that is itself a merged report keeps its runs (renumbered after the
+        # earlier inputs'); a plain report is one run.
         merged, order, seconds, runs = None, [], 0.0, []
-        for k, path in enumerate(a.from_json.split(",")):
+        for path in a.from_json.split(","):
             with open(path) as f:
                 r = json.load(f)
             seconds += r.get("seconds", 0)
             if merged is None:
                 merged = dict(r, ops=[])
                 by = {}
-            runs.append({"tag": f"r{k + 1}", "dtypes": r["dtypes"], "max_samples": r.get("max_samples", 0),
-                         "torch": r.get("torch", "")})
+            sub = r.get("runs") or [{"tag": None, "dtypes": r["dtypes"], "max_samples": r.get("max_samples", 0),
+                                     "torch": r.get("torch", "")}]
+            retag = {}
+            for run in sub:
+                retag[run["tag"]] = f"r{len(runs) + 1}"
+                runs.append(dict(run, tag=retag[run["tag"]]))
             for o in r["ops"]:
                 if o.get("not_run"):
                     continue
                 if o["name"] not in by:
                     order.append(o["name"])
-                by[o["name"]] = dict(o, run=f"r{k + 1}")
+                tag = retag.get(o.get("run") if r.get("runs") else None, runs[-1]["tag"])
+                by[o["name"]] = dict(o, run=tag)
                 why = excluded_name(o["name"])  # today's exclusion rules apply to older reports too
                 if why and not by[o["name"]].get("excluded"):
-                    by[o["name"]] = {"name": o["name"], "dtypes": {}, "excluded": why, "run": f"r{k + 1}"}
+                    by[o["name"]] = {"name": o["name"], "dtypes": {}, "excluded": why, "run": tag}
         merged["runs"] = runs
         merged["dtypes"] = sorted({d for run in runs for d in run["dtypes"]}, key=lambda d: list(DTYPES).index(d))
         try:  # op_db order, as a single run writes it

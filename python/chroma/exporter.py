@@ -8,7 +8,8 @@ Usage::
     g.blob   # weight data (bytes)
 
 Pipeline: ``torch.export.export(module, example_inputs)`` (non-strict) followed
-by ``ep.run_decompositions()`` (default table: the core ATen opset), then the
+by ``ep.run_decompositions()`` (torch's default table, the core ATen opset, with
+the changes in ``decompositions.py``), then the
 FX graph is serialized. ``export`` does NOT call ``module.eval()``: export in
 the mode you want to compile (usually eval). Buffer mutations (e.g. BatchNorm
 running stats in train mode) are dropped with a warning.
@@ -31,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from . import graph_file
+from . import decompositions, graph_file
 
 __all__ = ["export", "ExportedGraph", "ExportError", "check_torch_version", "PRODUCER_VERSION",
            "SUPPORTED_TORCH", "DTYPES"]
@@ -473,7 +474,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
         with warnings.catch_warnings():  # torch-internal pytree deprecation noise
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             ep = torch.export.export(module, example_inputs, strict=False)
-            ep = ep.run_decompositions()
+            ep = ep.run_decompositions(decompositions.table())
     except Exception as e:
         raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
 

@@ -21,24 +21,10 @@
 #include <vector>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
-
-std::string list_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-Value const_i64(Builder& b, const Shape& shape, const std::vector<int64_t>& v) {
-  ConstantData cd;
-  cd.type = TensorType{DType::kI64, shape};
-  std::vector<uint8_t> bytes(v.size() * sizeof(int64_t));
-  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
-  cd.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
-  return b.graph().constant(std::move(cd));
-}
 
 // out = base; out[.., idx[i], ..] += values[.., i, ..] along `axis`.
 Value index_put_add(Builder& b, Value base, int64_t axis, Value idx, Value values) {
@@ -53,7 +39,7 @@ Value scatter_add_axis(Builder& b, Value v, int64_t axis, int64_t n, const std::
   Shape zs = b.type(v).shape;
   zs[static_cast<size_t>(axis)] = n;
   Value zeros = b.full(Scalar::of_int(0), b.type(v).dtype, zs);
-  return index_put_add(b, zeros, axis, const_i64(b, {static_cast<int64_t>(pos.size())}, pos), v);
+  return index_put_add(b, zeros, axis, gu::const_i64(b, pos, {static_cast<int64_t>(pos.size())}), v);
 }
 
 // The list of bools `output_mask` (absent: all true).
@@ -86,7 +72,7 @@ Value sum_except(Builder& b, Value v, const std::vector<int64_t>& keep) {
 std::vector<int64_t> two(Call& c, size_t i, const char* name) {
   std::vector<int64_t> v = c.ints(i, name);
   if (v.size() == 1) v.push_back(v[0]);
-  if (v.size() != 2) c.fail(std::string("col2im: ") + name + " " + list_str(v) + " must have 2 values");
+  if (v.size() != 2) c.fail(std::string("col2im: ") + name + " " + gu::ints_str(v) + " must have 2 values");
   return v;
 }
 
@@ -104,19 +90,19 @@ Value col2im(Call& c) {
   std::vector<int64_t> blocks(2);
   for (size_t i = 0; i < 2; ++i) {
     if (k[i] < 1 || dil[i] < 1 || st[i] < 1 || pad[i] < 0 || out[i] < 1) {
-      c.fail("col2im: kernel_size " + list_str(k) + ", dilation " + list_str(dil) + ", stride " + list_str(st) +
-             " must be positive, padding " + list_str(pad) + " non-negative, output_size " + list_str(out) + " positive");
+      c.fail("col2im: kernel_size " + gu::ints_str(k) + ", dilation " + gu::ints_str(dil) + ", stride " + gu::ints_str(st) +
+             " must be positive, padding " + gu::ints_str(pad) + " non-negative, output_size " + gu::ints_str(out) + " positive");
     }
     blocks[i] = (out[i] + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) / st[i] + 1;
     if (out[i] + 2 * pad[i] - dil[i] * (k[i] - 1) - 1 < 0) blocks[i] = 0;
   }
   const Shape s = b.type(x).shape;
   if (s[1] % (k[0] * k[1]) != 0 || s[1] == 0) {
-    c.fail("col2im: the input's dim 1 (" + std::to_string(s[1]) + ") is not a positive multiple of the kernel size " + list_str(k));
+    c.fail("col2im: the input's dim 1 (" + std::to_string(s[1]) + ") is not a positive multiple of the kernel size " + gu::ints_str(k));
   }
   if (blocks[0] * blocks[1] != s[2] || s[2] == 0) {
-    c.fail("col2im: output_size " + list_str(out) + ", kernel_size " + list_str(k) + ", dilation " + list_str(dil) +
-           ", padding " + list_str(pad) + ", stride " + list_str(st) + " give " + std::to_string(blocks[0]) + " x " +
+    c.fail("col2im: output_size " + gu::ints_str(out) + ", kernel_size " + gu::ints_str(k) + ", dilation " + gu::ints_str(dil) +
+           ", padding " + gu::ints_str(pad) + ", stride " + gu::ints_str(st) + " give " + std::to_string(blocks[0]) + " x " +
            std::to_string(blocks[1]) + " blocks, the input " + xt.str() + " has " + std::to_string(s[2]));
   }
   const int64_t n = s[0], ch = s[1] / (k[0] * k[1]);
@@ -137,47 +123,6 @@ Value col2im(Call& c) {
 }
 
 // ---- convolution_backward -----------------------------------------------------------------
-
-// Pads (negative: crops) `axis` with zeros.
-Value pad_axis(Builder& b, Value x, int64_t axis, int64_t lo, int64_t hi) {
-  const int64_t n = b.type(x).shape[static_cast<size_t>(axis)];
-  if (lo < 0 || hi < 0) {
-    x = b.slice(x, axis, lo < 0 ? -lo : 0, hi < 0 ? n + hi : n, 1);
-    lo = std::max<int64_t>(lo, 0);
-    hi = std::max<int64_t>(hi, 0);
-  }
-  if (lo == 0 && hi == 0) return x;
-  const TensorType t = b.type(x);
-  std::vector<Value> parts;
-  auto zeros = [&](int64_t size) {
-    Shape zs = t.shape;
-    zs[static_cast<size_t>(axis)] = size;
-    return b.full(Scalar::of_int(0), t.dtype, zs);
-  };
-  if (lo) parts.push_back(zeros(lo));
-  parts.push_back(x);
-  if (hi) parts.push_back(zeros(hi));
-  Attrs a;
-  a.axis = axis;
-  return b.graph().add(Op::kConcat, parts, a);
-}
-
-// Inserts `s - 1` zeros between consecutive elements along `axis`: n -> (n - 1) * s + 1.
-Value dilate_axis(Builder& b, Value x, int64_t axis, int64_t s) {
-  if (s == 1) return x;
-  const TensorType t = b.type(x);
-  const int64_t n = t.shape[static_cast<size_t>(axis)];
-  Shape col = t.shape;
-  col.insert(col.begin() + axis + 1, 1);
-  Shape zs = col;
-  zs[static_cast<size_t>(axis) + 1] = s - 1;
-  Attrs a;
-  a.axis = axis + 1;
-  Value v = b.graph().add(Op::kConcat, {b.reshape(x, col), b.full(Scalar::of_int(0), t.dtype, zs)}, a);
-  Shape flat = t.shape;
-  flat[static_cast<size_t>(axis)] = n * s;
-  return b.slice(b.reshape(v, flat), axis, 0, (n - 1) * s + 1, 1);
-}
 
 Value conv(Builder& b, Value x, Value w, const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
            const std::vector<int64_t>& dilation, int64_t groups) {
@@ -229,7 +174,7 @@ std::vector<int64_t> per_dim(Call& c, size_t i, const char* name, int64_t d, int
   if (v.empty()) v.assign(static_cast<size_t>(d), dflt);
   if (v.size() == 1 && d > 1) v.assign(static_cast<size_t>(d), v[0]);
   if (static_cast<int64_t>(v.size()) != d) {
-    c.fail("convolution_backward: " + std::string(name) + " " + list_str(v) + " has " + std::to_string(v.size()) +
+    c.fail("convolution_backward: " + std::string(name) + " " + gu::ints_str(v) + " has " + std::to_string(v.size()) +
            " values for a " + std::to_string(d) + "-d convolution");
   }
   return v;
@@ -260,11 +205,11 @@ std::vector<Value> convolution_backward(Call& c) {
   const std::vector<bool> mask = mask_of(c, 10, "output_mask", 3);
   for (size_t u = 0; u < static_cast<size_t>(d); ++u) {
     if (stride[u] < 1 || dilation[u] < 1 || padding[u] < 0) {
-      c.fail("convolution_backward: stride " + list_str(stride) + " and dilation " + list_str(dilation) +
-             " must be positive, padding " + list_str(padding) + " non-negative");
+      c.fail("convolution_backward: stride " + gu::ints_str(stride) + " and dilation " + gu::ints_str(dilation) +
+             " must be positive, padding " + gu::ints_str(padding) + " non-negative");
     }
     if (transposed && (output_padding[u] < 0 || output_padding[u] >= std::max(stride[u], dilation[u]))) {
-      c.fail("convolution_backward: output_padding " + list_str(output_padding) +
+      c.fail("convolution_backward: output_padding " + gu::ints_str(output_padding) +
              " must be non-negative and smaller than the stride or the dilation");
     }
   }
@@ -289,8 +234,8 @@ std::vector<Value> convolution_backward(Call& c) {
     const int64_t span = dilation[u] * (kernel[u] - 1) + 1;
     if (!transposed) {
       if (in[u] + 2 * padding[u] < span) {
-        c.fail("convolution_backward: the kernel " + wt.str() + " (dilation " + list_str(dilation) +
-               ") is larger than the padded input " + xt.str() + " (padding " + list_str(padding) + ")");
+        c.fail("convolution_backward: the kernel " + wt.str() + " (dilation " + gu::ints_str(dilation) +
+               ") is larger than the padded input " + xt.str() + " (padding " + gu::ints_str(padding) + ")");
       }
       want.push_back((in[u] + 2 * padding[u] - span) / stride[u] + 1);
     } else {
@@ -299,7 +244,7 @@ std::vector<Value> convolution_backward(Call& c) {
   }
   if (gt.shape != want) {
     std::vector<int64_t> ws(want.begin(), want.end());
-    c.fail("convolution_backward: grad_output is " + gt.str() + ", the forward convolution's output has shape " + list_str(ws));
+    c.fail("convolution_backward: grad_output is " + gt.str() + ", the forward convolution's output has shape " + gu::ints_str(ws));
   }
   const std::vector<int64_t> ones(static_cast<size_t>(d), 1), zeros(static_cast<size_t>(d), 0);
   std::vector<Value> r;
@@ -326,10 +271,10 @@ std::vector<Value> convolution_backward(Call& c) {
     Value v = gy;
     for (size_t u = 0; u < static_cast<size_t>(d); ++u) {
       const int64_t axis = 2 + static_cast<int64_t>(u);
-      v = dilate_axis(b, v, axis, stride[u]);
+      v = gu::dilate_axis(b, v, axis, stride[u]);
       const int64_t edge = dilation[u] * (kernel[u] - 1) - padding[u];
       const int64_t extra = in[u] - ((gt.shape[2 + u] - 1) * stride[u] - 2 * padding[u] + dilation[u] * (kernel[u] - 1) + 1);
-      v = pad_axis(b, v, axis, edge, edge + extra);
+      v = gu::pad_or_crop(b, v, axis, edge, edge + extra);
     }
     r.push_back(conv(b, v, wf, ones, zeros, dilation, groups));
   }
@@ -418,11 +363,11 @@ std::vector<Value> layer_norm_backward(Call& c) {
   check_float_same(c, what, all);
   const int64_t r = xt.rank(), k = static_cast<int64_t>(ns.size()), axis = r - k;
   if (axis < 0 || !std::equal(ns.begin(), ns.end(), xt.shape.begin() + axis)) {
-    c.fail(std::string(what) + ": normalized_shape " + list_str(ns) + " is not the trailing shape of the input " + xt.str());
+    c.fail(std::string(what) + ": normalized_shape " + gu::ints_str(ns) + " is not the trailing shape of the input " + xt.str());
   }
   if (b.type(gy).shape != xt.shape) c.fail(std::string(what) + ": grad_out " + b.type(gy).str() + " and input " + xt.str() + " differ in shape");
   if (w && b.type(*w).shape != Shape(ns.begin(), ns.end())) {
-    c.fail(std::string(what) + ": weight " + b.type(*w).str() + " does not have the normalized shape " + list_str(ns));
+    c.fail(std::string(what) + ": weight " + b.type(*w).str() + " does not have the normalized shape " + gu::ints_str(ns));
   }
   Shape stat(xt.shape.begin(), xt.shape.begin() + axis);
   stat.insert(stat.end(), static_cast<size_t>(k), 1);

@@ -12,58 +12,12 @@
 #include <string>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
 
 std::vector<Value> one(Value v) { return {v}; }
-
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-// Pads (or, for negative amounts, crops) `axis` with zeros.
-Value pad_axis(Builder& b, Value x, int64_t axis, int64_t lo, int64_t hi) {
-  const int64_t n = b.type(x).shape[static_cast<size_t>(axis)];
-  if (lo < 0 || hi < 0) {
-    x = b.slice(x, axis, lo < 0 ? -lo : 0, hi < 0 ? n + hi : n, 1);
-    lo = std::max<int64_t>(lo, 0);
-    hi = std::max<int64_t>(hi, 0);
-  }
-  if (lo == 0 && hi == 0) return x;
-  const TensorType t = b.type(x);
-  std::vector<Value> parts;
-  auto zeros = [&](int64_t size) {
-    Shape s = t.shape;
-    s[static_cast<size_t>(axis)] = size;
-    return b.full(Scalar::of_int(0), t.dtype, s);
-  };
-  if (lo) parts.push_back(zeros(lo));
-  parts.push_back(x);
-  if (hi) parts.push_back(zeros(hi));
-  Attrs a;
-  a.axis = axis;
-  return b.graph().add(Op::kConcat, parts, a);
-}
-
-// Inserts `s - 1` zeros between consecutive elements along `axis`: n -> (n - 1) * s + 1.
-Value dilate_axis(Builder& b, Value x, int64_t axis, int64_t s) {
-  if (s == 1) return x;
-  const TensorType t = b.type(x);
-  const int64_t n = t.shape[static_cast<size_t>(axis)];
-  Shape col = t.shape;
-  col.insert(col.begin() + axis + 1, 1);
-  Shape zs = col;
-  zs[static_cast<size_t>(axis) + 1] = s - 1;
-  Attrs a;
-  a.axis = axis + 1;
-  Value v = b.graph().add(Op::kConcat, {b.reshape(x, col), b.full(Scalar::of_int(0), t.dtype, zs)}, a);
-  Shape flat = t.shape;
-  flat[static_cast<size_t>(axis)] = n * s;
-  return b.slice(b.reshape(v, flat), axis, 0, (n - 1) * s + 1, 1);
-}
 
 // Convolution of batched `x` [N, Cin, S...] with `w` [Cout, Cin/groups, K...], no bias: the
 // Conv primitive, after the checks that name the problem in PyTorch's terms.
@@ -78,8 +32,8 @@ Value conv_forward(Call& c, Value x, Value w, const std::vector<int64_t>& stride
     const size_t u = static_cast<size_t>(i);
     const int64_t span = dilation[u] * (kernel[u] - 1) + 1;
     if (xt.shape[2 + u] + 2 * padding[u] < span) {
-      c.fail("convolution: the kernel (size " + ints_str(kernel) + ", dilation " + ints_str(dilation) +
-             ") is larger than the padded input " + xt.str() + " (padding " + ints_str(padding) + ")");
+      c.fail("convolution: the kernel (size " + gu::ints_str(kernel) + ", dilation " + gu::ints_str(dilation) +
+             ") is larger than the padded input " + xt.str() + " (padding " + gu::ints_str(padding) + ")");
     }
   }
   if (groups <= 0 || cin % groups || cout % groups) {
@@ -104,7 +58,7 @@ std::vector<int64_t> per_dim(Call& c, size_t i, const char* name, int64_t d, int
   if (v.empty()) v.assign(static_cast<size_t>(d), dflt);
   if (v.size() == 1 && d > 1) v.assign(static_cast<size_t>(d), v[0]);
   if (static_cast<int64_t>(v.size()) != d) {
-    c.fail(std::string(name) + " " + ints_str(v) + " has " + std::to_string(v.size()) + " values for a " +
+    c.fail(std::string(name) + " " + gu::ints_str(v) + " has " + std::to_string(v.size()) + " values for a " +
            std::to_string(d) + "-d convolution");
   }
   return v;
@@ -136,16 +90,16 @@ Value convolution(Call& c) {
   const int64_t groups = c.int_or(8, "groups", 1);
   for (int64_t i = 0; i < d; ++i) {
     const size_t u = static_cast<size_t>(i);
-    if (stride[u] < 1) c.fail("convolution: stride " + ints_str(stride) + " must be positive");
-    if (dilation[u] < 1) c.fail("convolution: dilation " + ints_str(dilation) + " must be positive");
-    if (padding[u] < 0) c.fail("convolution: padding " + ints_str(padding) + " must be non-negative");
+    if (stride[u] < 1) c.fail("convolution: stride " + gu::ints_str(stride) + " must be positive");
+    if (dilation[u] < 1) c.fail("convolution: dilation " + gu::ints_str(dilation) + " must be positive");
+    if (padding[u] < 0) c.fail("convolution: padding " + gu::ints_str(padding) + " must be non-negative");
     if (output_padding[u] < 0 || (transposed && output_padding[u] >= std::max(stride[u], dilation[u]))) {
-      c.fail("convolution: output_padding " + ints_str(output_padding) +
+      c.fail("convolution: output_padding " + gu::ints_str(output_padding) +
              " must be non-negative and smaller than the stride or the dilation");
     }
   }
   if (!transposed && std::any_of(output_padding.begin(), output_padding.end(), [](int64_t v) { return v != 0; })) {
-    c.fail("convolution: output_padding " + ints_str(output_padding) + " is only meaningful for a transposed convolution");
+    c.fail("convolution: output_padding " + gu::ints_str(output_padding) + " is only meaningful for a transposed convolution");
   }
 
   // An inference batch norm folded into this convolution (see conv_bn_folds in importer.cpp):
@@ -201,9 +155,9 @@ Value convolution(Call& c) {
     Value xs = x;
     for (int64_t i = 0; i < d; ++i) {
       const size_t u = static_cast<size_t>(i);
-      xs = dilate_axis(b, xs, 2 + i, stride[u]);
+      xs = gu::dilate_axis(b, xs, 2 + i, stride[u]);
       const int64_t edge = dilation[u] * (wt.shape[2 + u] - 1) - padding[u];
-      xs = pad_axis(b, xs, 2 + i, edge, edge + output_padding[u]);
+      xs = gu::pad_or_crop(b, xs, 2 + i, edge, edge + output_padding[u]);
     }
     y = conv_forward(c, xs, wf, std::vector<int64_t>(static_cast<size_t>(d), 1),
                      std::vector<int64_t>(static_cast<size_t>(d), 0), dilation, groups);

@@ -23,34 +23,12 @@
 #include <vector>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
 
 std::vector<Value> one(Value v) { return {v}; }
-
-std::string list_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-Value iota(Builder& b, DType t, const Shape& shape, std::vector<double> coeffs, int64_t base) {
-  Attrs a;
-  a.dtype = t;
-  a.ints = shape;
-  a.coeffs = std::move(coeffs);
-  a.scalar = Scalar::of_int(base);
-  return b.graph().add(Op::kIota, {}, a);
-}
-
-Value where(Builder& b, Value cond, Value x, Value y) {
-  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)});
-}
-
-Value where_s(Builder& b, Value cond, Value x, Scalar y) {
-  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)}, b.type(x).dtype);
-}
 
 Value index_put(Builder& b, Value base, int64_t axis, Value idx, Value values, bool accumulate, ReduceKind r) {
   Attrs a;
@@ -122,14 +100,14 @@ Value index_reduce(Call& c) {
   Value hit = b.ew(EwOp::k_gt, hits, Scalar::of_int(0));
   Value base = x;
   if (!include_self) {
-    base = where(b, b.expand(hit, s1), b.full(identity(r, st.dtype), st.dtype, s1), x);
+    base = gu::where(b, b.expand(hit, s1), b.full(identity(r, st.dtype), st.dtype, s1), x);
   }
   Value out = index_put(b, base, dim, idx, v, true, r);
   if (reduce == "mean") {
     Value count = include_self ? b.ew(EwOp::k_add, hits, Scalar::of_int(1)) : b.ew(EwOp::k_maximum, hits, Scalar::of_int(1));
     count = b.expand(b.cast(count, st.dtype), s1);
     out = is_float(st.dtype) ? b.ew(EwOp::k_div, out, count) : b.ew(EwOp::k_floor_divide, out, count);
-    if (!include_self) out = where(b, b.expand(hit, s1), out, x);
+    if (!include_self) out = gu::where(b, b.expand(hit, s1), out, x);
   }
   return b.reshape(out, st.shape);
 }
@@ -191,12 +169,12 @@ Value segment_reduce(Call& c) {
   }
   // element position q [1, P, 1] against the ends [rows, 1, S]: its segment is the number of
   // ends at or before it; it lies in a segment when start <= q < the last end.
-  Value q = iota(b, DType::kI64, {1, p, 1}, {0.0, 1.0, 0.0}, 0);
+  Value q = gu::iota(b, DType::kI64, {1, p, 1}, {0.0, 1.0, 0.0}, 0);
   Value id = b.sum(b.cast(b.ew(EwOp::k_le, b.reshape(ends, {rows, 1, s}), q), DType::kI64), {2}, false);  // [rows, P]
   Value q2 = b.reshape(q, {1, p});
   Value inside = b.ew(EwOp::k_logical_and, b.ew(EwOp::k_ge, q2, start), b.ew(EwOp::k_lt, q2, b.slice(ends, 1, s - 1, s, 1)));
-  Value row_base = iota(b, DType::kI64, {rows, 1}, {static_cast<double>(s), 0.0}, 0);
-  Value slot = where_s(b, inside, b.ew(EwOp::k_add, id, row_base), Scalar::of_int(rows * s));
+  Value row_base = gu::iota(b, DType::kI64, {rows, 1}, {static_cast<double>(s), 0.0}, 0);
+  Value slot = gu::where(b, inside, b.ew(EwOp::k_add, id, row_base), Scalar::of_int(rows * s));
   Scalar init = initial ? *initial : identity(r, dt.dtype);
   Value base = b.full(init, dt.dtype, {rows * s + 1, inner});
   Value vals = b.reshape(data, {rows * p, inner});
@@ -207,7 +185,7 @@ Value segment_reduce(Call& c) {
     Value fl = b.cast(len, dt.dtype);
     Value empty = initial ? b.full(*initial, dt.dtype, {rows, s, inner})
                           : b.full(Scalar::of_float(std::numeric_limits<double>::quiet_NaN()), dt.dtype, {rows, s, inner});
-    acc = where(b, b.expand(b.ew(EwOp::k_gt, len, Scalar::of_int(0)), {rows, s, inner}), b.ew(EwOp::k_div, acc, fl), empty);
+    acc = gu::where(b, b.expand(b.ew(EwOp::k_gt, len, Scalar::of_int(0)), {rows, s, inner}), b.ew(EwOp::k_div, acc, fl), empty);
   }
   return b.reshape(acc, out_shape);
 }
@@ -236,7 +214,7 @@ Value mirror(Builder& b, Value v, double lo, double hi) {
   Value even = b.ew(EwOp::k_eq, b.ew(EwOp::k_fmod, k, Scalar::of_float(2.0)), Scalar::of_float(0.0));
   Value fwd = b.ew(EwOp::k_add, rem, Scalar::of_float(lo));
   Value back = b.ew(EwOp::k_sub, b.full(Scalar::of_float(hi), b.type(v).dtype, b.type(v).shape), rem);
-  return where(b, even, fwd, back);
+  return gu::where(b, even, fwd, back);
 }
 
 // The padding mode applied to voxel coordinates (0 zeros: unchanged, 1 border, 2 reflection).
@@ -294,7 +272,7 @@ Value grid_sampler_3d(Call& c) {
     Attrs a;
     a.axis = 2;
     Value v = b.graph().add(Op::kGatherElements, {src, bc(pos)}, a);
-    return where_s(b, bc(inb), v, Scalar::of_int(0));
+    return gu::where(b, bc(inb), v, Scalar::of_int(0));
   };
   Value out;
   if (interp == 1) {
@@ -332,22 +310,22 @@ Value as_strided_scatter(Call& c) {
   const std::vector<int64_t> size = c.ints(2, "size"), stride = c.ints(3, "stride");
   const int64_t offset = c.int_or(4, "storage_offset", 0);
   const TensorType st = b.type(self), srt = b.type(src);
-  if (size.size() != stride.size()) c.fail("as_strided_scatter: size " + list_str(size) + " and stride " + list_str(stride) + " differ in length");
-  if (srt.shape != Shape(size.begin(), size.end())) c.fail("as_strided_scatter: src " + srt.str() + " does not have the view's size " + list_str(size));
+  if (size.size() != stride.size()) c.fail("as_strided_scatter: size " + gu::ints_str(size) + " and stride " + gu::ints_str(stride) + " differ in length");
+  if (srt.shape != Shape(size.begin(), size.end())) c.fail("as_strided_scatter: src " + srt.str() + " does not have the view's size " + gu::ints_str(size));
   if (numel(Shape(size.begin(), size.end())) == 0) return self;
   int64_t last = offset;
   for (size_t d = 0; d < size.size(); ++d) {
-    if (stride[d] < 0) c.fail("as_strided_scatter: negative strides " + list_str(stride) + " are not supported");
+    if (stride[d] < 0) c.fail("as_strided_scatter: negative strides " + gu::ints_str(stride) + " are not supported");
     last += (size[d] - 1) * stride[d];
   }
   if (offset < 0 || last >= st.numel()) {
-    c.fail("as_strided_scatter: the view (size " + list_str(size) + ", stride " + list_str(stride) + ", offset " +
+    c.fail("as_strided_scatter: the view (size " + gu::ints_str(size) + ", stride " + gu::ints_str(stride) + ", offset " +
            std::to_string(offset) + ") reaches element " + std::to_string(last) + " of a tensor of " + std::to_string(st.numel()) +
            " elements");
   }
   const int64_t m = srt.numel();
-  Value idx = size.empty() ? iota(b, DType::kI64, {1}, {0.0}, offset)
-                           : b.reshape(iota(b, DType::kI64, Shape(size.begin(), size.end()), std::vector<double>(stride.begin(), stride.end()), offset), {m});
+  Value idx = size.empty() ? gu::iota(b, DType::kI64, {1}, {0.0}, offset)
+                           : b.reshape(gu::iota(b, DType::kI64, Shape(size.begin(), size.end()), std::vector<double>(stride.begin(), stride.end()), offset), {m});
   Value out = index_put(b, b.reshape(self, {st.numel()}), 0, idx, b.reshape(b.cast(src, st.dtype), {m}), false, ReduceKind::kSum);
   return b.reshape(out, st.shape);
 }
@@ -373,7 +351,7 @@ Value unfold(Call& c) {
   if (numel(out) == 0) return b.full(Scalar::of_int(0), t.dtype, out);
   Attrs a;
   a.axis = dim;
-  Value g = b.graph().add(Op::kGather, {x, iota(b, DType::kI64, {windows, size}, {static_cast<double>(step), 1.0}, 0)}, a);
+  Value g = b.graph().add(Op::kGather, {x, gu::iota(b, DType::kI64, {windows, size}, {static_cast<double>(step), 1.0}, 0)}, a);
   if (t.rank() == 0) return b.reshape(g, out);
   // [pre, windows, size, post] -> [pre, windows, post, size]
   const int64_t r = t.rank() + 1;

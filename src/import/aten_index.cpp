@@ -251,11 +251,26 @@ void register_aten_index(HandlerTable& t) {
     return one(gather(c.b, x, idx, axis));
   };
   t["aten.index.Tensor"] = [](Call& c) { return one(index_tensor(c)); };
+  // gather(self, dim, index): a 0-d self or index counts as 1-D of one element (as in
+  // PyTorch), and an empty index gives an empty result whatever its rank.
   t["aten.gather.default"] = [](Call& c) {
+    Builder& b = c.b;
     Value x = c.tensor(0, "self");
+    Value idx = b.cast(c.tensor(2, "index"), DType::kI64);
+    const Shape out_shape = b.type(idx).shape;
+    if (b.type(idx).numel() == 0) return one(b.full(Scalar::of_int(0), b.type(x).dtype, out_shape));
+    const bool scalar = b.type(x).rank() == 0 || b.type(idx).rank() == 0;
+    if (scalar) {
+      if (b.type(x).rank() > 1 || b.type(idx).rank() > 1)
+        c.fail("gather: a 0-d self or index needs the other to have at most one dimension, got self " +
+               b.type(x).str() + " and index " + b.type(idx).str());
+      x = b.reshape(x, {b.type(x).numel()});
+      idx = b.reshape(idx, {b.type(idx).numel()});
+    }
     Attrs a;
-    a.axis = c.b.dim(c.int_(1, "dim"), c.b.type(x).rank());
-    return one(c.b.graph().add(Op::kGatherElements, {x, c.b.cast(c.tensor(2, "index"), DType::kI64)}, a));
+    a.axis = b.dim(c.int_(1, "dim"), std::max<int64_t>(b.type(x).rank(), 1));
+    Value out = b.graph().add(Op::kGatherElements, {x, idx}, a);
+    return one(scalar ? b.reshape(out, out_shape) : out);
   };
   t["aten.topk.default"] = [](Call& c) { return topk(c); };
   t["aten.index_put.default"] = [](Call& c) {
@@ -288,6 +303,21 @@ void register_aten_index(HandlerTable& t) {
       return one(mask_put(c, x, pos, c.b.cast(ix, DType::kBool), c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
     }
     return one(index_put(c, x, pos, ix, c.tensor(2, "values"), c.bool_or(3, "accumulate", false)));
+  };
+  // put(self, index, source, accumulate): index_put into the row-major flattened tensor.
+  t["aten.put.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    Value idx = c.tensor(1, "index");
+    Value src = c.tensor(2, "source");
+    if (is_float(b.type(idx).dtype) || b.type(idx).dtype == DType::kBool) c.fail("put: index must be an integer tensor, got " + b.type(idx).str());
+    if (b.type(idx).numel() != b.type(src).numel())
+      c.fail("put: index " + b.type(idx).str() + " and source " + b.type(src).str() + " must have the same number of elements");
+    const Shape shape = b.type(x).shape;
+    const int64_t n = b.type(x).numel();
+    Value out = index_put(c, b.reshape(x, {n}), 0, b.reshape(b.cast(idx, DType::kI64), {b.type(idx).numel()}),
+                          b.reshape(src, {b.type(src).numel()}), c.bool_or(3, "accumulate", false));
+    return one(b.reshape(out, shape));
   };
   t["aten.index_copy.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");

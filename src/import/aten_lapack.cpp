@@ -8,6 +8,7 @@
 // The `_ex` ops return LAPACK's `info` exactly; the others give what LAPACK gives.
 #include "chroma/cpu/linalg.h"
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
@@ -44,33 +45,20 @@ Value to_batch(Builder& b, Value x, const Shape& batch, size_t xr = 2) {
   return s == t.shape ? x : b.expand(x, s);
 }
 
-Value iota(Builder& b, DType t, const Shape& shape, std::vector<double> coeffs, int64_t base) {
-  Attrs a;
-  a.dtype = t;
-  a.ints = shape;
-  a.coeffs = std::move(coeffs);
-  a.scalar = Scalar::of_int(base);
-  return b.graph().add(Op::kIota, {}, a);
-}
-
-Value where(Builder& b, Value cond, Value x, Value y) {
-  return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)});
-}
-
 // Matrix-shaped mask over the last two dims: col - row >= diag (triu) or <= diag (tril).
 Value tri_mask(Builder& b, int64_t m, int64_t n, int64_t diag, bool upper) {
-  Value d = iota(b, DType::kI64, {m, n}, {-1.0, 1.0}, 0);
+  Value d = gu::iota(b, DType::kI64, {m, n}, {-1.0, 1.0}, 0);
   return b.ew(upper ? EwOp::k_ge : EwOp::k_le, d, Scalar::of_int(diag));
 }
 Value tri(Builder& b, Value x, int64_t diag, bool upper) {
   const TensorType& t = b.type(x);
   const size_t r = t.shape.size();
   Value mask = b.expand(tri_mask(b, t.shape[r - 2], t.shape[r - 1], diag, upper), t.shape);
-  return where(b, mask, x, b.full(Scalar::of_int(0), t.dtype, t.shape));
+  return gu::where(b, mask, x, b.full(Scalar::of_int(0), t.dtype, t.shape));
 }
 
 Value identity(Builder& b, DType t, int64_t n, const Shape& batch) {
-  Value eye = b.cast(b.ew(EwOp::k_eq, iota(b, DType::kI64, {n, n}, {-1.0, 1.0}, 0), Scalar::of_int(0)), t);
+  Value eye = b.cast(b.ew(EwOp::k_eq, gu::iota(b, DType::kI64, {n, n}, {-1.0, 1.0}, 0), Scalar::of_int(0)), t);
   Shape s = batch;
   s.push_back(n);
   s.push_back(n);
@@ -100,7 +88,7 @@ Value lu_perm(Builder& b, Value piv, int64_t m) {
   s.push_back(m);
   std::vector<double> coeffs(s.size(), 0.0);
   coeffs.back() = 1.0;
-  Value pos = iota(b, DType::kI64, s, coeffs, 0);
+  Value pos = gu::iota(b, DType::kI64, s, coeffs, 0);
   Value perm = pos;
   Value p64 = b.ew(EwOp::k_sub, b.cast(piv, DType::kI64), Scalar::of_int(1));
   for (int64_t i = 0; i < k; ++i) {
@@ -111,7 +99,7 @@ Value lu_perm(Builder& b, Value piv, int64_t m) {
     Value at_j = b.graph().add(Op::kGatherElements, {perm, j}, ga);
     Value is_i = b.ew(EwOp::k_eq, pos, Scalar::of_int(i));
     Value is_j = b.ew(EwOp::k_eq, pos, b.expand(j, s));
-    perm = where(b, is_i, b.expand(at_j, s), where(b, is_j, b.expand(at_i, s), perm));
+    perm = gu::where(b, is_i, b.expand(at_j, s), gu::where(b, is_j, b.expand(at_i, s), perm));
   }
   return perm;
 }
@@ -125,7 +113,7 @@ Value perm_matrix(Builder& b, Value perm, DType t) {
   Value cols = b.expand(b.unsqueeze(perm, -2), s);
   std::vector<double> coeffs(s.size(), 0.0);
   coeffs[s.size() - 2] = 1.0;
-  Value rows = iota(b, DType::kI64, s, coeffs, 0);
+  Value rows = gu::iota(b, DType::kI64, s, coeffs, 0);
   return b.cast(b.ew(EwOp::k_eq, cols, rows), t);
 }
 
@@ -213,7 +201,7 @@ Value pivot_sign(Builder& b, Value piv, DType t) {
   const TensorType& pt = b.type(piv);
   std::vector<double> coeffs(pt.shape.size(), 0.0);
   coeffs.back() = 1.0;
-  Value pos = iota(b, DType::kI32, pt.shape, coeffs, 1);
+  Value pos = gu::iota(b, DType::kI32, pt.shape, coeffs, 1);
   Value swapped = b.ew(EwOp::k_ne, piv, pos);
   Value f = b.ew(EwOp::k_where, {Operand::of(swapped), Operand::of(Scalar::of_int(-1)), Operand::of(Scalar::of_int(1))}, t);
   return b.reduce(ReduceKind::kProd, f, {pt.rank() - 1}, false);
@@ -267,7 +255,7 @@ Value pinv(Call& c, Value a, std::optional<Value> atol, std::optional<Value> rto
   }
   Value keep = b.ew(EwOp::k_gt, s, tol);
   Value src = hermitian ? w : s;
-  Value inv = where(b, keep, b.ew(EwOp::k_reciprocal, src), b.full(Scalar::of_int(0), dt, b.type(src).shape));
+  Value inv = gu::where(b, keep, b.ew(EwOp::k_reciprocal, src), b.full(Scalar::of_int(0), dt, b.type(src).shape));
   if (hermitian) {
     // V diag(1/w) V^T
     Value vs = b.ew(EwOp::k_mul, u, b.unsqueeze(inv, -2));

@@ -26,18 +26,13 @@
 #include <string>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 #include "import/pool_util.h"
 
 namespace chroma {
 namespace {
 
 std::vector<Value> one(Value v) { return {v}; }
-
-std::string list_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 using pool::along;
 using pool::concat;
@@ -126,7 +121,7 @@ std::vector<int64_t> int_list(Call& c, size_t i, const char* name, int d, const 
   if (v.empty()) v = dflt;
   if (v.size() == 1) v.assign(static_cast<size_t>(d), v[0]);
   if (v.size() != static_cast<size_t>(d)) {
-    c.fail(std::string("argument '") + name + "' must have 1 or " + std::to_string(d) + " values, got " + list_str(v));
+    c.fail(std::string("argument '") + name + "' must have 1 or " + std::to_string(d) + " values, got " + gu::ints_str(v));
   }
   return v;
 }
@@ -163,17 +158,17 @@ Pool pool_geometry(Call& c, Value x, int d, const char* what, bool has_dilation,
   }
   for (int a = 0; a < d; ++a) {
     const size_t i = static_cast<size_t>(a);
-    if (g.k[i] <= 0) c.fail(std::string(what) + ": kernel size must be positive, got " + list_str(g.k));
-    if (g.s[i] <= 0) c.fail(std::string(what) + ": stride must be positive, got " + list_str(g.s));
-    if (g.dil[i] <= 0) c.fail(std::string(what) + ": dilation must be positive, got " + list_str(g.dil));
+    if (g.k[i] <= 0) c.fail(std::string(what) + ": kernel size must be positive, got " + gu::ints_str(g.k));
+    if (g.s[i] <= 0) c.fail(std::string(what) + ": stride must be positive, got " + gu::ints_str(g.s));
+    if (g.dil[i] <= 0) c.fail(std::string(what) + ": dilation must be positive, got " + gu::ints_str(g.dil));
     if (g.p[i] < 0 || g.p[i] > g.k[i] / 2) {
-      c.fail(std::string(what) + ": padding must be between 0 and half the kernel size, got padding " + list_str(g.p) +
-             " for kernel " + list_str(g.k));
+      c.fail(std::string(what) + ": padding must be between 0 and half the kernel size, got padding " + gu::ints_str(g.p) +
+             " for kernel " + gu::ints_str(g.k));
     }
     g.out.push_back(pool_out_size(g.in[i], g.k[i], g.s[i], g.p[i], g.dil[i], g.ceil));
     if (g.out[i] < 1) {
-      c.fail(std::string(what) + ": output size is too small (input " + list_str(g.in) + ", kernel " + list_str(g.k) +
-             ", stride " + list_str(g.s) + ", padding " + list_str(g.p) + ", dilation " + list_str(g.dil) + ")");
+      c.fail(std::string(what) + ": output size is too small (input " + gu::ints_str(g.in) + ", kernel " + gu::ints_str(g.k) +
+             ", stride " + gu::ints_str(g.s) + ", padding " + gu::ints_str(g.p) + ", dilation " + gu::ints_str(g.dil) + ")");
     }
   }
   return g;
@@ -260,7 +255,7 @@ std::vector<Value> max_pool(Call& c, int d) {
         const int64_t pos = o * g.s[i] - g.p[i] + j * g.dil[i];
         any = any || (pos >= 0 && pos < g.in[i]);
       }
-      if (!any) c.fail(std::string(what) + ": a pooling window lies entirely in the padding (dilation " + list_str(g.dil) + ")");
+      if (!any) c.fail(std::string(what) + ": a pooling window lies entirely in the padding (dilation " + gu::ints_str(g.dil) + ")");
     }
   }
   Value xp = pool_pad(b, x, g, lowest(dt));
@@ -427,7 +422,7 @@ std::vector<int64_t> adaptive_sizes(Call& c, Value x, int d, const char* what) {
   const Shape s = c.b.type(x).shape;
   for (int a = 0; a < d; ++a) {
     const int64_t in = s[s.size() - static_cast<size_t>(d - a)];
-    if (out[static_cast<size_t>(a)] <= 0) c.fail(std::string(what) + ": output size must be positive, got " + list_str(out));
+    if (out[static_cast<size_t>(a)] <= 0) c.fail(std::string(what) + ": output size must be positive, got " + gu::ints_str(out));
     if (in <= 0) c.fail(std::string(what) + ": input spatial dims must be non-empty, got " + c.b.type(x).str());
   }
   return out;

@@ -151,14 +151,23 @@ Value linspace(Builder& b, Value lo, Value hi, int64_t steps, DType t) {
   return where(b, first, up, down);
 }
 
-// The range of the data when none is given; an empty range widens by `pad` each side.
+// A density histogram: PyTorch divides by the total, then by each bin's width.
+Value density(Builder& b, Value hist, Value edges) {
+  const int64_t bins = b.type(hist).numel();
+  Value widths = b.ew(EwOp::k_sub, b.slice(edges, 0, 1, bins + 1, 1), b.slice(edges, 0, 0, bins, 1));
+  Value total = b.sum(hist, {0}, false);
+  return b.ew(EwOp::k_div, b.ew(EwOp::k_div, hist, total), widths);
+}
+
+// The range of the data when none is given ([0, 1] for no data); an empty range widens by
+// `pad` each side.
 std::pair<Value, Value> data_range(Builder& b, Value x, double lo, double hi, double pad) {
   const DType t = b.type(x).dtype;
   Value l, h;
   if (lo == hi) {
-    if (b.type(x).numel() == 0) {
+    if (b.type(x).numel() == 0) {  // PyTorch's default range for no data is [0, 1]
       l = b.full(Scalar::of_float(0), t, {});
-      h = b.full(Scalar::of_float(0), t, {});
+      h = b.full(Scalar::of_float(1), t, {});
     } else {
       l = b.reduce(ReduceKind::kMin, flat(b, x), {0}, false);
       h = b.reduce(ReduceKind::kMax, flat(b, x), {0}, false);
@@ -217,12 +226,35 @@ std::vector<Value> histogram(Call& c) {
   Value w = c.is_tensor(3, "weight") ? c.tensor(3, "weight") : Value{};
   if (w.valid() && b.type(w).shape != b.type(x).shape) c.fail("weight must have the input's shape");
   Value hist = bin_counts(b, pos, w, bins, t);
-  if (c.bool_or(4, "density", false)) {
-    Value widths = b.ew(EwOp::k_sub, b.slice(edges, 0, 1, bins + 1, 1), b.slice(edges, 0, 0, bins, 1));
-    Value total = b.sum(hist, {0}, false);
-    hist = b.ew(EwOp::k_div, hist, b.ew(EwOp::k_mul, widths, total));
-  }
+  if (c.bool_or(4, "density", false)) hist = density(b, hist, edges);
   return {hist, edges};
+}
+
+// histogram.bins_tensor(self, bins, *, weight, density) -> (hist, bin_edges): the edges are a
+// tensor (known at run time only), so every element's bin is PyTorch's binary search,
+// upper_bound(edges, x) - 1, the last bin closed on the right; elements outside
+// [edges[0], edges[-1]] and NaN count nowhere.
+std::vector<Value> histogram_edges(Call& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0, "self");
+  Value edges = c.tensor(1, "bins");
+  const DType t = b.type(x).dtype;
+  if (!is_float(t)) c.fail("histogram needs a floating-point tensor, got " + b.type(x).str());
+  if (b.type(edges).dtype != t) c.fail("histogram: bins " + b.type(edges).str() + " must have the input's dtype " + std::string(dtype_name(t)));
+  if (b.type(edges).rank() != 1 || b.type(edges).numel() < 2)
+    c.fail("histogram: bins must be a 1-D tensor of at least two edges, got " + b.type(edges).str());
+  const int64_t bins = b.type(edges).numel() - 1;
+  Value xs = flat(b, x);
+  Value ub = binary_search(c, edges, xs, /*right=*/true, DType::kI64);
+  Value pos = b.ew(EwOp::k_minimum, b.ew(EwOp::k_sub, ub, Scalar::of_int(1)), Scalar::of_int(bins - 1));
+  Value lo = b.reshape(b.slice(edges, 0, 0, 1, 1), {}), hi = b.reshape(b.slice(edges, 0, bins, bins + 1, 1), {});
+  Value inside = b.ew(EwOp::k_logical_and, b.ew(EwOp::k_ge, xs, lo), b.ew(EwOp::k_le, xs, hi));
+  pos = where(b, inside, pos, Scalar::of_int(bins));
+  Value w = c.is_tensor(2, "weight") ? c.tensor(2, "weight") : Value{};
+  if (w.valid() && b.type(w).shape != b.type(x).shape) c.fail("weight must have the input's shape");
+  Value hist = bin_counts(b, pos, w, bins, t);
+  if (c.bool_or(3, "density", false)) hist = density(b, hist, edges);
+  return {hist, b.ew(EwOp::k_add, edges, Scalar::of_float(0.0))};
 }
 
 // nonzero_static(self, *, size, fill_value=-1): the first `size` hits in row-major order, one
@@ -381,6 +413,7 @@ void register_aten_search(HandlerTable& t) {
   };
   t["aten.histc.default"] = [](Call& c) { return histc(c); };
   t["aten.histogram.bin_ct"] = [](Call& c) { return histogram(c); };
+  t["aten.histogram.bins_tensor"] = [](Call& c) { return histogram_edges(c); };
   t["aten.nonzero_static.default"] = [](Call& c) { return nonzero_static(c); };
   t["aten.dist.default"] = [](Call& c) { return dist(c); };
   t["aten._trilinear.default"] = [](Call& c) { return trilinear(c); };

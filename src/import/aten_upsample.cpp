@@ -1,5 +1,5 @@
 // ATen upsampling: nearest, nearest-exact, linear, bilinear and trilinear (1-3 spatial dims,
-// sizes or scale factors). Each axis is a constant Gather (nearest) or a Gather of both
+// sizes or scale factors), and antialiased bilinear/bicubic (2 spatial dims). Each axis is a constant Gather (nearest) or a Gather of both
 // neighbours plus constant weights (linear); the index and weight tables are computed here
 // with PyTorch's own formulas and arithmetic (float for float32 inputs), so they agree with
 // eager bit for bit.
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 #include "import/pool_util.h"
 
 namespace chroma {
@@ -189,6 +190,113 @@ Value upsample_linear(Call& c, int d, bool vec) {
   return x;
 }
 
+// ---- antialiased bilinear / bicubic (_upsample_{bilinear,bicubic}2d_aa) --------------------
+
+// PyTorch's antialias filters (HelperInterpLinear/HelperInterpCubic::aa_filter): the triangle
+// and Keys' cubic with a = -0.5, in the kernel's scalar type.
+template <class T>
+T aa_triangle(T x) {
+  x = std::abs(x);
+  return x < 1.0 ? static_cast<T>(1.0 - x) : T(0);
+}
+template <class T>
+T aa_cubic(T x) {
+  constexpr T a = T(-0.5);
+  x = std::abs(x);
+  if (x < 1.0) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2.0) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return T(0);
+}
+
+// One axis of an antialiased resize: output o reads inputs index[o][0..size[o]) with weights
+// weight[o][...] (zero past size[o]); K is the widest window.
+struct AaTable {
+  int64_t k = 0;
+  std::vector<int64_t> index;  // [out, k], clamped into the input
+  std::vector<double> weight;  // [out, k]
+  std::vector<uint8_t> used;   // [out, k]: 1 inside the window
+};
+
+// HelperInterpBase::_compute_index_ranges_weights + _compute_indices_min_size_weights_aa, with
+// the same mixed float/double promotions as the C++ source (T = float for float32 inputs).
+template <class T>
+AaTable aa_table(int64_t in, int64_t out, bool align, std::optional<double> scale_arg, bool cubic) {
+  const int interp = cubic ? 4 : 2;
+  const T scale = pixel_scale<T>(in, out, align, scale_arg);
+  const T support = scale >= 1.0 ? static_cast<T>((interp * 0.5) * scale) : static_cast<T>(interp * 0.5);
+  const int64_t max_size = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  const T invscale = scale >= 1.0 ? static_cast<T>(1.0 / scale) : T(1);
+  std::vector<int64_t> xmin(static_cast<size_t>(out)), xsize(static_cast<size_t>(out));
+  std::vector<std::vector<T>> w(static_cast<size_t>(out));
+  int64_t k = 1;
+  for (int64_t o = 0; o < out; ++o) {
+    const size_t oi = static_cast<size_t>(o);
+    const T center = static_cast<T>(scale * (static_cast<double>(o) + 0.5));
+    const int64_t lo = std::max(static_cast<int64_t>(static_cast<double>(center - support) + 0.5), int64_t{0});
+    int64_t n = std::min(static_cast<int64_t>(static_cast<double>(center + support) + 0.5), in) - lo;
+    n = std::clamp(n, int64_t{0}, max_size);
+    T total = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const T arg = static_cast<T>((static_cast<double>(static_cast<T>(j + lo) - center) + 0.5) * invscale);
+      const T v = cubic ? aa_cubic<T>(arg) : aa_triangle<T>(arg);
+      w[oi].push_back(v);
+      total += v;
+    }
+    if (total != 0.0)
+      for (T& v : w[oi]) v /= total;
+    xmin[oi] = lo;
+    xsize[oi] = n;
+    k = std::max(k, n);
+  }
+  AaTable t;
+  t.k = k;
+  for (int64_t o = 0; o < out; ++o) {
+    const size_t oi = static_cast<size_t>(o);
+    for (int64_t j = 0; j < k; ++j) {
+      const bool in_window = j < xsize[oi];
+      t.index.push_back(std::clamp(xmin[oi] + j, int64_t{0}, in - 1));
+      t.weight.push_back(in_window ? static_cast<double>(w[oi][static_cast<size_t>(j)]) : 0.0);
+      t.used.push_back(in_window ? 1 : 0);
+    }
+  }
+  return t;
+}
+
+// y[o] = sum_j x[index[o][j]] * weight[o][j] along `axis`: the window gathered as a new axis
+// after `axis`, weighted (entries outside the window are zero, not 0 * x, so infinities
+// elsewhere in the input stay out), then summed in window order as PyTorch does.
+Value aa_axis(Builder& b, Value x, int64_t axis, const AaTable& tab, int64_t out) {
+  const DType dt = b.type(x).dtype;
+  const int64_t r = b.type(x).rank();
+  Value g = gather(b, x, axis, const_i64(b, {out, tab.k}, tab.index));  // [..., out, k, ...]
+  Shape ws(static_cast<size_t>(r + 1), 1);
+  ws[static_cast<size_t>(axis)] = out;
+  ws[static_cast<size_t>(axis + 1)] = tab.k;
+  Value prod = b.ew(EwOp::k_mul, g, const_float(b, dt, ws, tab.weight));
+  std::vector<uint8_t> used = tab.used;
+  Value mask = pool::constant_bytes(b, TensorType{DType::kBool, ws}, std::move(used));
+  prod = gu::where(b, mask, prod, Scalar::of_float(0.0));
+  return b.sum(prod, {axis + 1}, false);
+}
+
+// _upsample_bilinear2d_aa / _upsample_bicubic2d_aa (.default and .vec): separable, the width
+// first, then the height (PyTorch's order); an axis whose size does not change is left alone.
+Value upsample_aa(Call& c, bool vec, bool cubic) {
+  Builder& b = c.b;
+  const char* what = cubic ? "_upsample_bicubic2d_aa" : "_upsample_bilinear2d_aa";
+  const Upsample u = upsample_args(c, 2, vec, true, what);
+  Value x = c.tensor(0, "input");
+  const bool f64 = b.type(x).dtype == DType::kF64;
+  for (int a = 1; a >= 0; --a) {
+    const size_t i = static_cast<size_t>(a);
+    if (u.in[i] == u.out[i]) continue;
+    const AaTable tab = f64 ? aa_table<double>(u.in[i], u.out[i], u.align, u.scales[i], cubic)
+                            : aa_table<float>(u.in[i], u.out[i], u.align, u.scales[i], cubic);
+    x = aa_axis(b, x, 2 + a, tab, u.out[i]);
+  }
+  return x;
+}
+
 }  // namespace
 
 void register_aten_upsample(HandlerTable& t) {
@@ -210,6 +318,10 @@ void register_aten_upsample(HandlerTable& t) {
   t["aten.upsample_linear1d.vec"] = [](Call& c) { return one(upsample_linear(c, 1, true)); };
   t["aten.upsample_bilinear2d.vec"] = [](Call& c) { return one(upsample_linear(c, 2, true)); };
   t["aten.upsample_trilinear3d.vec"] = [](Call& c) { return one(upsample_linear(c, 3, true)); };
+  t["aten._upsample_bilinear2d_aa.default"] = [](Call& c) { return one(upsample_aa(c, false, false)); };
+  t["aten._upsample_bilinear2d_aa.vec"] = [](Call& c) { return one(upsample_aa(c, true, false)); };
+  t["aten._upsample_bicubic2d_aa.default"] = [](Call& c) { return one(upsample_aa(c, false, true)); };
+  t["aten._upsample_bicubic2d_aa.vec"] = [](Call& c) { return one(upsample_aa(c, true, true)); };
 }
 
 }  // namespace chroma

@@ -1,15 +1,24 @@
-// Small graph-building helpers shared by the ATen handler files that build index arithmetic
-// (aten_misc.cpp, aten_search.cpp): Iota grids, where, zeros, dtype extremes, scans.
+// Small graph-building helpers shared by the ATen handler files: Iota grids, where, zeros,
+// dtype extremes, scans, zero padding/dilation of an axis (convolutions), message text.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "import/builder.h"
 
 namespace chroma::gu {
+
+// "[1, 2, 3]", for messages.
+inline std::string ints_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
 
 inline Value iota(Builder& b, DType t, const Shape& shape, std::vector<double> coeffs, int64_t base) {
   Attrs a;
@@ -80,6 +89,48 @@ inline Value scan(Builder& b, Value x, int64_t axis, ReduceKind k, bool log = fa
   a.reduce = k;
   a.log = log;
   return b.graph().add(Op::kScan, {x}, a);
+}
+
+// Pads (or, for negative amounts, crops) `axis` with zeros.
+inline Value pad_or_crop(Builder& b, Value x, int64_t axis, int64_t lo, int64_t hi) {
+  const int64_t n = b.type(x).shape[static_cast<size_t>(axis)];
+  if (lo < 0 || hi < 0) {
+    x = b.slice(x, axis, lo < 0 ? -lo : 0, hi < 0 ? n + hi : n, 1);
+    lo = std::max<int64_t>(lo, 0);
+    hi = std::max<int64_t>(hi, 0);
+  }
+  if (lo == 0 && hi == 0) return x;
+  const TensorType t = b.type(x);
+  std::vector<Value> parts;
+  auto filler = [&](int64_t size) {
+    Shape s = t.shape;
+    s[static_cast<size_t>(axis)] = size;
+    return b.full(Scalar::of_int(0), t.dtype, s);
+  };
+  if (lo) parts.push_back(filler(lo));
+  parts.push_back(x);
+  if (hi) parts.push_back(filler(hi));
+  Attrs a;
+  a.axis = axis;
+  return b.graph().add(Op::kConcat, parts, a);
+}
+
+// Inserts `s - 1` zeros between consecutive elements along `axis`: n -> (n - 1) * s + 1
+// (the input of a transposed or strided-backward convolution).
+inline Value dilate_axis(Builder& b, Value x, int64_t axis, int64_t s) {
+  if (s == 1) return x;
+  const TensorType t = b.type(x);
+  const int64_t n = t.shape[static_cast<size_t>(axis)];
+  Shape col = t.shape;
+  col.insert(col.begin() + axis + 1, 1);
+  Shape zs = col;
+  zs[static_cast<size_t>(axis) + 1] = s - 1;
+  Attrs a;
+  a.axis = axis + 1;
+  Value v = b.graph().add(Op::kConcat, {b.reshape(x, col), b.full(Scalar::of_int(0), t.dtype, zs)}, a);
+  Shape flat = t.shape;
+  flat[static_cast<size_t>(axis)] = n * s;
+  return b.slice(b.reshape(v, flat), axis, 0, (n - 1) * s + 1, 1);
 }
 
 }  // namespace chroma::gu

@@ -1,5 +1,8 @@
 """Non-core ATen ops that torch.export keeps (src/import/aten_extra.cpp): index_reduce,
-segment_reduce, grid_sampler_3d, as_strided_scatter, unfold and the *_copy forms of views.
+segment_reduce, grid_sampler_3d, as_strided_scatter, unfold and the *_copy forms of views;
+also antialiased resizing, put, histogram with tensor edges, gather of 0-d tensors, and the
+replacement decompositions of python/chroma/decompositions.py (CPU flash attention,
+chunked linear cross-entropy).
 
 Every test checks that the op really is in the exported graph, compiles with Chroma and
 compares with eager PyTorch at rtol=atol=1e-5 (integer outputs exactly) unless it says why
@@ -161,6 +164,100 @@ def test_unfold(kept):
     kept(lambda x, i, s: (x.unfold(1, 3, 2), x.unfold(0, 4, 1), x.unfold(-1, 1, 5), x.unfold(1, 7, 3), i.unfold(0, 2, 3),
                           A.unfold_copy(x, 2, 2, 1), s.unfold(0, 1, 1), x.unfold(1, 0, 2)),
          x, i, randn(seed=3), targets=["aten.unfold.default"])
+
+
+# ------------------------------------------------------- antialiased resize, put, histogram
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_resize(kept, mode):
+    # downscale (wide windows), upscale (the plain filter), one axis unchanged, align_corners,
+    # scale factors, float64; eager's float32 weights are reproduced, sums differ by rounding
+    x, x64 = randn(2, 3, 17, 12, seed=1), randn(1, 2, 9, 30, seed=2).double()
+
+    def fn(x, x64):
+        return (F.interpolate(x, size=(5, 4), mode=mode, antialias=True),
+                F.interpolate(x, size=(30, 12), mode=mode, antialias=True),
+                F.interpolate(x, size=(3, 25), mode=mode, antialias=True, align_corners=True),
+                F.interpolate(x, scale_factor=0.37, mode=mode, antialias=True),
+                F.interpolate(x, size=(1, 1), mode=mode, antialias=True),
+                F.interpolate(x64, size=(4, 7), mode=mode, antialias=True))
+
+    kept(fn, x, x64, targets=[f"aten._upsample_{mode}2d_aa.default"], rtol=1e-5, atol=1e-5)
+
+
+def test_antialiased_resize_keeps_infinities_out_of_other_windows(check):
+    x = randn(1, 1, 4, 40, seed=3)
+    x[..., 0] = float("inf")  # only the first output column's window reads it
+    check(lambda x: F.interpolate(x, size=(4, 5), mode="bilinear", antialias=True), x)
+
+
+def test_put(kept):
+    x, i = randn(3, 4, seed=1), randint(-5, 5, 2, 3, seed=2)
+
+    def fn(x, i, s, t):
+        idx = torch.tensor([0, -1, 5, 7])
+        return (torch.put(x, idx, s), torch.put(x, torch.tensor([1, 1, -12, 3]), s, accumulate=True),
+                torch.put(i, torch.tensor([[4], [0]]), t), torch.put(i, torch.tensor([2, 2, 2]), t.flatten().repeat(2)[:3], True),
+                torch.put(x[0, 0], torch.tensor([0]), s[0, :1]))
+
+    kept(fn, x, i, randn(2, 2, seed=3), randint(-9, 9, 2, 1, seed=4), targets=["aten.put.default"])
+
+
+def test_histogram_with_tensor_edges(kept):
+    x = randn(200, seed=1) * 2
+    x[3], x[7] = float("nan"), 2.0  # NaN counts nowhere; the last edge is in the last bin
+    e = torch.tensor([-1.0, -0.5, 0.0, 0.3, 2.0])
+    w = torch.rand(200, generator=torch.Generator().manual_seed(5))
+
+    def fn(x, e, w):
+        return (*torch.histogram(x, e), *torch.histogram(x, e, weight=w, density=True), *torch.histogram(x[:0], e))
+
+    kept(fn, x, e, w, targets=["aten.histogram.bins_tensor"])
+
+
+def test_histogram_bin_count_edge_cases(check):
+    # no data: PyTorch's default range [0, 1]; one value: the range widens by 0.5 each side
+    check(lambda x, y: (*torch.histogram(x, 3), *torch.histogram(y, 4, density=True), *torch.histogram(x[:0], 2)),
+          randn(5, 0, 5), torch.full((6,), 2.5))
+
+
+def test_gather_of_0d_and_empty_index(check):
+    check(lambda s, v: (torch.gather(s, 0, torch.tensor([0, 0])), torch.gather(s, 0, torch.tensor(0)),
+                        torch.gather(v, 0, torch.zeros(2, 0, dtype=torch.long)), torch.gather(v, -1, torch.tensor(3))),
+          randn(seed=1), randn(5, seed=2))
+
+
+# ----------------------------------------------------------- replacement decompositions
+
+def test_cpu_flash_attention_outputs_and_logsumexp(check):
+    # the op's second output is the logsumexp [N, H, L] (torch's own decomposition returns the
+    # attention weights); causal and additive masks, and a fully masked row (zeros, -inf)
+    q, k, v = randn(2, 3, 5, 8, seed=1), randn(2, 3, 6, 8, seed=2), randn(2, 3, 6, 8, seed=3)
+    add = randn(5, 6, seed=5)
+    gone = add.clone()
+    gone[2] = float("-inf")
+    flash = A._scaled_dot_product_flash_attention_for_cpu
+
+    def fn(q, k, v, add, gone):
+        return (*flash(q, k, v), flash(q, k, v, is_causal=True)[0], *flash(q, k, v, attn_mask=add, scale=0.3),
+                *flash(q, k, v, attn_mask=gone), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+    check(fn, q, k, v, add, gone)
+
+
+def test_chunked_linear_cross_entropy(check):
+    x, w, b = randn(6, 5, seed=1), randn(7, 5, seed=2), randn(7, seed=3)
+    t = torch.tensor([0, 3, 6, 2, 5, 1])
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+
+    def fn(x, w, b):
+        return (F.linear_cross_entropy(x, w, t, linear_bias=b, reduction="mean", options=opts),
+                F.linear_cross_entropy(x, w, t, reduction="sum", ignore_index=3, options=opts),
+                F.linear_cross_entropy(x, w, t, linear_bias=b, reduction="none", options=opts))
+
+    nodes = [n["target"] for n in chroma.export(fn, (x, w, b)).json["nodes"]]
+    assert not any("linear_cross_entropy" in n for n in nodes), nodes  # decomposed, not kept
+    check(fn, x, w, b)
 
 
 # ---------------------------------------------------------------------------- refusals
