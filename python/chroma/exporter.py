@@ -284,6 +284,40 @@ def _drop_error_checks(graph: torch.fx.Graph) -> None:
                 graph.erase_node(u)
         if not n.users:
             graph.erase_node(n)
+    _drop_scalar_asserts(graph)
+
+
+# Arithmetic and comparisons on symbolic ints (values read with Tensor.item()) that only feed
+# the runtime assertions below.
+_SYM_ARITH = {operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne,
+              operator.and_, operator.or_, operator.not_, operator.add, operator.sub, operator.mul,
+              operator.neg, operator.floordiv, operator.mod}
+
+
+def _drop_scalar_asserts(graph: torch.fx.Graph) -> None:
+    """Remove the runtime assertions torch.export puts on values read with ``Tensor.item()``.
+
+    Indexing with such a value (``x[i.item()]``, ``torch.take`` of a 0-d tensor) exports as
+    ``_local_scalar_dense`` feeding ``select``, plus ``_assert_scalar`` nodes (and the symbolic
+    arithmetic they test) for the bounds torch inferred. A compiled program cannot evaluate
+    them; the op that consumes the value checks its own bounds instead (a Gather raises on an
+    out-of-range index at run time). ``torch._check`` calls on such values are dropped too.
+    """
+    dropped = set()
+    for name in ("_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size"):
+        op = getattr(torch.ops.aten, name, None)
+        if op is not None:
+            dropped.add(op.default)
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target in dropped and not n.users:
+            graph.erase_node(n)
+    changed = True
+    while changed:
+        changed = False
+        for n in reversed(list(graph.nodes)):
+            if n.op == "call_function" and n.target in _SYM_ARITH and not n.users:
+                graph.erase_node(n)
+                changed = True
 
 
 class _Serializer:

@@ -178,7 +178,25 @@ void register_aten_shape(HandlerTable& t) {
     end = std::min(end, n);  // INT64_MAX stands for "to the end"
     return one(c.b.slice(x, axis, start, end, c.int_or(4, "step", 1)));
   };
-  t["aten.select.int"] = [](Call& c) { return one(c.b.select(c.tensor(0, "self"), c.int_(1, "dim"), c.int_(2, "index"))); };
+  t["aten.select.int"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    if (!c.is_tensor(2, "index")) return one(b.select(x, c.int_(1, "dim"), c.int_(2, "index")));
+    // An index read at run time (Tensor.item(), torch.take of a 0-d tensor): a one-element
+    // Gather, which raises on an out-of-range index; negative indices count from the end.
+    const TensorType t = b.type(x);
+    if (t.rank() == 0) c.fail("select of a 0-d tensor");
+    const int64_t axis = b.dim(c.int_(1, "dim"), t.rank());
+    const int64_t n = t.shape[static_cast<size_t>(axis)];
+    Value i = b.reshape(b.cast(c.tensor(2, "index"), DType::kI64), {1});
+    i = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_lt, i, Scalar::of_int(0))), Operand::of(b.ew(EwOp::k_add, i, Scalar::of_int(n))),
+                             Operand::of(i)});
+    Attrs a;
+    a.axis = axis;
+    Shape out = t.shape;
+    out.erase(out.begin() + axis);
+    return one(b.reshape(b.graph().add(Op::kGather, {x, i}, a), out));
+  };
   t["aten.unsqueeze.default"] = [](Call& c) { return one(c.b.unsqueeze(c.tensor(0, "self"), c.int_(1, "dim"))); };
   t["aten.squeeze.dim"] = [](Call& c) { return one(squeeze(c, {c.int_(1, "dim")})); };
   t["aten.squeeze.dims"] = [](Call& c) { return one(squeeze(c, c.ints(1, "dim"))); };

@@ -91,7 +91,7 @@ std::string refusal(const std::string& target) {
       {"randint", kRandom}, {"randint_like", kRandom}, {"randperm", kRandom}, {"bernoulli", kRandom},
       {"normal", kRandom}, {"uniform", kRandom}, {"multinomial", kRandom},
       {"exponential", kRandom}, {"geometric", kRandom}, {"cauchy", kRandom}, {"log_normal", kRandom},
-      {"poisson", kRandom}, {"rrelu_with_noise", kRandom}, {"random", kRandom},
+      {"poisson", kRandom}, {"rrelu_with_noise", kRandom}, {"rrelu_with_noise_functional", kRandom}, {"random", kRandom},
       {"_fft_r2c", kComplex}, {"_fft_c2r", kComplex}, {"_fft_c2c", kComplex},
       {"sym_size", kSymbolic}, {"sym_numel", kSymbolic}, {"sym_stride", kSymbolic},
       {"sym_storage_offset", kSymbolic}, {"sym_is_contiguous", kSymbolic},
