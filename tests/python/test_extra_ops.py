@@ -13,6 +13,7 @@ Run: CHROMA_CACHE_DIR=build/cache .venv/bin/python -m pytest tests/python/test_e
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -225,6 +226,18 @@ def test_gather_of_0d_and_empty_index(check):
     check(lambda s, v: (torch.gather(s, 0, torch.tensor([0, 0])), torch.gather(s, 0, torch.tensor(0)),
                         torch.gather(v, 0, torch.zeros(2, 0, dtype=torch.long)), torch.gather(v, -1, torch.tensor(3))),
           randn(seed=1), randn(5, seed=2))
+
+
+def test_index_read_at_run_time(check):
+    # x[i.item()] and take of a 0-d tensor: a Gather whose index comes from the input; the
+    # bounds torch.export asserts are checked by the Gather itself
+    x, i, s = randn(4, 3, seed=1), torch.tensor(2), randn(seed=2)
+    prog = check(lambda x, i, s, j: (x[i.item()], x[:, (i - 2).item()], torch.take(s, j)), x, i, s, torch.tensor(-1))
+    got = prog(x.numpy(), np.array(-1), s.numpy(), np.array(0))
+    np.testing.assert_array_equal(got[0], x[-1].numpy())
+    np.testing.assert_array_equal(got[1], x[:, -3].numpy())
+    with pytest.raises(IndexError, match="index 7 is out of range for dimension 0 of size 4"):
+        prog(x.numpy(), np.array(7), s.numpy(), np.array(0))
 
 
 # ----------------------------------------------------------- replacement decompositions
