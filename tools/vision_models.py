@@ -109,7 +109,7 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(ROOT, "build", "vision_models.json"))
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs", "models.md"))
     ap.add_argument("--no-docs", action="store_true")
-    ap.add_argument("--from-json", default="", help="write the docs table from a (partial) results file, run nothing")
+    ap.add_argument("--from-json", default="", help="write the docs table from (partial) results files (comma-separated), run nothing")
     args = ap.parse_args(argv)
 
     import torch
@@ -120,11 +120,17 @@ def main(argv=None):
     names = [m for m in args.models.split(",") if m] or vision.classification_models()
     results, not_run = [], []
     if args.from_json:
-        with open(args.from_json) as f:
-            data = json.load(f)
-        results = data["results"] if isinstance(data, dict) else data
-        done = {r["model"] for r in results}
-        not_run = [n for n in names if n not in done]
+        # Several (partial) results files, comma-separated: a later one's row for a model
+        # replaces an earlier one's; rows come in the model list's order.
+        by = {}
+        for path in args.from_json.split(","):
+            with open(path) as f:
+                data = json.load(f)
+            for r in data["results"] if isinstance(data, dict) else data:
+                by[r["model"]] = r
+        order = {n: i for i, n in enumerate(names)}
+        results = sorted(by.values(), key=lambda r: order.get(r["model"], len(order)))
+        not_run = [n for n in names if n not in by]
         names = []
     with tempfile.TemporaryDirectory(prefix="chroma-vision-models-") as work:
         for i, name in enumerate(names):

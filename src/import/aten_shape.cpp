@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
@@ -199,7 +200,30 @@ void register_aten_shape(HandlerTable& t) {
   };
   t["aten.unsqueeze.default"] = [](Call& c) { return one(c.b.unsqueeze(c.tensor(0, "self"), c.int_(1, "dim"))); };
   t["aten.squeeze.dim"] = [](Call& c) { return one(squeeze(c, {c.int_(1, "dim")})); };
-  t["aten.squeeze.dims"] = [](Call& c) { return one(squeeze(c, c.ints(1, "dim"))); };
+  t["aten.squeeze.dims"] = [](Call& c) {
+    const std::vector<int64_t> dims = c.ints(1, "dim");
+    if (dims.empty()) return one(c.tensor(0, "self"));  // squeeze(x, ()) squeezes nothing
+    return one(squeeze(c, dims));
+  };
+  // resize(self, size): the first numel(size) elements in row-major order, reshaped; growing
+  // a tensor would expose uninitialized memory and is refused.
+  t["aten.resize.default"] = [](Call& c) {
+    Builder& b = c.b;
+    Value x = c.tensor(0, "self");
+    const Shape size = c.ints(1, "size");
+    int64_t n = 1;
+    for (int64_t d : size) {
+      if (d < 0) c.fail("resize: negative size in " + gu::ints_str(size));
+      n *= d;
+    }
+    const int64_t have = b.type(x).numel();
+    if (n > have)
+      c.fail("resize to " + gu::ints_str(size) + " needs " + std::to_string(n) + " elements but " + b.type(x).str() +
+             " has " + std::to_string(have) + ": the new elements would be uninitialized memory");
+    Value f = b.reshape(x, {have});
+    if (n < have) f = b.slice(f, 0, 0, n, 1);
+    return one(b.reshape(f, size));
+  };
   t["aten.squeeze.default"] = [](Call& c) { return one(squeeze(c, {})); };
   t["aten.split_with_sizes.default"] = [](Call& c) {
     Value x = c.tensor(0, "self");
