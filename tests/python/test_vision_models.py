@@ -22,3 +22,16 @@ def test_model_matches_eager(name, tmp_path):
     assert "error" not in r, r["error"]
     assert r["max_abs_output"] > 1e-3, r
     assert r["passed"], r
+
+
+def test_zero_initialized_heads_get_random_weights():
+    # torchvision zero-initializes the ViT classification head: every logit would equal its
+    # (zero) bias and any compiled program would "match"; build() gives such layers weights
+    import torch
+
+    model = vision.build("vit_b_32")
+    head = model.heads.head
+    assert head.weight.abs().max() > 0 and head.bias.abs().max() > 0
+    with torch.inference_mode():
+        y = model(vision.example_input("vit_b_32"))
+    assert float(y.max() - y.min()) > 1e-2
