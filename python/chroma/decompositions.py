@@ -9,6 +9,11 @@ opset) with these changes:
   [N, H, L]. This one follows the CPU flash kernel eager runs: scores = (q @ k^T) * scale
   (+ mask), a softmax whose fully masked rows give zeros, and logsumexp = max + log(sum)
   (0 for fully masked rows, as the kernel gives).
+- ``aten.linspace``: with number ends it is kept (the importer computes the values as the
+  CPU kernel does, fused multiply-adds included); with tensor ends and an integer dtype, the
+  float64 linspace between the truncated ends, truncated (the reference decomposition
+  computes in float32 and is off by one for some values; eager's FMA rounding can still
+  differ in the last place before truncation).
 - ``torch_nn::_linear_cross_entropy_batch_chunked`` and ``..._no_reduction`` (the chunked
   path of ``F.linear_cross_entropy``, custom ops since torch 2.14): their loss by its
   definition, ``F.cross_entropy(F.linear(input, W, b), target, ...)``. Only the inference
@@ -78,9 +83,36 @@ def _lce_chunked_none(input, linear_weight, target, linear_bias, weight, ignore_
     return loss.to(input.dtype)
 
 
+def _integral_linspace(default):
+    """linspace for integer dtypes as eager computes it: start and end converted to the integer
+    type, the float64 linspace between them, truncated (torch's reference decomposition computes
+    in float32 and is off by one for some values). Other dtypes: `default`."""
+
+    def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+        dt = dtype if dtype is not None else torch.get_default_dtype()
+        if dt.is_floating_point or dt.is_complex or dt == torch.bool:
+            return default(start, end, steps, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+        def to_int(v):
+            return v.to(dt).to(torch.float64) if isinstance(v, torch.Tensor) else float(math.trunc(v))
+
+        return default(to_int(start), to_int(end), steps, dtype=torch.float64, layout=layout, device=device,
+                       pin_memory=pin_memory).to(dt)
+
+    return linspace
+
+
 def table():
     """torch.export's default decomposition table with Chroma's replacements."""
     t = torch.export.default_decompositions()
+    # linspace with number ends stays one op: the importer computes its values exactly as the
+    # CPU kernel does (src/import/aten_extra.cpp). With tensor ends (known at run time only):
+    for ov in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        op = getattr(aten.linspace, ov, None)
+        if op is not None and op in t:
+            t[op] = _integral_linspace(t[op])
+    if aten.linspace.default in t:
+        del t[aten.linspace.default]
     flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if flash is not None:
         t[flash.default] = _flash_attention_for_cpu

@@ -51,6 +51,11 @@ constexpr DirectBinary kBinary[] = {
     {"bitwise_and", EwOp::k_bitwise_and, "Tensor Scalar Scalar_Tensor"},
     {"bitwise_or", EwOp::k_bitwise_or, "Tensor Scalar Scalar_Tensor"},
     {"bitwise_xor", EwOp::k_bitwise_xor, "Tensor Scalar Scalar_Tensor"},
+    {"bitwise_left_shift", EwOp::k_bitwise_left_shift, "Tensor Tensor_Scalar Scalar_Tensor"},
+    {"bitwise_right_shift", EwOp::k_bitwise_right_shift, "Tensor Tensor_Scalar Scalar_Tensor"},
+    {"__lshift__", EwOp::k_bitwise_left_shift, "Tensor Scalar"},
+    {"__rshift__", EwOp::k_bitwise_right_shift, "Tensor Scalar"},
+    {"gcd", EwOp::k_gcd, "default"},
     {"remainder", EwOp::k_remainder, "Tensor Scalar Scalar_Tensor"},
     {"fmod", EwOp::k_fmod, "Tensor Scalar"},
     {"atan2", EwOp::k_atan2, "default"},
@@ -172,11 +177,17 @@ void register_aten_elementwise(HandlerTable& t) {
   for (const DirectBinary& d : kBinary) {
     const EwOp op = d.op;
     auto h = [op](Call& c) {
-      if (ew_info(op).name.rfind("bitwise_", 0) == 0) {
+      const std::string_view name = ew_info(op).name;
+      // Shifts and gcd are integer-only in PyTorch; and/or/xor/not also take bool.
+      const bool ints_only = op == EwOp::k_bitwise_left_shift || op == EwOp::k_bitwise_right_shift || op == EwOp::k_gcd;
+      if (name.rfind("bitwise_", 0) == 0 || ints_only) {
         for (size_t i = 0; i < 2; ++i) {
-          if (c.is_tensor(i, i ? "other" : "self") && is_float(c.b.type(c.tensor(i, i ? "other" : "self")).dtype)) {
-            c.fail("bitwise operations need integer or bool tensors");
-          }
+          const char* arg = i ? "other" : "self";
+          if (!c.is_tensor(i, arg)) continue;
+          const DType t = c.b.type(c.tensor(i, arg)).dtype;
+          if (is_float(t) || (ints_only && t == DType::kBool))
+            c.fail(std::string(name) + " needs integer" + (ints_only ? "" : " or bool") + " tensors, got " +
+                   std::string(dtype_name(t)));
         }
       }
       return one(c.b.ew(op, {c.operand(0, "self"), c.operand(1, "other")}));

@@ -16,6 +16,8 @@
 //    are never aliased in the IR); narrow_copy: a Slice.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <limits>
 #include <optional>
 #include <string>
@@ -383,7 +385,62 @@ Value narrow_copy(Call& c) {
 
 }  // namespace
 
+// linspace(start, end, steps, *, dtype) with number ends (exported as is: see
+// python/chroma/decompositions.py): a constant computed as PyTorch's CPU kernel does. The step
+// is (end - start) / (steps - 1) in the result type (double for integer types, whose ends are
+// first converted to the integer type); the first half of the values is start + step * i,
+// the second end - step * (steps - 1 - i), each one fused multiply-add (the kernel is compiled
+// with FMA contraction), then converted to the result type.
+template <class T>
+std::vector<T> linspace_values(T start, T end, int64_t steps) {
+  std::vector<T> v(static_cast<size_t>(steps));
+  if (steps == 1) v[0] = start;
+  if (steps <= 1) return v;
+  const T step = (end - start) / static_cast<T>(steps - 1);
+  for (int64_t i = 0; i < steps; ++i) {
+    v[static_cast<size_t>(i)] = i < steps / 2 ? std::fma(step, static_cast<T>(i), start)
+                                              : std::fma(-step, static_cast<T>(steps - 1 - i), end);
+  }
+  return v;
+}
+
+Value linspace(Call& c) {
+  Builder& b = c.b;
+  const DType t = c.out_type(0).dtype;
+  const int64_t steps = c.int_(2, "steps");
+  if (steps < 0) c.fail("linspace: steps must be non-negative, got " + std::to_string(steps));
+  const Scalar s = c.scalar(0, "start"), e = c.scalar(1, "end");
+  if (t == DType::kF32 || t == DType::kF64) {
+    std::vector<double> v;
+    if (t == DType::kF32) {
+      for (float x : linspace_values<float>(static_cast<float>(s.as_double()), static_cast<float>(e.as_double()), steps)) v.push_back(x);
+    } else {
+      v = linspace_values<double>(s.as_double(), e.as_double(), steps);
+    }
+    ConstantData cd;
+    cd.type = TensorType{t, {steps}};
+    std::vector<uint8_t> bytes;
+    if (t == DType::kF64) {
+      bytes.resize(v.size() * sizeof(double));
+      if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+    } else {
+      std::vector<float> f(v.begin(), v.end());
+      bytes.resize(f.size() * sizeof(float));
+      if (!f.empty()) std::memcpy(bytes.data(), f.data(), bytes.size());
+    }
+    cd.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+    return b.graph().constant(std::move(cd));
+  }
+  if (is_float(t) || t == DType::kBool) c.fail("linspace into " + std::string(dtype_name(t)) + " is not supported");
+  auto to_int = [](const Scalar& x) { return x.is_int ? x.i : static_cast<int64_t>(std::trunc(x.f)); };
+  std::vector<int64_t> iv;
+  for (double x : linspace_values<double>(static_cast<double>(to_int(s)), static_cast<double>(to_int(e)), steps))
+    iv.push_back(static_cast<int64_t>(x));
+  return b.cast(gu::const_i64(b, iv, {steps}), t);
+}
+
 void register_aten_extra(HandlerTable& t) {
+  t["aten.linspace.default"] = [](Call& c) { return one(linspace(c)); };
   t["aten.index_reduce.default"] = [](Call& c) { return one(index_reduce(c)); };
   t["aten.segment_reduce.default"] = [](Call& c) { return one(segment_reduce(c)); };
   t["aten.grid_sampler_3d.default"] = [](Call& c) { return one(grid_sampler_3d(c)); };

@@ -273,6 +273,16 @@ def test_chunked_linear_cross_entropy(check):
     check(fn, x, w, b)
 
 
+def test_integer_linspace_matches_the_cpu_kernel(check):
+    # start/end truncated to the integer type, steps in double, each half counted from its end
+    def fn(s, e):
+        return (torch.linspace(-3, 7, 7, dtype=torch.int64), torch.linspace(1.5, 10.7, 5, dtype=torch.int64),
+                torch.linspace(0, 255, 11, dtype=torch.uint8), torch.linspace(5, -20, 9, dtype=torch.int32),
+                torch.linspace(s, e, 13, dtype=torch.int64), torch.linspace(-2, 1, 1, dtype=torch.int16))
+
+    check(fn, torch.tensor(-2.5), torch.tensor(17.0))
+
+
 # ---------------------------------------------------------------------------- refusals
 
 def _rewritten(tmp_path, fn, inputs, target, edit):

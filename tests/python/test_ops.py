@@ -255,6 +255,22 @@ def test_bitwise_int64(check):
           randint(-100, 100, 3, 5, seed=2))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_shifts_and_gcd(check, dtype):
+    # shift amounts past the width or negative: 0 to the left, the sign fill to the right
+    info = torch.iinfo(dtype)
+    a = torch.tensor([1, -1, 5, -128, 127, 3, 0, -7, 100, 64], dtype=torch.int64).clamp(info.min, info.max).to(dtype)
+    b = torch.tensor([0, 1, 3, 7, 8, 63, 64, -1, 2, 31], dtype=torch.int64).clamp(info.min, info.max).to(dtype)
+    g = torch.tensor([12, -18, 0, 7, 0, 100, -45, 9, 64, 1], dtype=torch.int64).clamp(info.min, info.max).to(dtype)
+    check(lambda a, b, g: (torch.bitwise_left_shift(a, b), torch.bitwise_right_shift(a, b), a << 2, a >> 1,
+                           torch.bitwise_left_shift(3, b), torch.gcd(a, g)), a, b, g)
+
+
+def test_shifts_refuse_floats(tmp_path):
+    with pytest.raises(chroma.CompileError, match="bitwise_left_shift needs integer tensors, got float32"):
+        chroma.compile(lambda a: torch.ops.aten.bitwise_left_shift(a, a), (randn(3),), out=str(tmp_path / "f"))
+
+
 def test_isnan_isinf(check):
     x = torch.tensor([0.0, float("nan"), float("inf"), -float("inf"), 1.0])
     check(lambda x: torch.stack([torch.isnan(x), torch.isinf(x)]), x)

@@ -324,6 +324,44 @@ template <class T> inline T minimum(T a, T b) {
 template <class T> inline T bitwise_and(T a, T b) { if constexpr (kIsBool<T>) return a && b; else if constexpr (kIsFloat<T>) return a; else return T(a & b); }
 template <class T> inline T bitwise_or(T a, T b) { if constexpr (kIsBool<T>) return a || b; else if constexpr (kIsFloat<T>) return a; else return T(a | b); }
 template <class T> inline T bitwise_xor(T a, T b) { if constexpr (kIsBool<T>) return a != b; else if constexpr (kIsFloat<T>) return a; else return T(a ^ b); }
+// PyTorch's shifts (lshift_kernel/rshift_kernel): a negative or too large shift gives 0 to the
+// left, and to the right the sign fill (0 for unsigned types). Integers only; the importer
+// refuses float and bool operands.
+template <class T> inline T shift_left(T a, T b) {
+  if constexpr (kIsBool<T> || kIsFloat<T>) {
+    return a;
+  } else {
+    constexpr int64_t bits = sizeof(T) * 8;
+    if (static_cast<std::make_signed_t<T>>(b) < 0 || static_cast<int64_t>(b) >= bits) return T(0);
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) << b);
+  }
+}
+template <class T> inline T shift_right(T a, T b) {
+  if constexpr (kIsBool<T> || kIsFloat<T>) {
+    return a;
+  } else {
+    constexpr int64_t most = sizeof(T) * 8 - (std::is_signed_v<T> ? 1 : 0);
+    if (static_cast<std::make_signed_t<T>>(b) < 0 || static_cast<int64_t>(b) >= most) return static_cast<T>(a >> most);
+    return static_cast<T>(a >> b);
+  }
+}
+// Greatest common divisor of |a| and |b| (PyTorch's calc_gcd: Euclid's algorithm).
+template <class T> inline T gcd_(T a, T b) {
+  if constexpr (kIsBool<T> || kIsFloat<T>) {
+    return a;
+  } else {
+    if constexpr (std::is_signed_v<T>) {
+      a = a < 0 ? static_cast<T>(-a) : a;
+      b = b < 0 ? static_cast<T>(-b) : b;
+    }
+    while (a != 0) {
+      const T c = a;
+      a = static_cast<T>(b % a);
+      b = c;
+    }
+    return b;
+  }
+}
 
 // Scans (cumsum, cumprod, cummax, cummin, logcumsumexp) and combining scatters: shared by
 // constant folding and the generated code so both compute the same thing. Kind: 0 sum,
