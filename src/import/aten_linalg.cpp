@@ -7,12 +7,14 @@ namespace {
 std::vector<Value> one(Value v) { return {v}; }
 
 // beta * input + alpha * (a @ b), with PyTorch's rule that beta == 0 ignores input (NaN too).
+// alpha and beta keep their kind (integers stay integers, so integer products stay integer).
 Value scaled_add(Call& c, Value input, Value prod) {
-  const double beta = c.float_or(3, "beta", 1.0), alpha = c.float_or(4, "alpha", 1.0);
+  const Scalar beta = c.has(3, "beta") ? c.scalar(3, "beta") : Scalar::of_int(1);
+  const Scalar alpha = c.has(4, "alpha") ? c.scalar(4, "alpha") : Scalar::of_int(1);
   Builder& b = c.b;
-  if (alpha != 1.0) prod = b.ew(EwOp::k_mul, prod, Scalar::of_float(alpha));
-  if (beta == 0.0) return prod;
-  if (beta != 1.0) input = b.ew(EwOp::k_mul, input, Scalar::of_float(beta));
+  if (alpha.as_double() != 1.0) prod = b.ew(EwOp::k_mul, prod, alpha);
+  if (beta.as_double() == 0.0) return prod;
+  if (beta.as_double() != 1.0) input = b.ew(EwOp::k_mul, input, beta);
   return b.ew(EwOp::k_add, input, prod);
 }
 
