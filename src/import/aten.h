@@ -79,6 +79,10 @@ void register_aten_extra(HandlerTable& t);     // index_reduce, segment_reduce, 
 void register_aten_special(HandlerTable& t);  // special functions, hypot/ldexp/frexp/nextafter/signbit/angle
 void register_aten_lapack(HandlerTable& t);  // LAPACK-backed factorizations and what decomposes over them
 
+// beta * input + alpha * prod for the add* matrix products (addmm, baddbmm, addmv, addbmm), with
+// beta and alpha read from args 3 and 4 (aten_linalg.cpp).
+Value scaled_add(Call& c, Value input, Value prod);
+
 // All handlers, built once.
 const HandlerTable& aten_handlers();
 

@@ -1,4 +1,7 @@
 // ATen matrix products: mm, bmm, addmm, matmul, linear, baddbmm, dot.
+#include <cmath>
+#include <utility>
+
 #include "import/aten.h"
 
 namespace chroma {
@@ -6,19 +9,25 @@ namespace {
 
 std::vector<Value> one(Value v) { return {v}; }
 
-// beta * input + alpha * (a @ b), with PyTorch's rule that beta == 0 ignores input (NaN too).
-// alpha and beta keep their kind (integers stay integers, so integer products stay integer).
+}  // namespace
+
+// beta * input + alpha * prod, with PyTorch's rule that beta == 0 ignores input (NaN too).
+// Integer tensors take alpha and beta converted to their type (truncated, as eager converts
+// the scalars), so integer products stay integer.
 Value scaled_add(Call& c, Value input, Value prod) {
-  const Scalar beta = c.has(3, "beta") ? c.scalar(3, "beta") : Scalar::of_int(1);
-  const Scalar alpha = c.has(4, "alpha") ? c.scalar(4, "alpha") : Scalar::of_int(1);
   Builder& b = c.b;
+  const bool integral = !is_float(b.type(prod).dtype);
+  auto get = [&](size_t i, const char* name) {
+    Scalar x = c.has(i, name) ? c.scalar(i, name) : Scalar::of_int(1);
+    return std::pair{x, (integral && !x.is_int) ? Scalar::of_int(static_cast<int64_t>(std::trunc(x.f))) : x};
+  };
+  const auto [beta_given, beta] = get(3, "beta");
+  const Scalar alpha = get(4, "alpha").second;
   if (alpha.as_double() != 1.0) prod = b.ew(EwOp::k_mul, prod, alpha);
-  if (beta.as_double() == 0.0) return prod;
+  if (beta_given.as_double() == 0.0) return b.ew(EwOp::k_add, prod, b.full(Scalar::of_int(0), b.type(prod).dtype, {}));
   if (beta.as_double() != 1.0) input = b.ew(EwOp::k_mul, input, beta);
   return b.ew(EwOp::k_add, input, prod);
 }
-
-}  // namespace
 
 void register_aten_linalg(HandlerTable& t) {
   t["aten.mm.default"] = t["aten.bmm.default"] = t["aten.matmul.default"] = [](Call& c) {

@@ -725,14 +725,6 @@ std::vector<Value> moments(Call& c, bool std_dev) {
   return {std_dev ? b.ew(EwOp::k_sqrt, v) : v, b.mean(x, dims, keep)};
 }
 
-Value scaled_sum(Builder& b, Value self, Value prod, Call& c) {
-  const Scalar beta = c.has(3, "beta") ? c.scalar(3, "beta") : Scalar::of_int(1);
-  const Scalar alpha = c.has(4, "alpha") ? c.scalar(4, "alpha") : Scalar::of_int(1);
-  Value p = alpha.as_double() == 1.0 ? prod : b.ew(EwOp::k_mul, prod, alpha);
-  if (beta.as_double() == 0.0) return b.ew(EwOp::k_add, p, b.full(Scalar::of_int(0), b.type(p).dtype, {}));  // self ignored (NaN too)
-  Value s = beta.as_double() == 1.0 ? self : b.ew(EwOp::k_mul, self, beta);
-  return b.ew(EwOp::k_add, s, p);
-}
 
 }  // namespace
 
@@ -740,11 +732,11 @@ void register_aten_misc(HandlerTable& t) {
 
   // Common ops that survive torch.export's decompositions.
   t["aten.addmv.default"] = [](Call& c) {
-    return one(scaled_sum(c.b, c.tensor(0, "self"), c.b.matmul(c.tensor(1, "mat"), c.tensor(2, "vec")), c));
+    return one(scaled_add(c, c.tensor(0, "self"), c.b.matmul(c.tensor(1, "mat"), c.tensor(2, "vec"))));
   };
   t["aten.addbmm.default"] = [](Call& c) {
     Value p = c.b.sum(c.b.matmul(c.tensor(1, "batch1"), c.tensor(2, "batch2")), {0}, false);
-    return one(scaled_sum(c.b, c.tensor(0, "self"), p, c));
+    return one(scaled_add(c, c.tensor(0, "self"), p));
   };
   t["aten.fmax.default"] = [](Call& c) { return one(fmax_fmin(c, true)); };
   t["aten.fmin.default"] = [](Call& c) { return one(fmax_fmin(c, false)); };
