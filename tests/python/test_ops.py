@@ -487,6 +487,16 @@ def test_matmul_int64(check):
     check(lambda a, b: a @ b, randint(-5, 5, 3, 4, seed=1), randint(-5, 5, 4, 2, seed=2))
 
 
+def test_integer_add_matrix_products(check):
+    # integer tensors: alpha and beta convert to the integer type (0.6 -> 0, 2.6 -> 2), as in eager
+    s, m, v = randint(-9, 9, 5, seed=1), randint(-5, 5, 5, 4, seed=2), randint(-5, 5, 4, seed=3)
+    x, b1, b2 = randint(-9, 9, 5, 3, seed=4), randint(-5, 5, 2, 5, 4, seed=5), randint(-5, 5, 2, 4, 3, seed=6)
+    check(lambda s, m, v, x, b1, b2: (torch.addmv(s, m, v, beta=0.2, alpha=0.6), torch.addmv(s, m, v, beta=1.7, alpha=2.6),
+                                      torch.addmm(x, m, b2[0], beta=3, alpha=2), torch.addbmm(x, b1, b2, alpha=2),
+                                      torch.baddbmm(x, b1, b2, beta=0)),
+          s, m, v, x, b1, b2)
+
+
 # ---------------------------------------------------------------------------- indexing
 
 class Emb(nn.Module):
