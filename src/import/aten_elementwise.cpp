@@ -184,10 +184,10 @@ void register_aten_elementwise(HandlerTable& t) {
         for (size_t i = 0; i < 2; ++i) {
           const char* arg = i ? "other" : "self";
           if (!c.is_tensor(i, arg)) continue;
-          const DType t = c.b.type(c.tensor(i, arg)).dtype;
-          if (is_float(t) || (ints_only && t == DType::kBool))
+          const DType dt = c.b.type(c.tensor(i, arg)).dtype;
+          if (is_float(dt) || (ints_only && dt == DType::kBool))
             c.fail(std::string(name) + " needs integer" + (ints_only ? "" : " or bool") + " tensors, got " +
-                   std::string(dtype_name(t)));
+                   std::string(dtype_name(dt)));
         }
       }
       return one(c.b.ew(op, {c.operand(0, "self"), c.operand(1, "other")}));

@@ -185,16 +185,16 @@ void register_aten_shape(HandlerTable& t) {
     if (!c.is_tensor(2, "index")) return one(b.select(x, c.int_(1, "dim"), c.int_(2, "index")));
     // An index read at run time (Tensor.item(), torch.take of a 0-d tensor): a one-element
     // Gather, which raises on an out-of-range index; negative indices count from the end.
-    const TensorType t = b.type(x);
-    if (t.rank() == 0) c.fail("select of a 0-d tensor");
-    const int64_t axis = b.dim(c.int_(1, "dim"), t.rank());
-    const int64_t n = t.shape[static_cast<size_t>(axis)];
+    const TensorType xt = b.type(x);
+    if (xt.rank() == 0) c.fail("select of a 0-d tensor");
+    const int64_t axis = b.dim(c.int_(1, "dim"), xt.rank());
+    const int64_t n = xt.shape[static_cast<size_t>(axis)];
     Value i = b.reshape(b.cast(c.tensor(2, "index"), DType::kI64), {1});
     i = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_lt, i, Scalar::of_int(0))), Operand::of(b.ew(EwOp::k_add, i, Scalar::of_int(n))),
                              Operand::of(i)});
     Attrs a;
     a.axis = axis;
-    Shape out = t.shape;
+    Shape out = xt.shape;
     out.erase(out.begin() + axis);
     return one(b.reshape(b.graph().add(Op::kGather, {x, i}, a), out));
   };
