@@ -16,8 +16,6 @@
 //    are never aliased in the IR); narrow_copy: a Slice.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <memory>
 #include <limits>
 #include <optional>
 #include <string>
@@ -26,6 +24,7 @@
 
 #include "import/aten.h"
 #include "import/graph_util.h"
+#include "import/pool_util.h"
 
 namespace chroma {
 namespace {
@@ -417,19 +416,7 @@ Value linspace(Call& c) {
     } else {
       v = linspace_values<double>(s.as_double(), e.as_double(), steps);
     }
-    ConstantData cd;
-    cd.type = TensorType{t, {steps}};
-    std::vector<uint8_t> bytes;
-    if (t == DType::kF64) {
-      bytes.resize(v.size() * sizeof(double));
-      if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
-    } else {
-      std::vector<float> f(v.begin(), v.end());
-      bytes.resize(f.size() * sizeof(float));
-      if (!f.empty()) std::memcpy(bytes.data(), f.data(), bytes.size());
-    }
-    cd.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
-    return b.graph().constant(std::move(cd));
+    return pool::const_float(b, t, {steps}, v);
   }
   if (is_float(t) || t == DType::kBool) c.fail("linspace into " + std::string(dtype_name(t)) + " is not supported");
   auto to_int = [](const Scalar& x) { return x.is_int ? x.i : static_cast<int64_t>(std::trunc(x.f)); };
