@@ -54,7 +54,7 @@ def test_core_opset_coverage_for_mlps_and_transformers():
 def test_unsupported_target_is_reported_not_crashed(tmp_path):
     import chroma
 
-    # (antialiased bilinear resizing has no handler yet)
-    with pytest.raises(chroma.CompileError, match=r"aten\._upsample_bilinear2d_aa\.default"):
-        chroma.compile(lambda x: torch.nn.functional.interpolate(x, size=(3, 3), mode="bilinear", antialias=True),
+    # (fake quantization has no handler yet)
+    with pytest.raises(chroma.CompileError, match=r"aten\.fake_quantize_per_tensor_affine_cachemask\.default"):
+        chroma.compile(lambda x: torch.fake_quantize_per_tensor_affine(x, 0.1, 0, 0, 255),
                        (torch.randn(1, 2, 6, 6),), out=str(tmp_path / "a"))
