@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "import/aten.h"
+#include "import/graph_util.h"
 
 namespace chroma {
 namespace {
@@ -15,14 +16,6 @@ Value gather(Builder& b, Value src, Value idx, int64_t axis) {
   Attrs a;
   a.axis = axis;
   return b.graph().add(Op::kGather, {src, b.cast(idx, DType::kI64)}, a);
-}
-
-// Python-style negative indices: idx < 0 ? idx + n : idx.
-Value wrap_negative(Builder& b, Value idx, int64_t n) {
-  idx = b.cast(idx, DType::kI64);
-  Value neg = b.ew(EwOp::k_lt, idx, Scalar::of_int(0));
-  Value shifted = b.ew(EwOp::k_add, idx, Scalar::of_int(n));
-  return b.ew(EwOp::k_where, {Operand::of(neg), Operand::of(shifted), Operand::of(idx)});
 }
 
 // The one index tensor of an `indices` list (None elsewhere) and the dimension it indexes.
@@ -97,7 +90,7 @@ MultiIndex multi_index(Call& c, Value self) {
   for (size_t k = pos.size(); k-- > 0;) {
     const int64_t p = pos[k];
     const int64_t n = st.shape[static_cast<size_t>(p)];
-    Value ix = wrap_negative(b, b.expand(*idx[static_cast<size_t>(p)], bshape), n);
+    Value ix = gu::wrap_negative(b, b.expand(*idx[static_cast<size_t>(p)], bshape), n);
     Shape src(static_cast<size_t>(st.rank()), 1);
     src[static_cast<size_t>(p)] = n;
     Attrs ia;
@@ -131,7 +124,7 @@ Value index_tensor(Call& c) {
   auto [ix, pos] = single_index(c, "indexing");
   if (b.type(ix).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
   const int64_t n = b.type(src).shape.at(static_cast<size_t>(pos));
-  return gather(b, src, wrap_negative(b, ix, n), pos);
+  return gather(b, src, gu::wrap_negative(b, ix, n), pos);
 }
 
 // out = base with out[..., idx[i], ...] = values[..., i, ...] along `axis` (or +=). idx may
@@ -141,7 +134,7 @@ Value index_put(Call& c, Value base, int64_t axis, Value idx, Value values, bool
   const TensorType bt = b.type(base);
   if (b.type(idx).dtype == DType::kBool) c.fail("boolean mask indexing has a data-dependent shape and cannot be compiled");
   const int64_t dim = bt.shape.at(static_cast<size_t>(axis));
-  idx = wrap_negative(b, idx, dim);
+  idx = gu::wrap_negative(b, idx, dim);
   const Shape ishape = b.type(idx).shape;
   Shape vshape(bt.shape.begin(), bt.shape.begin() + axis);
   vshape.insert(vshape.end(), ishape.begin(), ishape.end());

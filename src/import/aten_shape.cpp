@@ -189,9 +189,7 @@ void register_aten_shape(HandlerTable& t) {
     if (xt.rank() == 0) c.fail("select of a 0-d tensor");
     const int64_t axis = b.dim(c.int_(1, "dim"), xt.rank());
     const int64_t n = xt.shape[static_cast<size_t>(axis)];
-    Value i = b.reshape(b.cast(c.tensor(2, "index"), DType::kI64), {1});
-    i = b.ew(EwOp::k_where, {Operand::of(b.ew(EwOp::k_lt, i, Scalar::of_int(0))), Operand::of(b.ew(EwOp::k_add, i, Scalar::of_int(n))),
-                             Operand::of(i)});
+    Value i = gu::wrap_negative(b, b.reshape(c.tensor(2, "index"), {1}), n);
     Attrs a;
     a.axis = axis;
     Shape out = xt.shape;

@@ -54,6 +54,12 @@ inline Value where(Builder& b, Value cond, Value x, Scalar y) {
   return b.ew(EwOp::k_where, {Operand::of(cond), Operand::of(x), Operand::of(y)}, b.type(x).dtype);
 }
 
+// Python-style negative indices: idx < 0 ? idx + n : idx (as int64).
+inline Value wrap_negative(Builder& b, Value idx, int64_t n) {
+  idx = b.cast(idx, DType::kI64);
+  return where(b, b.ew(EwOp::k_lt, idx, Scalar::of_int(0)), b.ew(EwOp::k_add, idx, Scalar::of_int(n)), idx);
+}
+
 inline Value zeros(Builder& b, DType t, const Shape& s) { return b.full(Scalar::of_int(0), t, s); }
 
 // The largest/smallest value of a dtype (infinities for floats): identities of max and min.
