@@ -1,8 +1,9 @@
 // ATen upsampling: nearest, nearest-exact, linear, bilinear and trilinear (1-3 spatial dims,
-// sizes or scale factors), and antialiased bilinear/bicubic (2 spatial dims). Each axis is a constant Gather (nearest) or a Gather of both
-// neighbours plus constant weights (linear); the index and weight tables are computed here
-// with PyTorch's own formulas and arithmetic (float for float32 inputs), so they agree with
-// eager bit for bit.
+// sizes or scale factors), and antialiased bilinear/bicubic (2 spatial dims). Each axis is a
+// constant Gather (nearest), a Gather of both neighbours plus constant weights (linear), or a
+// Gather of the whole window plus constant weights, summed (antialiased); the index and
+// weight tables are computed here with PyTorch's own formulas and arithmetic (float for
+// float32 inputs), so the tables agree with eager bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <optional>
