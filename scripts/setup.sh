@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(g++ cmake ninja-build libopenblas-dev libdnnl-dev libgtest-dev nlohmann-json3-dev)
+DEBS=(g++ cmake ninja-build libopenblas-dev libdnnl-dev libgtest-dev nlohmann-json3-dev libssl-dev)
 missing=()
 for p in "${DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,9 +1,13 @@
 #include "pipeline.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "artifact/build.h"
@@ -33,7 +37,7 @@ namespace {
 
 struct WeightsFile {
   std::vector<uint8_t> bytes;
-  std::string sha256;
+  std::string digest;  // sha256-tree-16MiB (chroma/detail/sha256.h)
   json tensors = json::array();
 };
 
@@ -85,7 +89,8 @@ struct WeightsLayout {
 
   void finish() {
     w.bytes.resize((w.bytes.size() + 63) / 64 * 64, 0);
-    w.sha256 = chroma::detail::sha256_hex(w.bytes.data(), w.bytes.size());
+    w.digest = chroma::detail::sha256_tree_hex(w.bytes.data(), w.bytes.size(),
+                                               static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
 };
 
@@ -103,7 +108,8 @@ std::string file_sha256(const fs::path& p) {
 // Writes through a temporary file and a rename, so a process that has the old file mapped
 // (a loaded program's weights) keeps a consistent view.
 void write_file(const fs::path& p, const void* data, size_t n) {
-  const fs::path tmp = p.string() + ".tmp";
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = p.string() + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
@@ -200,7 +206,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   info.state_bytes = (info.state_bytes + 63) / 64 * 64;
   wl.finish();
   const WeightsFile& w = wl.w;
-  info.weights_sha256 = w.sha256;
+  info.weights_digest = w.digest;
   info.weights_bytes = static_cast<int64_t>(w.bytes.size());
   CpuCodegenOptions co;
   co.blas = opts.blas;
@@ -288,7 +294,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
 
   json m;
   m["format"] = "chroma.artifact";
-  m["version"] = 2;
+  m["version"] = 3;
   m["compiler_version"] = CHROMA_VERSION;
   m["abi_version"] = CHROMA_ABI_VERSION;
   m["target"] = opts.target;
@@ -299,8 +305,9 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) m[key] = es[0][key];
   m["entries"] = es;
   m["state"] = states;
-  m["library"] = {{"file", "model.so"}, {"sha256", file_sha256(br.library_path)}};
-  m["weights"] = {{"file", "weights.bin"}, {"bytes", w.bytes.size()}, {"sha256", w.sha256}, {"tensors", w.tensors}};
+  m["library"] = {{"file", br.library_file}, {"sha256", file_sha256(br.library_path)}};
+  m["weights"] = {{"file", "weights.bin"}, {"bytes", w.bytes.size()}, {"digest", w.digest},
+                  {"digest_algorithm", chroma::detail::kTreeAlgorithm}, {"tensors", w.tensors}};
   json files = json::array();
   for (const auto& f : src.files) files.push_back("src/" + f.first);
   m["source"] = {{"files", files}, {"digest", src.digest}};
@@ -308,6 +315,15 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
                 {"compile_seconds", compile_s}, {"cache_key", br.cache_key}};
   const std::string text = m.dump(2);
   write_file(out / "manifest.json", text.data(), text.size());
+  // Libraries of earlier compiles into this directory are no longer named by the manifest.
+  // (A process that has one loaded keeps its mapping.)
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(out, ec)) {
+    const std::string n = f.path().filename().string();
+    if (n != br.library_file && n.size() > 3 && n.compare(n.size() - 3, 3, ".so") == 0 && n.rfind("model", 0) == 0) {
+      fs::remove(f.path(), ec);
+    }
+  }
   return text;
 }
 

@@ -2,10 +2,15 @@
 //
 //   chroma_run ARTIFACT_DIR [input0.bin ...]
 //
+// Before loading the library it checks manifest.json: the library it names must lie in
+// ARTIFACT_DIR and match the manifest's SHA-256, and the inputs, outputs and state compiled
+// into it must be the ones the manifest describes.
+//
 // Each input file holds the raw little-endian bytes of one input (numpy: a.tofile(path)).
 // Without input files, inputs are zero-filled. Prints each output's dtype, shape and first
 // values, and writes them to ARTIFACT_DIR/../<name>.out.bin when CHROMA_RUN_SAVE is set.
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -15,7 +20,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "chroma/chroma.h"
+#include "chroma/detail/sha256.h"
 
 namespace {
 
@@ -47,6 +55,87 @@ void print_values(const std::string& dtype, const void* data, int64_t n) {
   std::printf(n > shown ? " ...\n" : "\n");
 }
 
+bool regular_file(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// The manifest's entry points and state, rendered as chroma_signature() renders the
+// library's (docs/artifact_format.md).
+std::string manifest_signature(const nlohmann::json& m) {
+  auto spec = [](const nlohmann::json& d) {
+    std::string r = d.value("name", std::string()) + ":" + d.at("dtype").get<std::string>() + "[";
+    const auto& shape = d.at("shape");
+    for (size_t i = 0; i < shape.size(); ++i) r += (i ? "," : "") + std::to_string(shape[i].get<int64_t>());
+    return r + "]";
+  };
+  std::string r;
+  for (const auto& e : m.at("entries")) {
+    r += "entry " + e.value("name", std::string("forward")) + "(";
+    for (size_t i = 0; i < e.at("inputs").size(); ++i) r += (i ? "," : "") + spec(e["inputs"][i]);
+    r += ")->(";
+    for (size_t i = 0; i < e.at("outputs").size(); ++i) r += (i ? "," : "") + spec(e["outputs"][i]);
+    r += ")\n";
+  }
+  if (m.contains("state")) {
+    for (const auto& st : m["state"]) {
+      r += "state " + st.value("name", std::string()) + ":" + std::to_string(st.at("bytes").get<int64_t>()) + "\n";
+    }
+  }
+  return r;
+}
+
+// Checks manifest.json and the library it names before loading anything: loading a library
+// runs its code, so it must be the one the manifest's digest describes.
+bool check_artifact(const std::string& dir, std::string* lib_path, nlohmann::json* manifest) {
+  const std::string mpath = dir + "/manifest.json";
+  if (!regular_file(mpath)) {
+    std::fprintf(stderr, "chroma_run: %s: not a Chroma artifact (no manifest.json)\n", dir.c_str());
+    return false;
+  }
+  try {
+    nlohmann::json m = nlohmann::json::parse(read_all(mpath));
+    if (!m.is_object() || m.value("format", std::string()) != "chroma.artifact") {
+      std::fprintf(stderr, "chroma_run: %s: field 'format' is not 'chroma.artifact'\n", mpath.c_str());
+      return false;
+    }
+    if (m.value("abi_version", -1) != CHROMA_ABI_VERSION) {
+      std::fprintf(stderr, "chroma_run: %s: field 'abi_version' does not match this program's %d\n", mpath.c_str(),
+                   CHROMA_ABI_VERSION);
+      return false;
+    }
+    const std::string file = m.at("library").at("file").get<std::string>();
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos) {
+      std::fprintf(stderr, "chroma_run: %s: field 'library.file' must name a file in the artifact directory\n",
+                   mpath.c_str());
+      return false;
+    }
+    *lib_path = dir + "/" + file;
+    if (!regular_file(*lib_path)) {
+      std::fprintf(stderr, "chroma_run: %s: library %s is missing\n", dir.c_str(), file.c_str());
+      return false;
+    }
+    const std::string want = m.at("library").at("sha256").get<std::string>();
+    const std::string have = chroma::detail::sha256_hex(read_all(*lib_path));
+    if (have != want) {
+      std::fprintf(stderr, "chroma_run: %s: SHA-256 %s does not match manifest field library.sha256 (%s)\n",
+                   lib_path->c_str(), have.c_str(), want.c_str());
+      return false;
+    }
+    *manifest = std::move(m);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chroma_run: %s: malformed manifest (%s)\n", mpath.c_str(), e.what());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +144,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  const std::string lib_path = dir + "/model.so";
+  std::string lib_path;
+  nlohmann::json manifest;
+  if (!check_artifact(dir, &lib_path, &manifest)) return 1;
   void* lib = dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     std::fprintf(stderr, "chroma_run: cannot load %s: %s\n", lib_path.c_str(), dlerror());
@@ -64,6 +155,17 @@ int main(int argc, char** argv) {
   auto abi = sym<int (*)()>(lib, "chroma_abi_version");
   if (abi() != CHROMA_ABI_VERSION) {
     std::fprintf(stderr, "chroma_run: %s has ABI %d, this program expects %d\n", lib_path.c_str(), abi(), CHROMA_ABI_VERSION);
+    return 1;
+  }
+  auto signature = sym<const char* (*)()>(lib, "chroma_signature");
+  try {
+    if (manifest_signature(manifest) != signature()) {
+      std::fprintf(stderr, "chroma_run: %s/manifest.json describes other inputs, outputs or state than %s has:\n%s",
+                   dir.c_str(), lib_path.c_str(), signature());
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chroma_run: %s/manifest.json: malformed entries (%s)\n", dir.c_str(), e.what());
     return 1;
   }
   auto open = sym<chroma_program* (*)(const char*, char*, size_t)>(lib, "chroma_open");

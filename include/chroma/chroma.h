@@ -1,6 +1,7 @@
 /* Chroma artifact C ABI.
  *
- * Every compiled artifact's shared library (`<artifact>/model.so`) exports these functions,
+ * Every compiled artifact's shared library (`<artifact>/model-<key>.so`, named by the manifest's
+ * `library.file`) exports these functions,
  * so a C or C++ program can run the model without Python:
  *
  *   char err[512];
@@ -12,7 +13,7 @@
  *
  * Inputs and outputs are dense row-major arrays of the dtypes and shapes the accessors
  * report; output arrays must not overlap each other or any input (kernels are compiled on
- * that assumption; Python's Program copies overlapping inputs first). chroma_open checks the ABI version, the weights file's size and its SHA-256
+ * that assumption; Python's Program copies overlapping inputs first). chroma_open checks the ABI version, the weights file's size and its digest
  * against the digest compiled into the library, and says what does not match.
  * A program is not thread-safe: one chroma_run at a time per chroma_program.
  */
@@ -26,7 +27,7 @@
 extern "C" {
 #endif
 
-#define CHROMA_ABI_VERSION 2
+#define CHROMA_ABI_VERSION 3
 
 enum {
   CHROMA_OK = 0,
@@ -82,6 +83,10 @@ int chroma_run_entry(chroma_program* p, int entry, const void* const* inputs, vo
 void chroma_reset_state(chroma_program* p);
 /* Digest of the generated source this library was built from (matches manifest.json). */
 const char* chroma_source_digest(void);
+/* Every entry point's inputs and outputs and every state tensor, one line each
+ * ("entry forward(x:float32[4,7])->(output0:float32[4,16])", "state cache:1024"): a loader
+ * that reads manifest.json compares it with the manifest's (docs/artifact_format.md). */
+const char* chroma_signature(void);
 
 #ifdef __cplusplus
 }

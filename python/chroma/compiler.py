@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
 import tempfile
@@ -25,9 +26,9 @@ def default_cache_dir() -> str:
     return os.environ.get("CHROMA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "chroma")
 
 
-def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                  cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
-    """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
+def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
+                cache_dir: Optional[str] = None, max_depth: int = 32) -> None:
+    """Compiles a .cgraph file (from chroma.export) into the artifact directory `out`."""
     from . import _compiler
 
     os.makedirs(out, exist_ok=True)
@@ -35,6 +36,12 @@ def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool 
         graph_path, out, target=target, blas=blas, include_dir=include_dir(),
         python_include=sysconfig.get_paths()["include"],
         cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth)
+
+
+def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
+                  cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
+    """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
+    build_graph(graph_path, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
     return load(out, threads=threads)
 
 
@@ -62,9 +69,16 @@ def _example_inputs(example_inputs: Any) -> tuple:
                  for a in example_inputs)
 
 
+def _graph_dir(out: str, keep_graph: bool):
+    """Where the exported graphs go: the artifact directory when kept, else a temporary one."""
+    if keep_graph:
+        return contextlib.nullcontext(out)
+    return tempfile.TemporaryDirectory(prefix="chroma-graph-")
+
+
 def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] = None, target: str = "cpu",
                     blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
-                    threads: Optional[int] = None) -> Program:
+                    threads: Optional[int] = None, keep_graph: bool = False) -> Program:
     """Compiles several functions into one artifact with one entry point each.
 
     entries: {name: (module_or_function, example_inputs)}, in order; the first is the
@@ -89,20 +103,21 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
     state = set()
     for g in graphs.values():
         state |= {w["source"] for w in g.json["weights"] if w["kind"] == "state"}
-    paths = {}
-    for name, g in graphs.items():
-        for w in g.json["weights"]:
-            if w["kind"] == "buffer" and w["source"] in state:
-                w["kind"] = "state"
-        paths[name] = os.path.join(out, f"{name}.cgraph")
-        g.write(paths[name])
-    return compile_graphs(paths, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth,
-                          threads=threads)
+    with _graph_dir(out, keep_graph) as gdir:
+        paths = {}
+        for name, g in graphs.items():
+            for w in g.json["weights"]:
+                if w["kind"] == "buffer" and w["source"] in state:
+                    w["kind"] = "state"
+            paths[name] = os.path.join(gdir, f"{name}.cgraph")
+            g.write(paths[name])
+        return compile_graphs(paths, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir,
+                              max_depth=max_depth, threads=threads)
 
 
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
             blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
-            threads: Optional[int] = None) -> Program:  # noqa: A001
+            threads: Optional[int] = None, keep_graph: bool = False) -> Program:  # noqa: A001
     """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
 
     out:       artifact directory (a new temporary directory when None)
@@ -112,6 +127,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it)
     max_depth: deepest fused expression before it is written to a buffer
     threads:   threads the loaded program runs on (see chroma.load)
+    keep_graph: also keep the exported graph in the artifact as graph.cgraph (for debugging;
+               it holds a second copy of the weights; the artifact does not need it)
     """
     from .exporter import export
 
@@ -120,7 +137,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         out = tempfile.mkdtemp(prefix="chroma-")
     os.makedirs(out, exist_ok=True)
     graph = export(model_or_function, tuple(example_inputs))
-    gpath = os.path.join(out, "graph.cgraph")
-    graph.write(gpath)
-    return compile_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth,
-                         threads=threads)
+    with _graph_dir(out, keep_graph) as gdir:
+        gpath = os.path.join(gdir, "graph.cgraph")
+        graph.write(gpath)
+        return compile_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir,
+                             max_depth=max_depth, threads=threads)

@@ -5,6 +5,16 @@ program per input shapes and dtypes: in memory, and on disk under the cache dire
 (keyed by the exported graph's digest, so a new process reuses the artifact without a
 rebuild). Torch tensors in give torch tensors out; NumPy arrays in give NumPy arrays out.
 
+The weights are part of the key: a parameter or buffer changed in place through a PyTorch
+op (``p.add_()``, ``p.copy_()``, ``load_state_dict``) bumps its version counter, and a
+tensor assigned anew has another address; either makes the next call export and compile (or
+reuse from disk) the program for the new values. Writes through ``.data`` bypass the version
+counter: they are seen by a content hash for modules with at most 1 MiB of weights, and
+otherwise only after ``invalidate()``.
+
+Several processes may jit into one cache directory: each builds into a private directory
+and publishes it with an atomic rename; the loser of a race loads the winner's artifact.
+
 `torch.compile(model, backend="chroma")` works through the `torch_dynamo_backends` entry
 point (pyproject.toml), or after `chroma.jitting.register_backend()`.
 """
@@ -14,10 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .compiler import compile_graph, default_cache_dir
+from .compiler import build_graph, default_cache_dir
 from .program import Program, load
 
 __all__ = ["jit", "JitFunction", "chroma_backend", "register_backend"]
@@ -35,12 +47,35 @@ class JitFunction:
     def _key(args: Tuple) -> Tuple:
         return tuple((tuple(a.shape), str(a.dtype)) for a in args)
 
+    _CONTENT_HASH_BYTES = 1 << 20
+
+    def _weights_key(self) -> Tuple:
+        """Identifies the current values of the module's parameters and buffers."""
+        import torch
+
+        tensors = []
+        if hasattr(self.fn, "named_parameters") and hasattr(self.fn, "named_buffers"):
+            tensors = list(self.fn.named_parameters()) + list(self.fn.named_buffers())
+        key = tuple((n, t.data_ptr(), t._version, tuple(t.shape), str(t.dtype)) for n, t in tensors)
+        total = sum(t.numel() * t.element_size() for _, t in tensors)
+        if tensors and total <= self._CONTENT_HASH_BYTES:
+            h = hashlib.sha256()
+            for _, t in tensors:
+                h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            key += (h.hexdigest(),)
+        return key
+
+    def invalidate(self) -> None:
+        """Forgets the programs compiled so far (the disk cache still serves unchanged graphs)."""
+        with self._lock:
+            self.programs.clear()
+
     def program_for(self, args: Tuple) -> Program:
         import torch
 
         from .exporter import export
 
-        key = self._key(args)
+        key = (self._key(args), self._weights_key())
         with self._lock:
             prog = self.programs.get(key)
             if prog is not None:
@@ -60,12 +95,37 @@ class JitFunction:
             try:
                 prog = load(out)
             except Exception:  # missing or stale: compile afresh
-                os.makedirs(out, exist_ok=True)
-                gpath = os.path.join(out, "graph.cgraph")
-                graph.write(gpath)
-                prog = compile_graph(gpath, out, cache_dir=self.cache_dir, **self.options)
+                prog = self._build(graph, out)
+            # Programs for older weights of the same shapes are dropped.
+            for k in [k for k in self.programs if k[0] == key[0]]:
+                del self.programs[k]
             self.programs[key] = prog
             return prog
+
+    def _build(self, graph: Any, out: str) -> Program:
+        """Builds into a private directory beside `out`, then publishes it atomically."""
+        parent = os.path.dirname(out)
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".build-", dir=parent)
+        try:
+            gpath = os.path.join(tmp, "graph.cgraph")
+            graph.write(gpath)
+            build_graph(gpath, tmp, cache_dir=self.cache_dir, **{k: v for k, v in self.options.items() if k != "threads"})
+            os.remove(gpath)
+            if os.path.isdir(out):  # a stale artifact (failed to load above): replace it
+                stale = tempfile.mkdtemp(prefix=os.path.basename(out) + ".stale-", dir=parent)
+                try:
+                    os.rename(out, os.path.join(stale, "a"))
+                except OSError:
+                    pass  # another process moved it first
+                shutil.rmtree(stale, ignore_errors=True)
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                pass  # another process published the same program first: use theirs
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return load(out, threads=self.options.get("threads"))
 
     def __call__(self, *args: Any):
         import numpy as np

@@ -14,8 +14,8 @@ import numpy as np
 
 __all__ = ["Program", "Entry", "load", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
 
-ARTIFACT_VERSION = 2
-ABI_VERSION = 2
+ARTIFACT_VERSION = 3
+ABI_VERSION = 3
 
 _DTYPES = {
     "float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
@@ -95,6 +95,8 @@ class Entry:
         return "" if len(self.program.entries) == 1 else f"entry '{self.name}': "
 
     def _check_out(self, out: Any) -> List[np.ndarray]:
+        """Checks out= arrays: the right dtypes and shapes, writeable, and no two overlapping
+        (each kernel writes its output in place: one would clobber the other)."""
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         if len(outs) != len(self.outputs):
             raise ValueError(f"{self._what()}out=: expected {len(self.outputs)} arrays, got {len(outs)}")
@@ -105,6 +107,10 @@ class Entry:
                 raise ValueError(f"out[{i}]: expected {spec.dtype}{list(spec.shape)}, got {o.dtype}{list(o.shape)}")
             if not (o.flags.c_contiguous and o.flags.writeable):
                 raise ValueError(f"out[{i}]: must be C-contiguous and writeable")
+        for i in range(len(outs)):
+            for j in range(i):
+                if np.may_share_memory(outs[i], outs[j]):
+                    raise ValueError(f"out[{j}] and out[{i}] overlap: each output needs its own memory")
         return outs
 
     def _prepare(self, arrays, out):
@@ -211,6 +217,27 @@ class Program:
         return self._main.profile(*arrays, iters=iters)
 
 
+def _signature(manifest: dict, where: str) -> str:
+    """The manifest's entries and state in the form the library's signature() reports."""
+    def spec(d: Any, what: str) -> str:
+        if not isinstance(d, dict) or not isinstance(d.get("shape"), list):
+            raise ArtifactError(f"{where}: {what} is malformed")
+        return f"{d.get('name', '')}:{d.get('dtype')}[{','.join(str(x) for x in d['shape'])}]"
+
+    lines = []
+    for i, e in enumerate(manifest["entries"]):
+        if not isinstance(e, dict) or not isinstance(e.get("inputs"), list) or not isinstance(e.get("outputs"), list):
+            raise ArtifactError(f"{where}: entries[{i}] is malformed")
+        ins = ",".join(spec(d, f"entries[{i}].inputs") for d in e["inputs"])
+        outs = ",".join(spec(d, f"entries[{i}].outputs") for d in e["outputs"])
+        lines.append(f"entry {e.get('name', 'forward')}({ins})->({outs})\n")
+    for s in manifest.get("state", []) or []:
+        if not isinstance(s, dict):
+            raise ArtifactError(f"{where}: field 'state' is malformed")
+        lines.append(f"state {s.get('name', '')}:{s.get('bytes', s.get('nbytes', ''))}\n")
+    return "".join(lines)
+
+
 def _load_module(path: str):
     loader = importlib.machinery.ExtensionFileLoader("chroma_model", path)
     spec = importlib.util.spec_from_file_location("chroma_model", path, loader=loader)
@@ -247,9 +274,17 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     abi = _field(manifest, "abi_version", mpath)
     if abi != ABI_VERSION:
         raise ArtifactError(f"{mpath}: ABI version {abi} does not match this runtime's {ABI_VERSION}")
-    for key in ("entries", "inputs", "outputs", "stats", "library.file", "library.sha256", "weights.file", "weights.sha256",
+    for key in ("entries", "inputs", "outputs", "stats", "library.file", "library.sha256", "weights.file", "weights.digest",
                 "source.digest"):
         _field(manifest, key, mpath)
+    for key in ("library", "weights"):
+        name = manifest[key]["file"]
+        # A bare file name inside the artifact directory: never a path that leads elsewhere.
+        if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+                or "\0" in name or os.path.basename(name) != name):
+            raise ArtifactError(f"{mpath}: field '{key}.file' ({name!r}) must name a file in the artifact directory")
+    if not isinstance(manifest["entries"], list) or not manifest["entries"]:
+        raise ArtifactError(f"{mpath}: field 'entries' must be a non-empty list")
     lib = os.path.join(directory, manifest["library"]["file"])
     if not os.path.isfile(lib):
         raise ArtifactError(f"{directory}: library {manifest['library']['file']} is missing")
@@ -270,9 +305,16 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     if module.source_digest() != manifest["source"]["digest"]:
         raise ArtifactError(f"{lib}: built from source {module.source_digest()}, but manifest field source.digest "
                             f"says {manifest['source']['digest']}")
-    if module.weights_digest() != manifest["weights"]["sha256"]:
-        raise ArtifactError(f"{mpath}: field weights.sha256 ({manifest['weights']['sha256']}) does not match the "
+    if module.weights_digest() != manifest["weights"]["digest"]:
+        raise ArtifactError(f"{mpath}: field weights.digest ({manifest['weights']['digest']}) does not match the "
                             f"weights {lib} was built for ({module.weights_digest()})")
+    want = _signature(manifest, mpath)
+    have = module.signature()
+    if want != have:
+        diff = next((f"manifest says {a!r}, library has {b!r}" for a, b in
+                     zip(want.splitlines() + [""] * 99, have.splitlines() + [""] * 99) if a != b), "")
+        raise ArtifactError(f"{mpath}: the entry points and state the manifest describes do not match the ones "
+                            f"compiled into {lib}: {diff}")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ValueError(f"threads={threads!r}: expected a positive integer or None")
     return Program(directory, manifest, module, threads)

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -68,6 +70,15 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   return pid;
 }
 
+// A name no other process or thread is using: temporary files in shared directories (the
+// build cache, an artifact directory two processes compile into) never collide.
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return ".tmp" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 1000000) + "-" +
+         std::to_string(counter.fetch_add(1));
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
@@ -99,13 +110,17 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     key.update(name.data(), name.size());
     key.update(body.data(), body.size());
   }
-  const std::string cmd = cxx + " " + join(flags) + (opts.blas ? " -lopenblas" : "") + (opts.dnnl ? " -ldnnl -lgomp" : "");
+  const std::string cmd =
+      cxx + " " + join(flags) + (opts.blas ? " -lopenblas" : "") + (opts.dnnl ? " -ldnnl -lgomp" : "") + " -lcrypto";
   key.update(cmd.data(), cmd.size());
   const std::string hd = headers_digest(opts.include_dir);
   key.update(hd.data(), hd.size());
   r.cache_key = key.hex_digest();
   r.command = cmd;
-  r.library_path = (fs::path(out_dir) / "model.so").string();
+  // Named by content: the dynamic loader hands back an already loaded library for a path it
+  // has seen, so recompiling another model into the same directory must give a new name.
+  r.library_file = "model-" + r.cache_key.substr(0, 16) + ".so";
+  r.library_path = (fs::path(out_dir) / r.library_file).string();
 
   const bool tty = isatty(2);
   fs::path cached;
@@ -114,7 +129,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     if (fs::exists(cached)) {
       // Copy then rename: a new inode, so a process that has the old library loaded keeps
       // its mapping intact and a later dlopen of this path loads the new file.
-      const std::string tmp = r.library_path + ".tmp";
+      const std::string tmp = r.library_path + unique_suffix();
       fs::copy_file(cached, tmp, fs::copy_options::overwrite_existing);
       fs::rename(tmp, r.library_path);
       r.cached = true;
@@ -123,25 +138,35 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     }
   }
 
-  const fs::path obj_dir = fs::path(out_dir) / ".build";
+  const fs::path obj_dir = fs::path(out_dir) / (".build" + unique_suffix());
   fs::create_directories(obj_dir);
   int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<Job> running;
   std::vector<std::string> objects;
   size_t next = 0, done = 0;
   std::string failure;
+  auto finish = [&](size_t i, int status) {
+    ++done;
+    if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) && failure.empty()) {
+      failure = "compiling " + running[i].name + " failed:\n" + read_text(running[i].log);
+    }
+    if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done, files.size(), running[i].name.c_str());
+    running.erase(running.begin() + static_cast<long>(i));
+  };
+  // Reaps one of this build's own compiler processes (never another child of the process:
+  // a second build in another thread, or the user's own subprocesses).
   auto wait_one = [&]() {
     int status = 0;
-    const pid_t pid = ::wait(&status);
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (running[i].pid != pid) continue;
-      ++done;
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && failure.empty()) {
-        failure = "compiling " + running[i].name + " failed:\n" + read_text(running[i].log);
+    for (;;) {
+      for (size_t i = 0; i < running.size(); ++i) {
+        const pid_t pid = ::waitpid(running[i].pid, &status, WNOHANG);
+        if (pid == 0) continue;
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0) status = -1;  // lost (ECHILD: someone reaped it): count it as failed
+        finish(i, status);
+        return;
       }
-      if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done, files.size(), running[i].name.c_str());
-      running.erase(running.begin() + static_cast<long>(i));
-      return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
   while (next < files.size() || !running.empty()) {
@@ -166,7 +191,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   if (tty) std::fprintf(stderr, "\n");
   if (!failure.empty()) throw CompileError("building the generated code: " + failure);
   std::vector<std::string> argv = link;
-  const std::string tmp_lib = r.library_path + ".tmp";
+  const std::string tmp_lib = r.library_path + unique_suffix();
   argv.push_back(tmp_lib);
   argv.insert(argv.end(), objects.begin(), objects.end());
   if (opts.blas) argv.push_back("-lopenblas");
@@ -174,17 +199,19 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     argv.push_back("-ldnnl");
     argv.push_back("-lgomp");
   }
+  argv.push_back("-lcrypto");
   const std::string log = (obj_dir / "link.log").string();
   pid_t pid = spawn(argv, log);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) throw CompileError("linking the generated code failed:\n" + read_text(log));
   fs::rename(tmp_lib, r.library_path);
   fs::remove_all(obj_dir);
   if (!cached.empty()) {
     std::error_code ec;
     fs::create_directories(cached.parent_path(), ec);
-    const fs::path tmp = cached.string() + ".tmp" + std::to_string(::getpid());
+    const fs::path tmp = cached.string() + unique_suffix();
     fs::copy_file(r.library_path, tmp, fs::copy_options::overwrite_existing, ec);
     if (!ec) fs::rename(tmp, cached, ec);
   }

@@ -25,14 +25,16 @@ struct BuildOptions {
 };
 
 struct BuildResult {
-  std::string library_path;
+  std::string library_path;  // <out_dir>/<library_file>
+  std::string library_file;  // model-<first 16 hex digits of cache_key>.so
   bool cached = false;
   double seconds = 0;
   std::string command;                 // one compile command, for the manifest
   std::string cache_key;
 };
 
-// Writes nothing but `out_dir/model.so` (and the object files under a temporary directory).
+// Writes nothing but `out_dir/<library_file>` (and the object files under a temporary
+// directory of its own, so builds into one directory may run concurrently).
 BuildResult build_library(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
                           const std::string& out_dir, const BuildOptions& opts);
 

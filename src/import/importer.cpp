@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -23,33 +24,54 @@ template <class T> T read_le(const uint8_t* p) {
 
 struct GraphFile {
   json meta;
-  std::vector<uint8_t> bytes;
-  uint64_t data_offset = 0, data_length = 0;
+  const uint8_t* data = nullptr;  // the data blob
+  uint64_t data_length = 0;
 };
 
-GraphFile read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw CompileError("cannot open graph file '" + path + "'");
-  GraphFile gf;
-  gf.bytes.assign(std::istreambuf_iterator<char>(f), {});
-  const auto& b = gf.bytes;
-  auto bad = [&](const std::string& why) { return CompileError("graph file '" + path + "': " + why); };
-  if (b.size() < 64) throw bad("truncated header (" + std::to_string(b.size()) + " bytes)");
-  if (std::memcmp(b.data(), kMagic, 8) != 0) throw bad("bad magic (not a Chroma graph file)");
-  const uint32_t version = read_le<uint32_t>(b.data() + 8);
+// Checks the container (docs/graph_format.md section 1) and parses the JSON. Every rule a
+// reader MUST enforce is enforced here, with sizes compared without overflowing.
+GraphFile parse_container(const uint8_t* b, size_t size, const std::string& name) {
+  auto bad = [&](const std::string& why) { return CompileError("graph file '" + name + "': " + why); };
+  if (size < 64) throw bad("truncated header (" + std::to_string(size) + " bytes, the header has 64)");
+  if (std::memcmp(b, kMagic, 8) != 0) throw bad("bad magic (not a Chroma graph file)");
+  const uint32_t version = read_le<uint32_t>(b + 8);
   if (version != kFormatVersion) {
     throw bad("format version " + std::to_string(version) + " is not supported (this compiler reads version " +
               std::to_string(kFormatVersion) + ")");
   }
-  const uint64_t json_off = read_le<uint64_t>(b.data() + 16), json_len = read_le<uint64_t>(b.data() + 24);
-  gf.data_offset = read_le<uint64_t>(b.data() + 32);
-  gf.data_length = read_le<uint64_t>(b.data() + 40);
-  if (json_off + json_len > b.size() || gf.data_offset + gf.data_length > b.size()) throw bad("truncated file");
+  const uint32_t header_size = read_le<uint32_t>(b + 12);
+  if (header_size != 64) throw bad("field header_size is " + std::to_string(header_size) + ", must be 64");
+  for (int i = 48; i < 64; ++i) {
+    if (b[i] != 0) throw bad("reserved header byte " + std::to_string(i) + " is not zero");
+  }
+  const uint64_t json_off = read_le<uint64_t>(b + 16), json_len = read_le<uint64_t>(b + 24);
+  const uint64_t data_off = read_le<uint64_t>(b + 32), data_len = read_le<uint64_t>(b + 40);
+  if (json_off < 64) throw bad("field json_offset is " + std::to_string(json_off) + ", must be at least 64");
+  if (json_off > size || json_len > size - json_off) {
+    throw bad("truncated file: the JSON section (json_offset " + std::to_string(json_off) + ", json_length " +
+              std::to_string(json_len) + ") ends past the file's " + std::to_string(size) + " bytes");
+  }
+  if (data_off % 64 != 0) throw bad("field data_offset " + std::to_string(data_off) + " is not a multiple of 64");
+  if (data_off < json_off + json_len) {
+    throw bad("field data_offset " + std::to_string(data_off) + " overlaps the JSON section (which ends at " +
+              std::to_string(json_off + json_len) + ")");
+  }
+  if (data_off > size || data_len > size - data_off) {
+    throw bad("truncated file: the data section (data_offset " + std::to_string(data_off) + ", data_length " +
+              std::to_string(data_len) + ") ends past the file's " + std::to_string(size) + " bytes");
+  }
+  if (data_off + data_len != size) {
+    throw bad(std::to_string(size - data_off - data_len) + " trailing bytes after the data section");
+  }
+  GraphFile gf;
   try {
-    gf.meta = json::parse(b.begin() + static_cast<long>(json_off), b.begin() + static_cast<long>(json_off + json_len));
+    gf.meta = json::parse(b + json_off, b + json_off + json_len);
   } catch (const json::exception& e) {
     throw bad(std::string("malformed JSON: ") + e.what());
   }
+  if (!gf.meta.is_object()) throw bad("the JSON section is not an object");
+  gf.data = b + data_off;
+  gf.data_length = data_len;
   return gf;
 }
 
@@ -61,10 +83,12 @@ std::string where(const json& node) {
 }
 
 TensorType parse_type(const json& j, const std::string& what) {
+  if (!j.is_object()) throw CompileError(what + ": expected an object with 'dtype' and 'shape'");
   TensorType t;
   const std::string dt = j.at("dtype").get<std::string>();
   if (!parse_dtype(dt, &t.dtype)) throw CompileError(what + ": dtype " + dt + " is not supported");
   t.shape = j.at("shape").get<std::vector<int64_t>>();
+  check_tensor_size(t, what);
   return t;
 }
 
@@ -329,12 +353,50 @@ std::map<std::string, const json*> conv_bn_folds(const json& m, const std::set<s
   return folds;
 }
 
-}  // namespace
-
-Graph import_graph_file(const std::string& path) {
-  GraphFile gf = read_file(path);
+// Builds the graph from a checked container. `ctx` names the part being read, for the
+// message when the JSON does not have the structure the format specifies.
+Graph import_document(const GraphFile& gf, const std::string& path, std::string& ctx) {
   const json& m = gf.meta;
+  ctx = "field 'format'";
   if (m.value("format", std::string()) != "chroma.graph") throw CompileError("graph file '" + path + "': not a chroma.graph document");
+  ctx = "field 'version'";
+  if (m.contains("version") && m["version"] != kFormatVersion) {
+    throw CompileError("graph file '" + path + "': JSON field 'version' is " + m["version"].dump() +
+                       ", the header says " + std::to_string(kFormatVersion));
+  }
+  for (const char* key : {"inputs", "weights", "nodes", "outputs"}) {
+    ctx = std::string("field '") + key + "'";
+    if (!m.contains(key) || !m[key].is_array()) {
+      throw CompileError("graph file '" + path + "': field '" + key + "' is missing or not a list");
+    }
+  }
+  // The structure every later step relies on, checked once with a precise message.
+  auto require = [&](bool ok, const std::string& what) {
+    if (!ok) throw CompileError("graph file '" + path + "': " + ctx + ": " + what);
+  };
+  auto is_str = [](const json& j, const char* k) { return j.contains(k) && j[k].is_string(); };
+  for (const char* key : {"inputs", "weights"}) {
+    for (size_t i = 0; i < m[key].size(); ++i) {
+      ctx = std::string(key) + "[" + std::to_string(i) + "]";
+      require(m[key][i].is_object() && is_str(m[key][i], "name"), "expected an object with a string 'name'");
+    }
+  }
+  for (size_t i = 0; i < m["nodes"].size(); ++i) {
+    const json& n = m["nodes"][i];
+    ctx = "nodes[" + std::to_string(i) + "]";
+    require(n.is_object(), "expected an object");
+    require(is_str(n, "name") && is_str(n, "target"), "expected string fields 'name' and 'target'");
+    ctx = "node '" + n["name"].get<std::string>() + "'";
+    require(n.contains("args") && n["args"].is_array(), "field 'args' is missing or not a list");
+    require(!n.contains("kwargs") || n["kwargs"].is_object(), "field 'kwargs' is not an object");
+    require(n.contains("outputs") && n["outputs"].is_array(), "field 'outputs' is missing or not a list");
+    require(!n.contains("source") || n["source"].is_string(), "field 'source' is not a string");
+  }
+  for (const json& o : m["outputs"]) {
+    ctx = "field 'outputs'";
+    require(o.is_object() && is_str(o, "ref"), "each output must be a REF ({\"ref\": name})");
+  }
+  ctx = "the nodes' arguments";
   const HandlerTable& handlers = aten_handlers();
 
   std::set<std::string> weight_names;
@@ -368,22 +430,36 @@ Graph import_graph_file(const std::string& path) {
   Graph g;
   Builder b(g);
   std::unordered_map<std::string, std::vector<Value>> values;
-  for (const json& in : m.at("inputs")) {
+  auto define = [&](const std::string& name, std::vector<Value> v) {
+    if (!values.emplace(name, std::move(v)).second) {
+      throw CompileError("graph file '" + path + "': the name '" + name + "' is defined twice (" + ctx + ")");
+    }
+  };
+  for (size_t i = 0; i < m["inputs"].size(); ++i) {
+    const json& in = m["inputs"][i];
+    ctx = "inputs[" + std::to_string(i) + "]";
     const std::string name = in.at("name").get<std::string>();
-    values[name] = {g.input(name, parse_type(in, "input '" + name + "'"))};
+    define(name, {g.input(name, parse_type(in, "input '" + name + "'"))});
   }
-  const uint8_t* data = gf.bytes.data() + gf.data_offset;
+  const uint8_t* data = gf.data;
   // State (buffers the model updates in place) becomes extra graph inputs after the user's,
   // and their new values extra outputs after the user's (see StateBinding).
   std::map<std::string, size_t> state_of;
-  for (const json& w : m.at("weights")) {
+  for (size_t i = 0; i < m["weights"].size(); ++i) {
+    const json& w = m["weights"][i];
+    ctx = "weights[" + std::to_string(i) + "]";
     const std::string name = w.at("name").get<std::string>();
     ConstantData c;
     c.type = parse_type(w, "weight '" + name + "'");
     c.name = w.value("source", name);
     const uint64_t off = w.at("offset").get<uint64_t>(), nb = w.at("nbytes").get<uint64_t>();
-    if (off + nb > gf.data_length || static_cast<int64_t>(nb) != c.type.nbytes()) {
-      throw CompileError("graph file '" + path + "': weight '" + name + "' lies outside the data section or has the wrong size");
+    if (off > gf.data_length || nb > gf.data_length - off) {
+      throw CompileError("graph file '" + path + "': weight '" + name + "': offset " + std::to_string(off) + " and nbytes " +
+                         std::to_string(nb) + " lie outside the " + std::to_string(gf.data_length) + "-byte data section");
+    }
+    if (static_cast<int64_t>(nb) != c.type.nbytes()) {
+      throw CompileError("graph file '" + path + "': weight '" + name + "': nbytes " + std::to_string(nb) + " but " +
+                         c.type.str() + " has " + std::to_string(c.type.nbytes()) + " bytes");
     }
     c.bytes = std::make_shared<const std::vector<uint8_t>>(data + off, data + off + nb);
     if (w.value("kind", std::string()) == "state") {
@@ -391,15 +467,18 @@ Graph import_graph_file(const std::string& path) {
       s.name = c.name;
       s.input = static_cast<int32_t>(g.inputs.size());
       s.init = c;
-      values[name] = {g.input(c.name, c.type)};
+      define(name, {g.input(c.name, c.type)});
       state_of[s.name] = g.states.size();
       g.states.push_back(std::move(s));
       continue;
     }
-    values[name] = {g.constant(std::move(c))};
+    define(name, {g.constant(std::move(c))});
   }
-  for (const json& node : m.at("nodes")) {
+  for (size_t i = 0; i < m["nodes"].size(); ++i) {
+    const json& node = m["nodes"][i];
+    ctx = "nodes[" + std::to_string(i) + "]";
     const std::string name = node.at("name").get<std::string>();
+    ctx = "node '" + name + "'";
     g.set_origin(name, node.value("source", std::string()));
     Call call(node, b, values);
     std::vector<Value> outs;
@@ -420,8 +499,21 @@ Graph import_graph_file(const std::string& path) {
       const std::string msg = e.what();
       if (msg.rfind("node '", 0) == 0) throw;
       call.fail(msg);
+    } catch (const json::exception& e) {
+      // An argument of the wrong JSON type or a missing field.
+      call.fail(std::string("malformed arguments: ") + e.what());
+    } catch (const std::out_of_range& e) {
+      call.fail(std::string("an argument is out of range: ") + e.what());
+    } catch (const std::length_error& e) {
+      call.fail(std::string("an argument is out of range: ") + e.what());
+    } catch (const std::bad_alloc&) {
+      call.fail("out of memory building this node (are its sizes sane?)");
     }
     // The exporter recorded each output's type: the decomposition must agree.
+    if (outs.size() != node.at("outputs").size()) {
+      call.fail("the graph file records " + std::to_string(node.at("outputs").size()) + " outputs, the op has " +
+                std::to_string(outs.size()));
+    }
     for (size_t k = 0; k < outs.size() && k < node.at("outputs").size(); ++k) {
       if (node.at("outputs")[k].is_null()) continue;  // a Python scalar (item()): kept as a 0-d tensor
       const TensorType want = call.out_type(k);
@@ -430,16 +522,27 @@ Graph import_graph_file(const std::string& path) {
                   ", PyTorch says " + want.str());
       }
     }
-    values[name] = std::move(outs);
+    define(name, std::move(outs));
   }
   g.set_origin("", "");
+  ctx = "field 'outputs'";
   for (const json& o : m.at("outputs")) {
     const std::string r = o.at("ref").get<std::string>();
     auto it = values.find(r);
     if (it == values.end()) throw CompileError("graph output refers to unknown value '" + r + "'");
     g.outputs.push_back(it->second.at(o.value("index", 0)));
   }
+  ctx = "field 'output_structure'";
   g.output_structure = m.value("output_structure", std::string("single"));
+  if (g.output_structure != "single" && g.output_structure != "tuple" && g.output_structure != "list") {
+    throw CompileError("graph file '" + path + "': field 'output_structure' is '" + g.output_structure +
+                       "', expected 'single', 'tuple' or 'list'");
+  }
+  if (g.output_structure == "single" && g.outputs.size() != 1) {
+    throw CompileError("graph file '" + path + "': output_structure 'single' with " + std::to_string(g.outputs.size()) +
+                       " outputs");
+  }
+  ctx = "field 'state_updates'";
   if (m.contains("state_updates")) {
     for (const json& u : m.at("state_updates")) {
       const std::string st = u.at("state").get<std::string>();
@@ -458,6 +561,34 @@ Graph import_graph_file(const std::string& path) {
     }
   }
   return g;
+}
+
+}  // namespace
+
+Graph import_graph_bytes(const uint8_t* bytes, size_t size, const std::string& name) {
+  const GraphFile gf = parse_container(bytes, size, name);
+  std::string ctx = "the document";
+  try {
+    return import_document(gf, name, ctx);
+  } catch (const json::exception& e) {
+    throw CompileError("graph file '" + name + "': " + ctx + " is malformed: " + e.what());
+  } catch (const std::out_of_range& e) {
+    throw CompileError("graph file '" + name + "': " + ctx + ": a reference is out of range (" + e.what() + ")");
+  } catch (const std::bad_alloc&) {
+    throw CompileError("graph file '" + name + "': out of memory reading " + ctx);
+  }
+}
+
+Graph import_graph_file(const std::string& path) {
+  // Only regular files: a FIFO or a device would block or never end.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw CompileError("cannot open graph file '" + path + "'");
+  if (!std::filesystem::is_regular_file(st)) throw CompileError("graph file '" + path + "' is not a regular file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw CompileError("cannot open graph file '" + path + "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return import_graph_bytes(bytes.data(), bytes.size(), path);
 }
 
 }  // namespace chroma

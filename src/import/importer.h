@@ -6,6 +6,8 @@
 // node and its source line.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,9 @@
 namespace chroma {
 
 Graph import_graph_file(const std::string& path);
+// The same from bytes in memory; `name` is used in messages. Never crashes on malformed
+// input: every problem is a CompileError naming the field or node (the fuzz target's entry).
+Graph import_graph_bytes(const uint8_t* bytes, size_t size, const std::string& name);
 
 // ATen targets the importer handles (sorted), for docs and tests.
 std::vector<std::string> supported_aten_targets();

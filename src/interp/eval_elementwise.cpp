@@ -29,8 +29,8 @@ namespace {
 #include "chroma/elementwise.def"
 #undef CHROMA_EW
 
-// Integer division-like ops need guards the scalar helpers leave to the runtime: division by
-// zero is an error, and x / -1 must not reach the hardware divide (INT_MIN / -1 traps).
+// Integer division by zero is a compile-time error when folding (the scalar helpers leave it
+// to the runtime's flag); x / -1 is handled inside the helpers, as at run time.
 template <class Fn> constexpr bool kIsDivision =
     Fn::kOp == EwOp::k_floor_divide || Fn::kOp == EwOp::k_remainder || Fn::kOp == EwOp::k_fmod;
 
@@ -50,15 +50,6 @@ template <class Fn, class T> Tensor map_loop(const Tensors& in, const TensorType
     for (int64_t i = 0; i < n; ++i) {
       if constexpr (kGuard) {
         if (b[i] == T(0)) throw CompileError("integer division by zero");
-        if constexpr (std::is_signed_v<T>) {
-          if (b[i] == T(-1)) {
-            // a // -1 = -a (wrapping), a % -1 = fmod(a, -1) = 0.
-            o[i] = Fn::kOp == EwOp::k_floor_divide
-                       ? static_cast<T>(static_cast<uint64_t>(0) - static_cast<uint64_t>(a[i]))
-                       : T(0);
-            continue;
-          }
-        }
       }
       o[i] = static_cast<Out>(Fn::apply(a[i], b[i], T{}));
     }

@@ -42,6 +42,55 @@ int64_t numel(const Shape& s) {
   return n;
 }
 
+std::string CompileError::valid_utf8(const std::string& s) {
+  std::string r;
+  r.reserve(s.size());
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= n && !(len == 2 && c < 0xC2) && !(len == 4 && c > 0xF4);
+    for (size_t k = 1; ok && k < len; ++k) ok = (b[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) {
+      const unsigned cp = ((c & 0xF) << 12) | ((b[i + 1] & 0x3F) << 6) | (b[i + 2] & 0x3F);
+      ok = cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (ok && len == 4) {
+      const unsigned cp = ((c & 0x7) << 18) | ((b[i + 1] & 0x3F) << 12) | ((b[i + 2] & 0x3F) << 6) | (b[i + 3] & 0x3F);
+      ok = cp >= 0x10000 && cp <= 0x10FFFF;
+    }
+    if (ok) {
+      r.append(s, i, len);
+      i += len;
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      r += "\\x";
+      r += kHex[c >> 4];
+      r += kHex[c & 15];
+      ++i;
+    }
+  }
+  return r;
+}
+
+void check_tensor_size(const TensorType& t, const std::string& what) {
+  int64_t bytes = dtype_size(t.dtype);
+  bool zero = false;
+  for (int64_t d : t.shape) {
+    if (d < 0) throw CompileError(what + ": negative dimension in shape " + shape_str(t.shape));
+    zero = zero || d == 0;
+  }
+  if (zero) return;
+  for (int64_t d : t.shape) {
+    if (d > kMaxTensorBytes / bytes) {
+      throw CompileError(what + ": a " + std::string(dtype_name(t.dtype)) + " tensor of shape " + shape_str(t.shape) +
+                         " is larger than the " + std::to_string(kMaxTensorBytes) + "-byte limit");
+    }
+    bytes *= d;
+  }
+}
+
 std::string shape_str(const Shape& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);

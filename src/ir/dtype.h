@@ -1,7 +1,9 @@
 // Element types Chroma computes with, and their names in every format we read or write.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,7 +35,35 @@ bool parse_dtype(std::string_view name, DType* out);
 inline bool is_float(DType t) { return t == DType::kF32 || t == DType::kF64; }
 inline bool is_int(DType t) { return !is_float(t) && t != DType::kBool; }
 
-using Shape = std::vector<int64_t>;
+// Thrown for any problem with the user's model or inputs; the message names the op, node
+// and source line when they are known.
+// Messages quote text from the graph file; bytes that are not valid UTF-8 are shown as \xNN
+// so the message itself is always valid UTF-8 (Python decodes it strictly).
+class CompileError : public std::runtime_error {
+ public:
+  explicit CompileError(const std::string& msg) : std::runtime_error(valid_utf8(msg)) {}
+  explicit CompileError(const char* msg) : CompileError(std::string(msg)) {}
+  static std::string valid_utf8(const std::string& s);
+};
+
+// A static shape. Indexing is checked: a rule or handler that asks for a dimension a tensor
+// does not have (a 0-d tensor's dim 0, a negative index cast to size_t) raises CompileError,
+// which the importer attributes to the node, instead of reading out of bounds.
+class Shape : public std::vector<int64_t> {
+ public:
+  using std::vector<int64_t>::vector;
+  Shape() = default;
+  Shape(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}  // NOLINT: implicit by design
+  Shape(std::vector<int64_t>&& v) : std::vector<int64_t>(std::move(v)) {}  // NOLINT
+  int64_t& operator[](size_t i) { return i < size() ? data()[i] : out_of_range(i); }
+  const int64_t& operator[](size_t i) const { return i < size() ? data()[i] : out_of_range(i); }
+
+ private:
+  [[noreturn]] int64_t& out_of_range(size_t i) const {
+    throw CompileError("dimension " + std::to_string(static_cast<int64_t>(i)) + " does not exist in a rank-" +
+                       std::to_string(size()) + " shape");
+  }
+};
 int64_t numel(const Shape& s);
 std::string shape_str(const Shape& s);
 // Row-major strides of a shape.
@@ -49,5 +79,12 @@ struct TensorType {
   bool operator==(const TensorType&) const = default;
   std::string str() const;  // "f32[4,7]"
 };
+
+// The largest tensor Chroma compiles: 2^42 bytes (4 TiB). Every byte count, offset and arena
+// size is computed in int64; with each tensor under this bound no sum of them can overflow.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 42;
+// Throws CompileError (naming `what`) when a dimension is negative or the byte count of
+// `t` exceeds kMaxTensorBytes, computed without overflowing.
+void check_tensor_size(const TensorType& t, const std::string& what);
 
 }  // namespace chroma

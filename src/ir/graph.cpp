@@ -26,6 +26,7 @@ Value Graph::add(Op op, std::vector<Value> args, Attrs attrs) {
   std::vector<TensorType> types;
   try {
     types = infer_types(*this, op, args, attrs);
+    for (const TensorType& t : types) check_tensor_size(t, "result");
   } catch (const CompileError& e) {
     std::string where = origin_name_.empty() ? "" : " (from node '" + origin_name_ + "'";
     if (!where.empty()) where += origin_source_.empty() ? ")" : " at " + origin_source_ + ")";

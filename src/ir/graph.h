@@ -22,13 +22,6 @@
 
 namespace chroma {
 
-// Thrown for any problem with the user's model or inputs; the message names the op, node
-// and source line when they are known.
-class CompileError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // A scalar attribute, kept exactly: integers as int64, floats as double.
 struct Scalar {
   bool is_int = false;

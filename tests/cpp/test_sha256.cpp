@@ -137,4 +137,41 @@ TEST(Sha256, LargeInputChunkedAtOddOffset) {
   EXPECT_EQ(h.hex_digest(), hex);
 }
 
+// The chunked weights digest (sha256-tree-16MiB): rebuilt here from its definition in
+// docs/artifact_format.md, and the same whatever the number of threads.
+std::string tree_by_definition(const std::vector<uint8_t>& d) {
+  Sha256 h;
+  const char header[16] = "chroma-tree-v1";
+  h.update(header, sizeof header);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(d.size()) >> (8 * i));
+  h.update(len, 8);
+  const size_t chunk = size_t{16} << 20;
+  for (size_t off = 0; off < d.size(); off += chunk) {
+    const auto part = chroma::detail::sha256(d.data() + off, std::min(chunk, d.size() - off));
+    h.update(part.data(), part.size());
+  }
+  return h.hex_digest();
+}
+
+TEST(Sha256Tree, MatchesDefinitionForAnyThreadCount) {
+  std::mt19937 rng(7);
+  for (size_t n : {size_t{0}, size_t{1}, (size_t{16} << 20) - 1, size_t{16} << 20, (size_t{40} << 20) + 3}) {
+    std::vector<uint8_t> d(n);
+    for (auto& b : d) b = static_cast<uint8_t>(rng());
+    const std::string want = tree_by_definition(d);
+    for (int threads : {1, 2, 3, 8}) {
+      EXPECT_EQ(chroma::detail::sha256_tree_hex(d.data(), d.size(), threads), want) << "n=" << n << " threads=" << threads;
+    }
+  }
+}
+
+TEST(Sha256Tree, DiffersFromPlainSha256AndSeesEveryByte) {
+  std::vector<uint8_t> d((size_t{20} << 20), 0);
+  const std::string base = chroma::detail::sha256_tree_hex(d.data(), d.size(), 2);
+  EXPECT_NE(base, sha256_hex(d.data(), d.size()));
+  d[(size_t{18} << 20)] ^= 1;  // a byte in the second chunk
+  EXPECT_NE(chroma::detail::sha256_tree_hex(d.data(), d.size(), 2), base);
+}
+
 }  // namespace

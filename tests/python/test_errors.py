@@ -241,6 +241,12 @@ def _edit_manifest(d, fn):
         json.dump(m, f)
 
 
+def _lib(d):
+    """The artifact's library (named by content: model-<key>.so)."""
+    with open(os.path.join(d, "manifest.json")) as f:
+        return os.path.join(d, json.load(f)["library"]["file"])
+
+
 def _flip_byte(path, offset):
     with open(path, "rb") as f:
         b = bytearray(f.read())
@@ -328,28 +334,28 @@ def test_manifest_missing_field(copy, field):
 
 def test_library_flipped_byte(copy):
     d = copy()
-    lib = os.path.join(d, "model.so")
+    lib = _lib(d)
     _flip_byte(lib, os.path.getsize(lib) // 2)
-    with pytest.raises(ArtifactError, match=r"model\.so.*library\.sha256"):
+    with pytest.raises(ArtifactError, match=r"model-[0-9a-f]{16}\.so.*library\.sha256"):
         chroma.load(d)
 
 
 def test_library_replaced_by_another_model(copy, tmp_path):
     other = chroma.compile(lambda x: x * 2 + 1, (randn(4, 7),), out=str(tmp_path / "other"))
     d = copy()
-    shutil.copy(os.path.join(other.directory, "model.so"), os.path.join(d, "model.so"))
-    with pytest.raises(ArtifactError, match=r"model\.so.*library\.sha256"):
+    shutil.copy(_lib(other.directory), _lib(d))
+    with pytest.raises(ArtifactError, match=r"model-[0-9a-f]{16}\.so.*library\.sha256"):
         chroma.load(d)
     # also patching the library digest into the manifest is caught by the source digest
     _edit_manifest(d, lambda m: m["library"].__setitem__("sha256", other.manifest["library"]["sha256"]))
-    with pytest.raises(ArtifactError, match=r"model\.so.*source\.digest"):
+    with pytest.raises(ArtifactError, match=r"model-[0-9a-f]{16}\.so.*source\.digest"):
         chroma.load(d)
 
 
 def test_library_missing(copy):
     d = copy()
-    os.remove(os.path.join(d, "model.so"))
-    with pytest.raises(ArtifactError, match=r"model\.so is missing"):
+    os.remove(_lib(d))
+    with pytest.raises(ArtifactError, match=r"model-[0-9a-f]{16}\.so is missing"):
         chroma.load(d)
 
 
@@ -363,8 +369,8 @@ def test_manifest_source_digest_edited(copy):
 
 def test_manifest_weights_digest_edited(copy):
     d = copy()
-    _edit_manifest(d, lambda m: m["weights"].__setitem__("sha256", "f" * 64))
-    with pytest.raises(ArtifactError, match=r"weights\.sha256"):
+    _edit_manifest(d, lambda m: m["weights"].__setitem__("digest", "f" * 64))
+    with pytest.raises(ArtifactError, match=r"weights\.digest"):
         chroma.load(d)
 
 

@@ -70,7 +70,7 @@ def test_cpp_host_runs_artifact_without_python(mlp_artifact, tmp_path):
     out, x, ref = mlp_artifact
     exe = str(tmp_path / "chroma_run")
     subprocess.run(["c++", "-std=c++20", "-O1", "-I", os.path.join(ROOT, "include"),
-                    os.path.join(ROOT, "tools", "chroma_run.cpp"), "-o", exe, "-ldl"], check=True)
+                    os.path.join(ROOT, "tools", "chroma_run.cpp"), "-o", exe, "-ldl", "-lcrypto"], check=True)
     x.tofile(tmp_path / "x.bin")
     env = dict(os.environ, CHROMA_RUN_SAVE=str(tmp_path / "y"))
     r = subprocess.run([exe, out, str(tmp_path / "x.bin")], capture_output=True, text=True, env=env)
@@ -87,7 +87,7 @@ def test_cpp_host_runs_artifact_without_python(mlp_artifact, tmp_path):
         f.seek(3)
         f.write(bytes([b[0] ^ 0xFF]))
     r = subprocess.run([exe, str(bad)], capture_output=True, text=True)
-    assert r.returncode == 1 and "SHA-256" in r.stderr
+    assert r.returncode == 1 and "corrupt or from another build: digest" in r.stderr, r.stderr
 
 
 def test_stats_and_manifest(mlp_artifact):

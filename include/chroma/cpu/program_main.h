@@ -3,7 +3,7 @@
 //
 // Included once, at the end of the generated program.cpp, after it defined namespace
 // chroma_gen { kNumEntries, kEntries, kNumStates, kStates, kStateBytes, kArenaBytes,
-// kWeightsBytes, kWeightsSha256, kSourceDigest }.
+// kWeightsBytes, kWeightsDigest, kSourceDigest }.
 //
 // The Python half references the CPython API through weak symbols: inside a Python process
 // they resolve to the interpreter, elsewhere they stay null and are never called, so the
@@ -106,14 +106,20 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
   }
   const std::string path = std::string(dir) + "/weights.bin";
   if (chroma_gen::kWeightsBytes > 0) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
       *why = "cannot open " + path + ": " + std::strerror(errno);
       delete p;
       return nullptr;
     }
     struct stat st{};
-    ::fstat(fd, &st);
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      *why = path + " is not a regular file";
+      ::close(fd);
+      delete p;
+      return nullptr;
+    }
     if (static_cast<int64_t>(st.st_size) != chroma_gen::kWeightsBytes) {
       *why = path + " has " + std::to_string(st.st_size) + " bytes, this library expects " +
              std::to_string(chroma_gen::kWeightsBytes) + " (truncated or from another build)";
@@ -160,9 +166,10 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
       p->weights = static_cast<const uint8_t*>(m);
     }
     ::close(fd);
-    const std::string digest = chroma::detail::sha256_hex(p->weights, p->weights_len);
-    if (digest != chroma_gen::kWeightsSha256) {
-      *why = path + " is corrupt or from another build: SHA-256 " + digest + ", expected " + chroma_gen::kWeightsSha256;
+    // Chunked SHA-256 (sha256-tree-16MiB) on the program's threads: about 1.4 GB/s per core.
+    const std::string digest = chroma::detail::sha256_tree_hex(p->weights, p->weights_len, resolve_threads(threads));
+    if (digest != chroma_gen::kWeightsDigest) {
+      *why = path + " is corrupt or from another build: digest " + digest + ", expected " + chroma_gen::kWeightsDigest;
       close_program(p);
       return nullptr;
     }
@@ -189,6 +196,32 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
     return nullptr;
   }
   return p;
+}
+
+// The compiled-in signature of every entry point and state tensor, one line each:
+//   entry forward(x:float32[4,7])->(output0:float32[4,16])
+//   state cache:1024
+// Loaders compare it with the manifest's, so an edited manifest is refused instead of
+// feeding the kernels arrays of another dtype or shape.
+inline std::string signature() {
+  auto spec = [](const chroma::rt::IoSpec& s) {
+    std::string r = std::string(s.name) + ":" + s.dtype + "[";
+    for (int d = 0; d < s.rank; ++d) r += (d ? "," : "") + std::to_string(s.shape[d]);
+    return r + "]";
+  };
+  std::string r;
+  for (int e = 0; e < chroma_gen::kNumEntries; ++e) {
+    const chroma::rt::EntryInfo& en = chroma_gen::kEntries[e];
+    r += std::string("entry ") + en.name + "(";
+    for (int i = 0; i < en.num_inputs; ++i) r += (i ? "," : "") + spec(en.inputs[i]);
+    r += ")->(";
+    for (int i = 0; i < en.num_outputs; ++i) r += (i ? "," : "") + spec(en.outputs[i]);
+    r += ")\n";
+  }
+  for (int s = 0; s < chroma_gen::kNumStates; ++s) {
+    r += std::string("state ") + chroma_gen::kStates[s].name + ":" + std::to_string(chroma_gen::kStates[s].nbytes) + "\n";
+  }
+  return r;
 }
 
 // Runs entry `entry`'s kernels in order. seconds (optional): per-kernel wall time is added.
@@ -314,6 +347,10 @@ __attribute__((visibility("default"))) const char* chroma_output_dtype(int i) { 
 __attribute__((visibility("default"))) int chroma_output_rank(int i) { return chroma_gen::kEntries[0].outputs[i].rank; }
 __attribute__((visibility("default"))) const int64_t* chroma_output_shape(int i) { return chroma_gen::kEntries[0].outputs[i].shape; }
 __attribute__((visibility("default"))) const char* chroma_source_digest(void) { return chroma_gen::kSourceDigest; }
+__attribute__((visibility("default"))) const char* chroma_signature(void) {
+  static const std::string s = chroma_gen_detail::signature();
+  return s.c_str();
+}
 
 }  // extern "C"
 

@@ -206,7 +206,9 @@ inline PyObject* py_num_threads(PyObject*, PyObject* args) {
 
 inline PyObject* py_source_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kSourceDigest); }
 inline PyObject* py_abi_version(PyObject*, PyObject*) { return PyLong_FromLong(CHROMA_ABI_VERSION); }
-inline PyObject* py_weights_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kWeightsSha256); }
+inline PyObject* py_weights_digest(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_gen::kWeightsDigest); }
+
+inline PyObject* py_signature(PyObject*, PyObject*) { return PyUnicode_FromString(chroma_signature()); }
 
 inline PyMethodDef kMethods[] = {
     {"open", py_open, METH_VARARGS, "open(directory, threads) -> program handle; maps and verifies weights.bin"},
@@ -217,8 +219,9 @@ inline PyMethodDef kMethods[] = {
     {"reset_state", py_reset_state, METH_O, "reset_state(program): state tensors back to their initial values"},
     {"read_state", py_read_state, METH_VARARGS, "read_state(program, index, out): copy a state tensor into out"},
     {"source_digest", py_source_digest, METH_NOARGS, "digest of the generated source"},
+    {"signature", py_signature, METH_NOARGS, "entry points and state compiled into the library (one line each)"},
     {"abi_version", py_abi_version, METH_NOARGS, "the C ABI version"},
-    {"weights_digest", py_weights_digest, METH_NOARGS, "SHA-256 of the weights file this library was built for"},
+    {"weights_digest", py_weights_digest, METH_NOARGS, "digest (sha256-tree-16MiB) of the weights file this library was built for"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -253,6 +253,13 @@ template <class T> inline bool isinf_(T a) { if constexpr (kIsFloat<T>) return s
 template <class T> inline T add(T a, T b) { if constexpr (kIsBool<T>) return a || b; else return T(a + b); }
 template <class T> inline T mul(T a, T b) { if constexpr (kIsBool<T>) return a && b; else return T(a * b); }
 
+// x / -1 never reaches the hardware divide: INT_MIN / -1 traps (SIGFPE) on x86. PyTorch's
+// floor division wraps it to INT_MIN, and its remainder and fmod give 0; so do these.
+template <class T> inline T negate_wrapping(T a) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(a)));
+}
+
 template <class T> inline T floor_divide(T a, T b) {
   if constexpr (kIsFloat<T>) {
     return std::floor(a / b);
@@ -262,6 +269,9 @@ template <class T> inline T floor_divide(T a, T b) {
     if (b == 0) {
       int_division_by_zero = true;
       return T(0);
+    }
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1)) return negate_wrapping(a);
     }
     T q = T(a / b);
     if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -280,6 +290,9 @@ template <class T> inline T remainder(T a, T b) {
       int_division_by_zero = true;
       return T(0);
     }
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1)) return T(0);
+    }
     T r = T(a % b);
     if (r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
     return r;
@@ -292,6 +305,9 @@ template <class T> inline T fmod_(T a, T b) {
     if (b == 0) {
       int_division_by_zero = true;
       return T(0);
+    }
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1)) return T(0);
     }
     return T(a % b);
   }

@@ -400,8 +400,8 @@ class Emitter {
         const auto [e, ki] = all[j];
         p_ = entries_[e].program;
         const Kernel& k = p_->kernels[ki];
-        o << "// " << entries_[e].name << " k" << ki << ": " << k.label;
-        if (!k.source.empty()) o << "\n//   from " << k.source;
+        o << "// " << comment(entries_[e].name) << " k" << ki << ": " << comment(k.label);
+        if (!k.source.empty()) o << "\n//   from " << comment(k.source);
         o << "\nint " << fn_name(e, ki) << "(::chroma::rt::Ctx& cx) {\n" << kernel_body(ki) << "  return 0;\n}\n\n";
       }
       o << "}  // namespace chroma_gen\n";
@@ -425,17 +425,37 @@ class Emitter {
 
   static std::string fn_name(size_t e, size_t ki) { return "e" + std::to_string(e) + "_k" + std::to_string(ki); }
 
+  // A C++ string literal holding exactly the bytes of `s`. Text from the graph file (source
+  // lines, node names, labels, state and entry names) reaches generated code only through
+  // this and comment(): every byte outside printable ASCII, and the quote and backslash,
+  // becomes a three-digit octal escape, which cannot run into a following digit or end the
+  // literal. "??" is split so no trigraph can form, whatever the compiler's mode.
   static std::string c_str(const std::string& s) {
     std::string r = "\"";
+    char prev = 0;
     for (char ch : s) {
-      if (ch == '"' || ch == '\\') r += '\\';
-      if (ch == '\n') {
-        r += "\\n";
-        continue;
+      const auto u = static_cast<unsigned char>(ch);
+      if (u < 0x20 || u > 0x7e || ch == '"' || ch == '\\' || (ch == '?' && prev == '?')) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\%03o", u);
+        r += buf;
+      } else {
+        r += ch;
       }
-      r += ch;
+      prev = ch;
     }
     return r + "\"";
+  }
+
+  // Text for a `//` comment: one line of printable ASCII. Anything else (a newline would end
+  // the comment, a trailing backslash would splice the next line into it) becomes '?'.
+  static std::string comment(const std::string& s) {
+    std::string r;
+    for (char ch : s) {
+      const auto u = static_cast<unsigned char>(ch);
+      r += (u < 0x20 || u > 0x7e || ch == '\\') ? '?' : ch;
+    }
+    return r;
   }
 
   std::string io_table(const char* name, const std::vector<int32_t>& ids, bool inputs) const {
@@ -444,6 +464,10 @@ class Emitter {
     for (size_t i = 0; i < ids.size(); ++i) {
       const Buffer& b = p_->buffers[static_cast<size_t>(ids[i])];
       const std::string nm = inputs ? p_->input_names[i] : "output" + std::to_string(i);
+      if (b.type.rank() > 8) {
+        throw CompileError(std::string(inputs ? "input" : "output") + " " + std::to_string(i) + " ('" + nm + "') has rank " +
+                           std::to_string(b.type.rank()) + ": the artifact's C ABI describes inputs and outputs of rank 8 at most");
+      }
       o << "    {" << c_str(nm) << ", \"" << dtype_name(b.type.dtype) << "\", " << b.type.rank() << ", {"
         << int_list(b.type.shape) << "}, " << b.type.nbytes() << "},\n";
     }
@@ -510,7 +534,7 @@ class Emitter {
     o << "inline constexpr int64_t kStateBytes = " << info.state_bytes << ";\n";
     o << "inline constexpr int64_t kArenaBytes = " << arena << ";\n";
     o << "inline constexpr int64_t kWeightsBytes = " << info.weights_bytes << ";\n";
-    o << "inline constexpr const char* kWeightsSha256 = \"" << info.weights_sha256 << "\";\n";
+    o << "inline constexpr const char* kWeightsDigest = \"" << info.weights_digest << "\";\n";
     o << "inline constexpr const char* kSourceDigest = \"@SOURCE_DIGEST@\";\n";
     o << "\n}  // namespace chroma_gen\n\n#include \"chroma/cpu/program_main.h\"\n";
     return o.str();

@@ -38,7 +38,7 @@ struct CpuStateInfo {
 };
 
 struct CpuArtifactInfo {
-  std::string weights_sha256;
+  std::string weights_digest;
   int64_t weights_bytes = 0;
   std::vector<CpuStateInfo> states;
   int64_t state_bytes = 0;
