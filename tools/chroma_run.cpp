@@ -10,7 +10,6 @@
 // Without input files, inputs are zero-filled. Prints each output's dtype, shape and first
 // values, and writes them to ARTIFACT_DIR/../<name>.out.bin when CHROMA_RUN_SAVE is set.
 #include <dlfcn.h>
-#include <sys/stat.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -20,10 +19,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "artifact_check.h"
 #include "chroma/chroma.h"
-#include "chroma/detail/sha256.h"
+#include "chroma/cpu/blas_env.h"
 
 namespace {
 
@@ -55,87 +53,6 @@ void print_values(const std::string& dtype, const void* data, int64_t n) {
   std::printf(n > shown ? " ...\n" : "\n");
 }
 
-bool regular_file(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-// The manifest's entry points and state, rendered as chroma_signature() renders the
-// library's (docs/artifact_format.md).
-std::string manifest_signature(const nlohmann::json& m) {
-  auto spec = [](const nlohmann::json& d) {
-    std::string r = d.value("name", std::string()) + ":" + d.at("dtype").get<std::string>() + "[";
-    const auto& shape = d.at("shape");
-    for (size_t i = 0; i < shape.size(); ++i) r += (i ? "," : "") + std::to_string(shape[i].get<int64_t>());
-    return r + "]";
-  };
-  std::string r;
-  for (const auto& e : m.at("entries")) {
-    r += "entry " + e.value("name", std::string("forward")) + "(";
-    for (size_t i = 0; i < e.at("inputs").size(); ++i) r += (i ? "," : "") + spec(e["inputs"][i]);
-    r += ")->(";
-    for (size_t i = 0; i < e.at("outputs").size(); ++i) r += (i ? "," : "") + spec(e["outputs"][i]);
-    r += ")\n";
-  }
-  if (m.contains("state")) {
-    for (const auto& st : m["state"]) {
-      r += "state " + st.value("name", std::string()) + ":" + std::to_string(st.at("bytes").get<int64_t>()) + "\n";
-    }
-  }
-  return r;
-}
-
-// Checks manifest.json and the library it names before loading anything: loading a library
-// runs its code, so it must be the one the manifest's digest describes.
-bool check_artifact(const std::string& dir, std::string* lib_path, nlohmann::json* manifest) {
-  const std::string mpath = dir + "/manifest.json";
-  if (!regular_file(mpath)) {
-    std::fprintf(stderr, "chroma_run: %s: not a Chroma artifact (no manifest.json)\n", dir.c_str());
-    return false;
-  }
-  try {
-    nlohmann::json m = nlohmann::json::parse(read_all(mpath));
-    if (!m.is_object() || m.value("format", std::string()) != "chroma.artifact") {
-      std::fprintf(stderr, "chroma_run: %s: field 'format' is not 'chroma.artifact'\n", mpath.c_str());
-      return false;
-    }
-    if (m.value("abi_version", -1) != CHROMA_ABI_VERSION) {
-      std::fprintf(stderr, "chroma_run: %s: field 'abi_version' does not match this program's %d\n", mpath.c_str(),
-                   CHROMA_ABI_VERSION);
-      return false;
-    }
-    const std::string file = m.at("library").at("file").get<std::string>();
-    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
-        file.find('\0') != std::string::npos) {
-      std::fprintf(stderr, "chroma_run: %s: field 'library.file' must name a file in the artifact directory\n",
-                   mpath.c_str());
-      return false;
-    }
-    *lib_path = dir + "/" + file;
-    if (!regular_file(*lib_path)) {
-      std::fprintf(stderr, "chroma_run: %s: library %s is missing\n", dir.c_str(), file.c_str());
-      return false;
-    }
-    const std::string want = m.at("library").at("sha256").get<std::string>();
-    const std::string have = chroma::detail::sha256_hex(read_all(*lib_path));
-    if (have != want) {
-      std::fprintf(stderr, "chroma_run: %s: SHA-256 %s does not match manifest field library.sha256 (%s)\n",
-                   lib_path->c_str(), have.c_str(), want.c_str());
-      return false;
-    }
-    *manifest = std::move(m);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "chroma_run: %s: malformed manifest (%s)\n", mpath.c_str(), e.what());
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,9 +61,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
+  chroma::rt::configure_blas_env();  // before the library (and OpenBLAS with it) loads
   std::string lib_path;
   nlohmann::json manifest;
-  if (!check_artifact(dir, &lib_path, &manifest)) return 1;
+  if (const std::string why = chroma_tools::check_artifact(dir, &lib_path, &manifest); !why.empty()) {
+    std::fprintf(stderr, "chroma_run: %s\n", why.c_str());
+    return 1;
+  }
   void* lib = dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     std::fprintf(stderr, "chroma_run: cannot load %s: %s\n", lib_path.c_str(), dlerror());
@@ -159,7 +80,7 @@ int main(int argc, char** argv) {
   }
   auto signature = sym<const char* (*)()>(lib, "chroma_signature");
   try {
-    if (manifest_signature(manifest) != signature()) {
+    if (chroma_tools::manifest_signature(manifest) != signature()) {
       std::fprintf(stderr, "chroma_run: %s/manifest.json describes other inputs, outputs or state than %s has:\n%s",
                    dir.c_str(), lib_path.c_str(), signature());
       return 1;

@@ -223,6 +223,40 @@ def _compare(got, want, tol=None, canon=None):
     return ""
 
 
+def _compare_exact(case, got, want):
+    """For a float32 sample that fails the comparison with eager: whether Chroma is at least
+    as close to the exact answer as eager's own float32 kernel is. The exact answer is eager
+    in float64 (the sample's float32 tensors upcast); Chroma passes when it is within the
+    tolerance of it, widened by eager's own largest float32 error. This is the comparison for
+    kernels whose float32 arithmetic is less accurate than torch.testing's defaults assume,
+    such as the CPU flash-attention kernel (its vectorized exp and running rescaling put its
+    float32 outputs about 2e-5 from the float64 values on inputs of magnitude 9)."""
+    import numpy as np
+    import torch
+
+    if not any(t.dtype == torch.float32 for t in case.leaves) or case.canon is not None:
+        return False
+    leaves64 = [t.double() if t.dtype == torch.float32 else t for t in case.leaves]
+    try:
+        with torch.no_grad():
+            exact = _outputs(case.call(*leaves64))
+    except Exception:  # noqa: BLE001 - no float64 kernel
+        return False
+    if len(exact) != len(want) or len(got) != len(want):
+        return False
+    rtol, atol = case.tol if case.tol is not None else (1.3e-6, 1e-5)
+    for g, w, x in zip(got, want, exact):
+        if not (w.is_floating_point() and x.dtype == torch.float64):
+            return False
+        g64 = torch.from_numpy(np.array(g, copy=True)).double()
+        eager_err = (w.double() - x).abs().nan_to_num(0.0).max().item() if w.numel() else 0.0
+        try:
+            torch.testing.assert_close(g64, x, equal_nan=True, rtol=rtol, atol=atol + eager_err)
+        except AssertionError:
+            return False
+    return True
+
+
 def _classify(e: BaseException) -> tuple:
     from chroma.exporter import ExportError
 
@@ -279,7 +313,10 @@ def run_cases(cases, workdir, cache, groups=None, probe=None):
         res, k = [], 0
         for i in idx:
             n = len(wants[i])
-            res.append(_compare(got[k:k + n], wants[i], cases[i].tol, cases[i].canon))
+            err = _compare(got[k:k + n], wants[i], cases[i].tol, cases[i].canon)
+            if err and _compare_exact(cases[i], got[k:k + n], wants[i]):
+                err = ""
+            res.append(err)
             k += n
         return res
 

@@ -7,11 +7,31 @@
 Importing this package never imports torch; only compile(), jit() and export() do.
 """
 
-from .decoder import Decoder
-from .program import ArtifactError, Entry, Program, load
+import os as _os
+import sys as _sys
+
+from .cpuinfo import configure_blas as _configure_blas
+from .cpuinfo import info
+
+# Before anything loads OpenBLAS: its AVX-512/AVX2 kernels on CPUs it does not recognize.
+_configure_blas()
+
+if _os.environ.get("CHROMA_COMPILER_LIBRARY"):
+    # Test hook (scripts/sanitize.sh): use this build of the compiler extension, e.g. one
+    # built with ASan and UBSan, instead of the installed one.
+    import importlib.machinery as _m
+    import importlib.util as _u
+
+    _loader = _m.ExtensionFileLoader("chroma._compiler", _os.environ["CHROMA_COMPILER_LIBRARY"])
+    _spec = _u.spec_from_file_location("chroma._compiler", _os.environ["CHROMA_COMPILER_LIBRARY"], loader=_loader)
+    _sys.modules["chroma._compiler"] = _u.module_from_spec(_spec)
+    _loader.exec_module(_sys.modules["chroma._compiler"])
+
+from .decoder import Decoder  # noqa: E402
+from .program import ArtifactError, Entry, Program, load  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["compile", "compile_entries", "compile_decoder", "load", "jit", "export", "Program", "Entry", "Decoder",
+__all__ = ["info", "compile", "compile_entries", "compile_decoder", "load", "jit", "export", "Program", "Entry", "Decoder",
            "ArtifactError", "CompileError", "__version__"]
 
 

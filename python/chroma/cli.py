@@ -4,6 +4,7 @@
                                   returns (model_or_function, example_inputs)
   chroma run DIR [x.npy ...]      runs with the given inputs (random ones when omitted)
   chroma inspect DIR              manifest summary, kernels and the memory plan
+  chroma info                     CPU features and the kernels in use (BLAS core, oneDNN ISA)
   chroma bench DIR                median call time over repeated runs
   chroma opt FILE.ir PASS...      runs passes (fold_constants, dce, cse, optimize, lower) on IR text
 """
@@ -65,6 +66,21 @@ def cmd_run(a):
         np.savez(a.save, *outs)
 
 
+def _print_info():
+    from .cpuinfo import info
+
+    i = info()
+    b, d = i["blas"], i["onednn"]
+    print(f"this machine: {i['cpu']}, {i['cores']} cores; features {' '.join(i['features'])}")
+    print(f"  BLAS: {b.get('library')} core {b.get('core')} ({b.get('config', b.get('error', ''))}); "
+          f"OPENBLAS_CORETYPE={b.get('OPENBLAS_CORETYPE')}")
+    print(f"  oneDNN: {d.get('version', d.get('error', ''))} ISA {d.get('isa')}")
+
+
+def cmd_info(a):
+    _print_info()
+
+
 def cmd_inspect(a):
     with open(os.path.join(a.dir, "manifest.json")) as f:
         m = json.load(f)
@@ -72,6 +88,9 @@ def cmd_inspect(a):
     for kind in ("inputs", "outputs"):
         for s in m[kind]:
             print(f"  {kind[:-1]} {s['name']}: {s['dtype']}{s['shape']}")
+    opts = m.get("options", {})
+    print(f"built with: blas={opts.get('blas')} dnnl={opts.get('dnnl')}; {m.get('build', {}).get('command', '')}")
+    _print_info()
     st = m["stats"]
     print("stats: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items())))
     print(f"kernels ({len(m['kernels'])}):")
@@ -122,6 +141,7 @@ def main(argv=None):
     r.add_argument("inputs", nargs="*", help=".npy files, one per input")
     r.add_argument("--save", help="write the outputs to this .npz file")
     r.set_defaults(fn=cmd_run)
+    sub.add_parser("info", help="CPU features and the kernels in use (BLAS core, oneDNN ISA)").set_defaults(fn=cmd_info)
     i = sub.add_parser("inspect", help="print the manifest, kernels and memory plan")
     i.add_argument("dir")
     i.set_defaults(fn=cmd_inspect)

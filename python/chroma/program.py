@@ -35,6 +35,20 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+_TREE_CHUNK = 16 << 20
+
+
+def _tree_digest(path: str) -> str:
+    """The weights file's digest, sha256-tree-16MiB (docs/artifact_format.md): SHA-256 over
+    a 16-byte header, the length (u64 little-endian) and the SHA-256 of each 16 MiB chunk."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256(b"chroma-tree-v1\0\0" + size.to_bytes(8, "little"))
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_TREE_CHUNK), b""):
+            h.update(hashlib.sha256(chunk).digest())
+    return h.hexdigest()
+
+
 def _field(m: dict, path: str, where: str):
     cur: Any = m
     for part in path.split("."):
@@ -317,4 +331,7 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
                             f"compiled into {lib}: {diff}")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ValueError(f"threads={threads!r}: expected a positive integer or None")
-    return Program(directory, manifest, module, threads)
+    try:
+        return Program(directory, manifest, module, threads)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ArtifactError(f"{mpath}: malformed entry or state description ({type(e).__name__}: {e})") from None

@@ -103,7 +103,17 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     flags.push_back("-I" + opts.python_include);
   }
   flags.insert(flags.end(), opts.extra_flags.begin(), opts.extra_flags.end());
+  // $CHROMA_EXTRA_CXXFLAGS (space-separated) is appended to the compile and link commands:
+  // scripts/sanitize.sh builds the generated code with ASan and UBSan this way. The flags are
+  // part of the command, hence of the cache key.
+  std::vector<std::string> env_flags;
+  if (const char* extra = std::getenv("CHROMA_EXTRA_CXXFLAGS")) {
+    std::istringstream in(extra);
+    for (std::string f; in >> f;) env_flags.push_back(f);
+  }
+  flags.insert(flags.end(), env_flags.begin(), env_flags.end());
   std::vector<std::string> link = {cxx, "-shared", "-o"};
+  link.insert(link.begin() + 1, env_flags.begin(), env_flags.end());
 
   chroma::detail::Sha256 key;
   for (const auto& [name, body] : files) {

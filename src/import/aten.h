@@ -30,15 +30,16 @@ class Call {
   bool has(size_t i, const char* name) const { return get(i, name) != nullptr; }
 
   Value tensor(size_t i, const char* name) const;
-  std::vector<Value> tensors(size_t i, const char* name) const;        // list of tensors
-  std::vector<std::optional<Value>> opt_tensors(size_t i, const char* name) const;  // list with None
+  // Lists come back as checked vectors (ir/dtype.h): indexing past the end is a CompileError.
+  CheckedVector<Value> tensors(size_t i, const char* name) const;        // list of tensors
+  CheckedVector<std::optional<Value>> opt_tensors(size_t i, const char* name) const;  // list with None
   bool is_tensor(size_t i, const char* name) const;
   int64_t int_(size_t i, const char* name) const;
   int64_t int_or(size_t i, const char* name, int64_t dflt) const;
   double float_or(size_t i, const char* name, double dflt) const;
   bool bool_or(size_t i, const char* name, bool dflt) const;
   Scalar scalar(size_t i, const char* name) const;
-  std::vector<int64_t> ints(size_t i, const char* name) const;
+  Shape ints(size_t i, const char* name) const;
   std::optional<DType> dtype(size_t i, const char* name) const;
   std::string str_or(size_t i, const char* name, const std::string& dflt) const;
   Operand operand(size_t i, const char* name) const;  // tensor or scalar

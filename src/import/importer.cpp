@@ -165,7 +165,7 @@ Value Call::tensor(size_t i, const char* name) const {
   return ref(*j, name);
 }
 
-std::vector<Value> Call::tensors(size_t i, const char* name) const {
+CheckedVector<Value> Call::tensors(size_t i, const char* name) const {
   const json* j = get(i, name);
   if (!j || !j->is_array()) fail(std::string("argument '") + name + "' must be a list of tensors");
   std::vector<Value> r;
@@ -173,7 +173,7 @@ std::vector<Value> Call::tensors(size_t i, const char* name) const {
   return r;
 }
 
-std::vector<std::optional<Value>> Call::opt_tensors(size_t i, const char* name) const {
+CheckedVector<std::optional<Value>> Call::opt_tensors(size_t i, const char* name) const {
   const json* j = get(i, name);
   if (!j || !j->is_array()) fail(std::string("argument '") + name + "' must be a list");
   std::vector<std::optional<Value>> r;
@@ -221,7 +221,7 @@ bool Call::bool_or(size_t i, const char* name, bool dflt) const {
   return j->get<bool>();
 }
 
-std::vector<int64_t> Call::ints(size_t i, const char* name) const {
+Shape Call::ints(size_t i, const char* name) const {
   const json* j = get(i, name);
   if (!j) return {};
   if (j->is_number_integer()) return {j->get<int64_t>()};

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,24 +47,34 @@ class CompileError : public std::runtime_error {
   static std::string valid_utf8(const std::string& s);
 };
 
-// A static shape. Indexing is checked: a rule or handler that asks for a dimension a tensor
-// does not have (a 0-d tensor's dim 0, a negative index cast to size_t) raises CompileError,
-// which the importer attributes to the node, instead of reading out of bounds.
-class Shape : public std::vector<int64_t> {
+// A vector whose indexing is checked: a rule or handler that asks for a dimension a tensor
+// does not have (a 0-d tensor's dim 0, a negative index cast to size_t) or an element a list
+// argument does not have raises CompileError, which the importer attributes to the node,
+// instead of reading out of bounds.
+template <class T> class CheckedVector : public std::vector<T> {
  public:
-  using std::vector<int64_t>::vector;
-  Shape() = default;
-  Shape(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}  // NOLINT: implicit by design
-  Shape(std::vector<int64_t>&& v) : std::vector<int64_t>(std::move(v)) {}  // NOLINT
-  int64_t& operator[](size_t i) { return i < size() ? data()[i] : out_of_range(i); }
-  const int64_t& operator[](size_t i) const { return i < size() ? data()[i] : out_of_range(i); }
+  using std::vector<T>::vector;
+  CheckedVector() = default;
+  CheckedVector(const std::vector<T>& v) : std::vector<T>(v) {}  // NOLINT: implicit by design
+  CheckedVector(std::vector<T>&& v) : std::vector<T>(std::move(v)) {}  // NOLINT
+  T& operator[](size_t i) { return i < this->size() ? this->data()[i] : out_of_range(i); }
+  const T& operator[](size_t i) const { return i < this->size() ? this->data()[i] : out_of_range(i); }
 
  private:
-  [[noreturn]] int64_t& out_of_range(size_t i) const {
-    throw CompileError("dimension " + std::to_string(static_cast<int64_t>(i)) + " does not exist in a rank-" +
-                       std::to_string(size()) + " shape");
+  [[noreturn]] T& out_of_range(size_t i) const {
+    const std::string idx = std::to_string(static_cast<int64_t>(i)), n = std::to_string(this->size());
+    if constexpr (std::is_same_v<T, int64_t>) {
+      throw CompileError("dimension " + idx + " does not exist in a rank-" + n + " shape (or element " + idx +
+                         " of a " + n + "-element list)");
+    } else {
+      throw CompileError("element " + idx + " does not exist in a " + n + "-element list");
+    }
   }
 };
+
+// A static shape (also the type of integer-list arguments).
+using Shape = CheckedVector<int64_t>;
+
 int64_t numel(const Shape& s);
 std::string shape_str(const Shape& s);
 // Row-major strides of a shape.

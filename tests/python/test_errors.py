@@ -289,10 +289,10 @@ def test_missing_weights(copy):
 
 def test_manifest_version_changed(copy):
     d = copy()
-    _edit_manifest(d, lambda m: m.__setitem__("version", 3))
-    with pytest.raises(ArtifactError, match=r"manifest\.json.*version 3") as ei:
+    _edit_manifest(d, lambda m: m.__setitem__("version", 4))
+    with pytest.raises(ArtifactError, match=r"manifest\.json.*version 4") as ei:
         chroma.load(d)
-    assert "version 2" in str(ei.value)
+    assert "version 3" in str(ei.value)
 
 
 def test_manifest_abi_version_changed(copy):

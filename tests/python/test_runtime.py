@@ -102,13 +102,13 @@ def test_stats_and_manifest(mlp_artifact):
 
 def test_jit_caches_per_shape_in_memory_and_on_disk(tmp_path, monkeypatch):
     calls = []
-    real = cjit.compile_graph
+    real = cjit.build_graph
 
     def counting(*a, **k):
         calls.append(a)
         return real(*a, **k)
 
-    monkeypatch.setattr(cjit, "compile_graph", counting)
+    monkeypatch.setattr(cjit, "build_graph", counting)
     f = chroma.jit(lambda x: torch.tanh(x) * 2, cache_dir=str(tmp_path))
     x1, x2 = torch.randn(3, 4), torch.randn(2, 5)
     torch.testing.assert_close(f(x1), torch.tanh(x1) * 2)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time on
+# a seed corpus made from the test models. `.ci/run` calls it with the default budget.
+#
+#   ./scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 90; docs/fuzzing.md has the long run)
+#
+# Fails if a target crashes, hangs (a run over 10 s), leaks an exception other than a clean
+# error, or trips a sanitizer. New inputs found are kept in build/fuzz/corpus/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET="${1:-90}"
+
+DEBS=(clang-14 libclang-rt-14-dev)
+missing=()
+for p in "${DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "[fuzz] installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHROMA_FUZZ=ON \
+  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+cmake --build build/fuzz -j 2 --target fuzz_graph fuzz_manifest
+
+CORPUS=build/fuzz/corpus
+if [ ! -d "$CORPUS/graph" ]; then
+  .venv/bin/python tests/fuzz/make_corpus.py "$CORPUS.seed"
+  mv "$CORPUS.seed" "$CORPUS"
+fi
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+for t in graph manifest; do
+  echo "[fuzz] fuzz_$t for ${SECONDS_PER_TARGET}s"
+  mkdir -p "build/fuzz/artifacts/$t"
+  rc=0
+  ./build/fuzz/fuzz_$t "$CORPUS/$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=3072 \
+    -max_len=65536 -dict="tests/fuzz/$t.dict" -artifact_prefix="build/fuzz/artifacts/$t/" -print_final_stats=1 >"build/fuzz/$t.log" 2>&1 || rc=$?
+  grep -E "^(Done|stat::number_of_executed_units|fuzz_graph:|==[0-9]+==ERROR|SUMMARY)|crash-|timeout-|leak-" \
+    "build/fuzz/$t.log" || true
+  if [ "$rc" -ne 0 ]; then
+    tail -n 60 "build/fuzz/$t.log" >&2
+    echo "[fuzz] fuzz_$t failed (exit $rc): build/fuzz/$t.log, inputs in build/fuzz/artifacts/$t/" >&2
+    exit 1
+  fi
+  if [ -n "$(ls -A "build/fuzz/artifacts/$t")" ]; then
+    echo "[fuzz] fuzz_$t found failing inputs: build/fuzz/artifacts/$t/" >&2
+    exit 1
+  fi
+done
+echo "[fuzz] clean"
