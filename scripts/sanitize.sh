@@ -24,6 +24,5 @@ export CHROMA_EXTRA_CXXFLAGS="-fsanitize=address,undefined -fno-sanitize=signed-
 export CHROMA_CACHE_DIR="$PWD/build/asan/cache"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=0"
 LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" .venv/bin/python -m pytest -q -n 2 -p no:cacheprovider \
-  tests/python/test_hardening.py tests/python/test_errors.py tests/python/test_runtime.py \
-  tests/python/test_state.py tests/python/test_golden_files.py "$@"
+  tests/python/test_hardening.py tests/python/test_errors.py tests/python/test_runtime.py "$@"
 echo "[sanitize] clean"

@@ -109,14 +109,23 @@ inline std::string sha256_hex(std::string_view s) { return sha256_hex(s.data(), 
 inline constexpr size_t kTreeChunk = size_t{16} << 20;
 inline constexpr const char* kTreeAlgorithm = "sha256-tree-16MiB";
 
-inline std::string sha256_tree_hex(const void* data, size_t n, int threads = 1) {
+// The same, calling fill(offset, length) on the hashing thread just before each chunk is
+// hashed (a loader reads the chunk into place there, so reading and hashing overlap and the
+// bytes are hashed while still in cache). Returns "" if any fill returns false.
+template <class Fill>
+inline std::string sha256_tree_hex_filled(const void* data, size_t n, int threads, Fill&& fill) {
   const auto* p = static_cast<const uint8_t*>(data);
   const size_t chunks = (n + kTreeChunk - 1) / kTreeChunk;
   std::vector<std::array<uint8_t, Sha256::kDigestSize>> parts(chunks);
+  std::vector<char> ok(chunks, 1);
   auto work = [&](size_t first, size_t step) {
     for (size_t c = first; c < chunks; c += step) {
-      const size_t off = c * kTreeChunk;
-      parts[c] = sha256(p + off, std::min(kTreeChunk, n - off));
+      const size_t off = c * kTreeChunk, len = std::min(kTreeChunk, n - off);
+      if (!fill(off, len)) {
+        ok[c] = 0;
+        continue;
+      }
+      parts[c] = sha256(p + off, len);
     }
   };
   const size_t t = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads > 0 ? threads : 1), chunks));
@@ -129,6 +138,9 @@ inline std::string sha256_tree_hex(const void* data, size_t n, int threads = 1) 
   }
   work(0, t);
   for (std::thread& th : pool) th.join();
+  for (char c : ok) {
+    if (!c) return std::string();
+  }
   Sha256 h;
   const char header[16] = "chroma-tree-v1";
   h.update(header, sizeof header);
@@ -137,6 +149,10 @@ inline std::string sha256_tree_hex(const void* data, size_t n, int threads = 1) 
   h.update(len, sizeof len);
   for (const auto& d : parts) h.update(d.data(), d.size());
   return h.hex_digest();
+}
+
+inline std::string sha256_tree_hex(const void* data, size_t n, int threads = 1) {
+  return sha256_tree_hex_filled(data, n, threads, [](size_t, size_t) { return true; });
 }
 
 }  // namespace chroma::detail
