@@ -5,15 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(g++ cmake ninja-build libopenblas-dev libdnnl-dev libgtest-dev nlohmann-json3-dev libssl-dev)
-missing=()
-for p in "${DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "[setup] installing Debian packages: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+. scripts/debs.sh
+ensure_debs setup g++ cmake ninja-build libopenblas-dev libdnnl-dev libgtest-dev nlohmann-json3-dev libssl-dev
 
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
