@@ -49,3 +49,10 @@ def test_info_names_the_kernels():
     out = subprocess.run([sys.executable, "-m", "chroma", "info"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0 and "BLAS: OpenBLAS core" in out.stdout and "oneDNN" in out.stdout, out.stderr
+
+
+def test_openmp_workers_wait_passively_unless_the_user_says_otherwise():
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    assert _child("import os, chroma; print(os.environ['OMP_WAIT_POLICY'])", env) == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    assert _child("import os, chroma; print(os.environ['OMP_WAIT_POLICY'])", env) == "ACTIVE"

@@ -4,6 +4,7 @@
 // (before anything loads libopenblas): unless OPENBLAS_CORETYPE is set already, it selects
 // OpenBLAS's AVX-512 ("SkylakeX") or AVX2 ("Haswell") kernels when the CPU has them. The
 // Python package does the same on import (chroma/cpuinfo.py); tools/chroma_run.cpp calls it.
+// It also sets OMP_WAIT_POLICY=PASSIVE unless set (before libgomp loads).
 #pragma once
 
 #include <cstdlib>
@@ -11,6 +12,9 @@
 namespace chroma::rt {
 
 inline const char* configure_blas_env() {
+  // oneDNN's OpenMP workers would otherwise spin after each convolution and take a core from
+  // the program's own pool (chroma/cpuinfo.py has the measurement).
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set && *set) return set;
 #if defined(__x86_64__)
   __builtin_cpu_init();
