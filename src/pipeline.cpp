@@ -1,8 +1,5 @@
 #include "pipeline.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -108,8 +105,7 @@ std::string file_sha256(const fs::path& p) {
 // Writes through a temporary file and a rename, so a process that has the old file mapped
 // (a loaded program's weights) keeps a consistent view.
 void write_file(const fs::path& p, const void* data, size_t n) {
-  static std::atomic<uint64_t> counter{0};
-  const fs::path tmp = p.string() + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  const fs::path tmp = p.string() + unique_suffix();
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));

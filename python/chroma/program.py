@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import itertools
 import json
 import os
 import threading
@@ -248,7 +249,7 @@ def _signature(manifest: dict, where: str) -> str:
     for s in manifest.get("state", []) or []:
         if not isinstance(s, dict):
             raise ArtifactError(f"{where}: field 'state' is malformed")
-        lines.append(f"state {s.get('name', '')}:{s.get('bytes', s.get('nbytes', ''))}\n")
+        lines.append(f"state {s.get('name', '')}:{s.get('bytes', '')}\n")
     return "".join(lines)
 
 
@@ -325,8 +326,8 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     want = _signature(manifest, mpath)
     have = module.signature()
     if want != have:
-        diff = next((f"manifest says {a!r}, library has {b!r}" for a, b in
-                     zip(want.splitlines() + [""] * 99, have.splitlines() + [""] * 99) if a != b), "")
+        diff = next(f"manifest says {a!r}, library has {b!r}" for a, b in
+                    itertools.zip_longest(want.splitlines(), have.splitlines(), fillvalue="") if a != b)
         raise ArtifactError(f"{mpath}: the entry points and state the manifest describes do not match the ones "
                             f"compiled into {lib}: {diff}")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):

@@ -70,15 +70,6 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   return pid;
 }
 
-// A name no other process or thread is using: temporary files in shared directories (the
-// build cache, an artifact directory two processes compile into) never collide.
-std::string unique_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  return ".tmp" + std::to_string(::getpid()) + "-" +
-         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 1000000) + "-" +
-         std::to_string(counter.fetch_add(1));
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
@@ -86,6 +77,13 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return ".tmp" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 1000000) + "-" +
+         std::to_string(counter.fetch_add(1));
+}
 
 BuildResult build_library(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
                           const std::string& out_dir, const BuildOptions& opts) {
@@ -120,8 +118,11 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     key.update(name.data(), name.size());
     key.update(body.data(), body.size());
   }
-  const std::string cmd =
-      cxx + " " + join(flags) + (opts.blas ? " -lopenblas" : "") + (opts.dnnl ? " -ldnnl -lgomp" : "") + " -lcrypto";
+  std::vector<std::string> libs;
+  if (opts.blas) libs.push_back("-lopenblas");
+  if (opts.dnnl) libs.insert(libs.end(), {"-ldnnl", "-lgomp"});
+  libs.push_back("-lcrypto");  // chroma/detail/sha256.h
+  const std::string cmd = cxx + " " + join(flags) + " " + join(libs);
   key.update(cmd.data(), cmd.size());
   const std::string hd = headers_digest(opts.include_dir);
   key.update(hd.data(), hd.size());
@@ -204,12 +205,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   const std::string tmp_lib = r.library_path + unique_suffix();
   argv.push_back(tmp_lib);
   argv.insert(argv.end(), objects.begin(), objects.end());
-  if (opts.blas) argv.push_back("-lopenblas");
-  if (opts.dnnl) {
-    argv.push_back("-ldnnl");
-    argv.push_back("-lgomp");
-  }
-  argv.push_back("-lcrypto");
+  argv.insert(argv.end(), libs.begin(), libs.end());
   const std::string log = (obj_dir / "link.log").string();
   pid_t pid = spawn(argv, log);
   int status = 0;

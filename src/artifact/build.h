@@ -33,6 +33,11 @@ struct BuildResult {
   std::string cache_key;
 };
 
+// ".tmp<pid>-<thread>-<n>": a suffix for temporary files in shared directories (the build
+// cache, an artifact directory two processes compile into) that no other process, thread
+// or call uses.
+std::string unique_suffix();
+
 // Writes nothing but `out_dir/<library_file>` (and the object files under a temporary
 // directory of its own, so builds into one directory may run concurrently).
 BuildResult build_library(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
