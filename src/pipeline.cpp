@@ -232,6 +232,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   bo.blas = opts.blas;
   bo.dnnl = co.dnnl;
   bo.jobs = opts.jobs;
+  bo.pch_header = "chroma/cpu/kernels.h";
   BuildResult br = build_library(src.files, (out / "src").string(), out_dir, bo);
 
   auto describe_entry = [&](const Entry& e) {

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -53,7 +55,9 @@ std::string headers_digest(const std::string& include_dir) {
 struct Job {
   pid_t pid = -1;
   std::string name, log;
+  int unit = 0;  // index into the build's units; -1: the precompiled header
 };
+
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   posix_spawn_file_actions_t fa;
@@ -74,6 +78,31 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
   return s;
+}
+
+// GCC finds precompiled headers by name next to the header; Clang does not (it needs
+// -include-pch), so the header is precompiled for GCC only.
+bool compiler_is_gcc(const std::string& cxx) {
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(cxx); it != known.end()) return it->second;
+  bool gcc = false;
+  const fs::path log = fs::temp_directory_path() / ("chroma-cxx-version" + unique_suffix());
+  try {
+    const pid_t pid = spawn({cxx, "--version"}, log.string());
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const std::string v = read_text(log);
+    gcc = WIFEXITED(status) && WEXITSTATUS(status) == 0 && v.find("clang") == std::string::npos &&
+          (v.find("GCC") != std::string::npos || v.find("g++") != std::string::npos || v.find("Free Software Foundation") != std::string::npos);
+  } catch (const CompileError&) {
+  }
+  std::error_code ec;
+  fs::remove(log, ec);
+  known[cxx] = gcc;
+  return gcc;
 }
 
 }  // namespace
@@ -151,18 +180,92 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
 
   const fs::path obj_dir = fs::path(out_dir) / (".build" + unique_suffix());
   fs::create_directories(obj_dir);
+  // Object files are cached by content too (source, command, headers): the files that are
+  // the same for every model (host.cpp, dnnl.cpp) compile once per command, and so does the
+  // precompiled kernel header.
+  const fs::path obj_cache = opts.cache_dir.empty() ? fs::path() : fs::path(opts.cache_dir) / "build" / "obj";
+  const std::string compile_cmd = cxx + " " + join(flags);  // the libraries do not change objects
+  auto object_key = [&](const std::string& body) {
+    chroma::detail::Sha256 h;
+    h.update(compile_cmd.data(), compile_cmd.size());
+    h.update(hd.data(), hd.size());
+    h.update(body.data(), body.size());
+    return h.hex_digest();
+  };
+  const std::string pch_include = "#include \"" + opts.pch_header + "\"";
+  auto uses_pch = [&](const std::string& body) { return !opts.pch_header.empty() && body.find(pch_include) != std::string::npos; };
+
+  struct Unit {
+    std::string name, src, obj, cached_obj;  // cached_obj: where to store it ("" when not caching)
+    bool pch = false;
+  };
+  std::vector<Unit> units;
+  std::vector<std::string> objects;
+  bool any_pch_user = false;
+  for (const auto& [name, body] : files) {
+    Unit u;
+    u.name = name;
+    u.src = (fs::path(src_dir) / name).string();
+    u.obj = (obj_dir / (name + ".o")).string();
+    if (!obj_cache.empty()) {
+      const fs::path c = obj_cache / (object_key(body) + ".o");
+      if (fs::exists(c)) {
+        objects.push_back(c.string());  // linked in place: cache entries are only ever replaced by rename
+        continue;
+      }
+      u.cached_obj = c.string();
+    }
+    u.pch = uses_pch(body);
+    any_pch_user = any_pch_user || u.pch;
+    objects.push_back(u.obj);
+    units.push_back(std::move(u));
+  }
+  // Files that do not use the precompiled header go first, next to the header's own compile.
+  std::stable_partition(units.begin(), units.end(), [](const Unit& u) { return !u.pch; });
+
+  // The precompiled header: <cache>/build/pch/<key>/<header>.gch, found by GCC through a -I
+  // ahead of the header library's (GCC looks for "<header>.gch" in each include directory
+  // before the header itself, and skips one it cannot use, so a stale or foreign file only
+  // costs the time it saves).
+  fs::path pch_dir, pch_file;
+  bool pch_pending = false;
+  if (any_pch_user && !opts.cache_dir.empty() && compiler_is_gcc(cxx) && !std::getenv("CHROMA_NO_PCH")) {
+    chroma::detail::Sha256 h;
+    h.update(compile_cmd.data(), compile_cmd.size());
+    h.update(hd.data(), hd.size());
+    pch_dir = fs::path(opts.cache_dir) / "build" / "pch" / h.hex_digest().substr(0, 24);
+    pch_file = pch_dir / (opts.pch_header + ".gch");
+    pch_pending = !fs::exists(pch_file);
+  }
+
   int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<Job> running;
-  std::vector<std::string> objects;
   size_t next = 0, done = 0;
   std::string failure;
+  std::string pch_tmp;
   auto finish = [&](size_t i, int status) {
-    ++done;
-    if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) && failure.empty()) {
-      failure = "compiling " + running[i].name + " failed:\n" + read_text(running[i].log);
-    }
-    if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done, files.size(), running[i].name.c_str());
+    const bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    Job j = running[i];
     running.erase(running.begin() + static_cast<long>(i));
+    if (j.unit < 0) {  // the precompiled header: without it the files still compile, only slower
+      std::error_code ec;
+      if (ok) fs::rename(pch_tmp, pch_file, ec);
+      if (!ok || ec) fs::remove(pch_tmp, ec);
+      pch_pending = false;
+      return;
+    }
+    const Unit& u = units[static_cast<size_t>(j.unit)];
+    ++done;
+    if (!ok && failure.empty()) failure = "compiling " + u.name + " failed:\n" + read_text(j.log);
+    if (ok && !u.cached_obj.empty()) {
+      std::error_code ec;
+      fs::create_directories(obj_cache, ec);
+      const std::string tmp = u.cached_obj + unique_suffix();
+      fs::copy_file(u.obj, tmp, fs::copy_options::overwrite_existing, ec);
+      if (!ec) fs::rename(tmp, u.cached_obj, ec);
+      if (ec) fs::remove(tmp, ec);
+    }
+    if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done, units.size(), u.name.c_str());
   };
   // Reaps one of this build's own compiler processes (never another child of the process:
   // a second build in another thread, or the user's own subprocesses).
@@ -180,20 +283,34 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
-  while (next < files.size() || !running.empty()) {
-    while (next < files.size() && static_cast<int>(running.size()) < jobs && failure.empty()) {
-      const std::string& name = files[next].first;
-      const std::string src = (fs::path(src_dir) / name).string();
-      const std::string obj = (obj_dir / (name + ".o")).string();
+  if (pch_pending) {
+    std::error_code ec;
+    fs::create_directories(pch_file.parent_path(), ec);
+    pch_tmp = pch_file.string() + unique_suffix();
+    std::vector<std::string> argv = {cxx};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {"-x", "c++-header", (fs::path(opts.include_dir) / opts.pch_header).string(), "-o", pch_tmp});
+    Job j;
+    j.name = opts.pch_header;
+    j.log = (obj_dir / "pch.log").string();
+    j.pid = spawn(argv, j.log);
+    j.unit = -1;
+    running.push_back(j);
+  }
+  while (next < units.size() || !running.empty()) {
+    while (next < units.size() && static_cast<int>(running.size()) < jobs && failure.empty() &&
+           !(units[next].pch && pch_pending)) {
+      const Unit& u = units[next];
       std::vector<std::string> argv = {cxx};
+      if (u.pch && !pch_dir.empty() && fs::exists(pch_file)) argv.push_back("-I" + pch_dir.string());
       argv.insert(argv.end(), flags.begin(), flags.end());
-      argv.insert(argv.end(), {"-c", src, "-o", obj});
+      argv.insert(argv.end(), {"-c", u.src, "-o", u.obj});
       Job j;
-      j.name = name;
-      j.log = (obj_dir / (name + ".log")).string();
+      j.name = u.name;
+      j.log = (obj_dir / (u.name + ".log")).string();
       j.pid = spawn(argv, j.log);
+      j.unit = static_cast<int>(next);
       running.push_back(j);
-      objects.push_back(obj);
       ++next;
     }
     if (running.empty()) break;

@@ -3,8 +3,9 @@
 // Each source file compiles in its own process, `jobs` at a time; objects link into one
 // library. Results are cached by content: the key is the SHA-256 of every source file, the
 // compiler command and flags, and the header library's contents, so an unchanged model
-// never rebuilds (the library is copied from the cache). Progress goes to stderr when it is
-// a terminal.
+// never rebuilds (the library is copied from the cache). Object files are cached the same
+// way, one per source file, so files that are the same for every model compile once, and
+// `pch_header` is precompiled once per command. Progress goes to stderr when it is a terminal.
 #pragma once
 
 #include <string>
@@ -22,6 +23,9 @@ struct BuildOptions {
   bool dnnl = false;                   // link oneDNN (and its OpenMP runtime)
   int jobs = 0;                        // 0: one per core
   std::vector<std::string> extra_flags;
+  // A header (relative to include_dir) that source files include first: with a cache_dir and
+  // GCC it is precompiled once per compiler command and used by the files that include it.
+  std::string pch_header;
 };
 
 struct BuildResult {

@@ -1,9 +1,10 @@
 // Entry points of a compiled artifact's library: the C ABI (chroma/chroma.h) and the Python
 // extension module `chroma_model`, both in the same shared library.
 //
-// Included once, at the end of the generated program.cpp, after it defined namespace
-// chroma_gen { kNumEntries, kEntries, kNumStates, kStates, kStateBytes, kArenaBytes,
-// kWeightsBytes, kWeightsDigest, kSourceDigest }.
+// Included once, by the generated host.cpp (which defines CHROMA_WITH_BLAS first). It reads
+// the model only through the tables of chroma/cpu/program_tables.h, which program.cpp
+// defines: host.cpp is the same file for every model, and the build cache compiles it once
+// per compiler command.
 //
 // The Python half references the CPython API through weak symbols: inside a Python process
 // they resolve to the interpreter, elsewhere they stay null and are never called, so the
@@ -24,7 +25,9 @@
 #include <thread>
 
 #include "chroma/chroma.h"
+#include "chroma/cpu/program_tables.h"
 #include "chroma/cpu/runtime.h"
+#include "chroma/cpu/threads.h"
 #include "chroma/cpu/scalar.h"
 #include "chroma/detail/sha256.h"
 

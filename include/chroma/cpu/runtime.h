@@ -5,9 +5,10 @@
 #include <cstdint>
 
 #include "chroma/chroma.h"
-#include "chroma/cpu/threads.h"
 
 namespace chroma::rt {
+
+class ThreadPool;  // chroma/cpu/threads.h (kept out of here: the tables file needs only the types)
 
 using IoSpec = ::chroma_tensor_spec;  // name, dtype, rank, shape[8], nbytes
 
