@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Chroma needs on a fresh Debian 12/13 machine and builds the package
 # into ./.venv. Idempotent: re-running it only rebuilds what changed. `--bench` also installs
-# the benchmark peers (onnx, onnxruntime, onnxscript: bench/requirements.txt).
+# the benchmark peers and models (ONNX Runtime, OpenVINO, transformers, all-MiniLM-L6-v2:
+# bench/requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,7 @@ fi
 .venv/bin/pip install -q -r requirements.txt
 if [ "${1:-}" = "--bench" ]; then
   echo "[setup] installing the benchmark peers (bench/requirements.txt)"
-  .venv/bin/pip install -q -r bench/requirements.txt
+  .venv/bin/pip install -q -r bench/requirements.txt -c requirements.txt
 fi
 echo "[setup] building chroma"
 .venv/bin/pip install -q --no-build-isolation -e .
