@@ -17,7 +17,7 @@
 
 #include "chroma/cpu/threads.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -68,6 +68,59 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
   }
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// AVX2: a 16-column panel row is two 8-float registers. 16 registers in all, so tiles are
+// at most 4 rows x 1 panel or 2 rows x 2 panels (acc 8 + b 4 + the broadcast): more spill.
+template <int MR, int NP>
+__attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K,
+                                                float* C, int64_t ldc, int64_t ncols) {
+  __m256 acc[MR][NP][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) acc[r][j][0] = acc[r][j][1] = _mm256_setzero_ps();
+  const int64_t pstride = K * kPanel;
+  const int64_t ahead = NP * pstride <= 8192 ? NP * pstride : 2048;  // as in the AVX-512 tile
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 b[NP][2];
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) {
+      const float* src = Bp + j * pstride + k * kPanel;
+      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);
+      b[j][0] = _mm256_loadu_ps(src);
+      b[j][1] = _mm256_loadu_ps(src + 8);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(A + r * sar + k * sac);
+#pragma GCC unroll 8
+      for (int j = 0; j < NP; ++j) {
+        acc[r][j][0] = _mm256_fmadd_ps(a, b[j][0], acc[r][j][0]);
+        acc[r][j][1] = _mm256_fmadd_ps(a, b[j][1], acc[r][j][1]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NP; ++j) {
+    const int64_t left = ncols - j * kPanel;
+    if (left <= 0) break;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      float* c = C + r * ldc + j * kPanel;
+      if (left >= kPanel) {
+        _mm256_storeu_ps(c, acc[r][j][0]);
+        _mm256_storeu_ps(c + 8, acc[r][j][1]);
+      } else {
+        alignas(32) float t[kPanel];
+        _mm256_store_ps(t, acc[r][j][0]);
+        _mm256_store_ps(t + 8, acc[r][j][1]);
+        for (int64_t q = 0; q < left; ++q) c[q] = t[q];
+      }
+    }
+  }
+}
+
 #else
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -99,8 +152,12 @@ template <int MR>
 inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t N, int64_t K,
                  int64_t p0, int64_t p1) {
   // Two or more panel streams at once: more lines in flight per core (measured: about
-  // 15-20% faster than one stream at 8 rows); at most 16 accumulators.
-  constexpr int NP = MR >= 5 ? 2 : MR >= 3 ? 4 : 4;
+  // 15-20% faster than one stream at 8 rows); at most 16 accumulators (AVX-512), 8 (AVX2).
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
+  constexpr int NP = MR >= 5 ? 2 : 4;
+#else
+  constexpr int NP = MR >= 3 ? 1 : 2;
+#endif
   int64_t p = p0;
   for (; p + NP <= p1; p += NP) {
     tile<MR, NP>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
@@ -113,17 +170,24 @@ inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, floa
 inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, int64_t p0, int64_t p1) {
   constexpr int64_t kChunk = 4;
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
+  constexpr int64_t kRows = 8;
+#else
+  constexpr int64_t kRows = 4;  // the AVX2 tile's registers
+#endif
   for (int64_t q0 = p0; q0 < p1; q0 += kChunk) {
     const int64_t q1 = q0 + kChunk < p1 ? q0 + kChunk : p1;
     int64_t i = 0;
-    for (; i + 8 <= M; i += 8) rows<8>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, q0, q1);
+    for (; i + kRows <= M; i += kRows) rows<kRows>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, q0, q1);
     const float* a = A + i * sar;
     float* c = C + i * ldc;
     switch (M - i) {
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
       case 7: rows<7>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 6: rows<6>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 5: rows<5>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 4: rows<4>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+#endif
       case 3: rows<3>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 2: rows<2>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 1: rows<1>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
