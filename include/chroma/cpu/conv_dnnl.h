@@ -86,7 +86,9 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const float* w) {
 
 struct DnnlCache {
   std::mutex m;
-  std::map<const float*, std::unique_ptr<dnnl_detail::Prim>> by_weights;
+  // By (weights, threads): oneDNN fixes a primitive's work split for the thread count it
+  // sees when it is created.
+  std::map<std::pair<const float*, int>, std::unique_ptr<dnnl_detail::Prim>> by_weights;
   bool refused = false;  // oneDNN could not build this convolution: conv.h runs it
 };
 
@@ -97,10 +99,14 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
                rt::ThreadPool* pool, Gemm&& gemm) {
   dnnl_detail::Prim* p = nullptr;
   bool fresh = false;
+  // Before the primitive is made: it is tuned for this count (a 2-thread program whose
+  // primitives were made while the calling thread's OpenMP count was 1 ran on one thread).
+  const int threads = pool ? pool->size() : 1;
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   {
     std::lock_guard<std::mutex> lk(cache.m);
     if (!cache.refused) {
-      const float* key = const_weights ? w : nullptr;
+      const std::pair<const float*, int> key{const_weights ? w : nullptr, threads};
       auto it = cache.by_weights.find(key);
       fresh = it == cache.by_weights.end();
       if (it == cache.by_weights.end()) {
@@ -117,8 +123,6 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
     conv<float>(g, x, w, y, pool, gemm);
     return;
   }
-  const int threads = pool ? pool->size() : 1;
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   if (!const_weights && !fresh) {
     p->w_user.set_data_handle(const_cast<float*>(w));
     dnnl::reorder(p->w_user, p->wm).execute(p->st, p->w_user, p->wm);
