@@ -18,6 +18,11 @@ opset) with these changes:
   path of ``F.linear_cross_entropy``, custom ops since torch 2.14): their loss by its
   definition, ``F.cross_entropy(F.linear(input, W, b), target, ...)``. Only the inference
   form is decomposed (no precomputed gradients); asking for gradients is an export error.
+- ``transformers::grouped_mm_fallback`` (the experts of Hugging Face mixture-of-experts
+  models in transformers 5 on the CPU, an opaque custom op): its definition, rows of
+  ``input`` sorted by expert with ``offs`` the cumulative row counts, as a gathered product:
+  each row's expert by ``searchsorted``, its weight matrix gathered, one batched product;
+  rows past ``offs[-1]`` stay zero, as in the op.
 """
 
 from __future__ import annotations
@@ -83,6 +88,16 @@ def _lce_chunked_none(input, linear_weight, target, linear_bias, weight, ignore_
     return loss.to(input.dtype)
 
 
+def grouped_mm_fallback(input, weight, offs):
+    """out[s] = input[s] @ weight[e] for the expert e whose rows [offs[e-1], offs[e]) hold s."""
+    rows = torch.arange(input.shape[0], dtype=offs.dtype, device=input.device)
+    expert = torch.searchsorted(offs, rows, right=True)
+    valid = expert < weight.shape[0]
+    expert = torch.clamp(expert, max=weight.shape[0] - 1)
+    out = torch.bmm(input.unsqueeze(1), weight[expert]).squeeze(1)
+    return torch.where(valid.unsqueeze(1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
 def _integral_linspace(default):
     """linspace for integer dtypes as eager computes it: start and end converted to the integer
     type, the float64 linspace between them, truncated (torch's reference decomposition computes
@@ -122,4 +137,8 @@ def table():
         op = getattr(ns, name, None) if ns is not None else None
         if op is not None:
             t[op.default] = fn
+    hf = getattr(torch.ops, "transformers", None)
+    op = getattr(hf, "grouped_mm_fallback", None) if hf is not None else None
+    if op is not None:
+        t[op.default] = grouped_mm_fallback
     return t

@@ -314,3 +314,62 @@ def test_read_hash_mismatch(mlp_bytes):
     graph_file.unpack(bytes(corrupted))  # structure still valid
     with pytest.raises(GraphFileError, match="sha256"):
         graph_file.unpack(bytes(corrupted), verify_hashes=True)
+
+
+def _grouped_mm_op():
+    """transformers 5's `transformers::grouped_mm_fallback` (its MoE experts on the CPU): the
+    op transformers registers when it is imported; registered here with the same schema and
+    meaning when transformers is not installed (it is a benchmark requirement only)."""
+    ns = getattr(torch.ops, "transformers", None)
+    op = getattr(ns, "grouped_mm_fallback", None) if ns is not None else None
+    if op is not None:
+        return op
+
+    @torch.library.custom_op("transformers::grouped_mm_fallback", mutates_args=())
+    def grouped_mm_fallback(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(input.size(0), weight.size(2), dtype=input.dtype)
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            if end > start:
+                out[start:end] = input[start:end] @ weight[e]
+            start = end
+        return out
+
+    @grouped_mm_fallback.register_fake
+    def _(input, weight, offs):
+        return input.new_empty(input.size(0), weight.size(2))
+
+    return torch.ops.transformers.grouped_mm_fallback
+
+
+class GroupedExperts(nn.Module):
+    """Top-2 routing as transformers 5 writes it: rows sorted by expert, counts by histc,
+    cumulative offsets, one grouped product."""
+
+    def __init__(self, op, experts=5, dim=12, out=7):
+        super().__init__()
+        self.op = op
+        self.gate = nn.Linear(dim, experts)
+        self.w = nn.Parameter(torch.randn(experts, dim, out))
+
+    def forward(self, x):
+        top = torch.topk(self.gate(x), 2, dim=-1).indices.reshape(-1)
+        ids, perm = torch.sort(top)
+        rows = x[perm // 2]
+        counts = torch.histc(ids.float(), bins=self.w.shape[0], min=0, max=self.w.shape[0] - 1)
+        offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        return self.op(rows, self.w, offs)
+
+
+def test_transformers_grouped_mm_is_decomposed(check):
+    # The decomposition (a gathered product) matches the op, and the model compiles and
+    # matches eager: Hugging Face MoE models export instead of naming an opaque custom op.
+    from chroma.decompositions import grouped_mm_fallback
+
+    op = _grouped_mm_op()
+    torch.manual_seed(0)
+    x, w = torch.randn(9, 4), torch.randn(3, 4, 5)
+    offs = torch.tensor([2, 2, 7], dtype=torch.int32)  # an empty expert, rows 7..8 past the end
+    torch.testing.assert_close(grouped_mm_fallback(x, w, offs), op(x, w, offs), rtol=1e-6, atol=1e-6)
+    assert torch.equal(grouped_mm_fallback(x, w, offs)[7:], torch.zeros(2, 5))
+    check(GroupedExperts(op).eval(), torch.randn(6, 12), rtol=1e-5, atol=1e-5)
