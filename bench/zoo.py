@@ -51,7 +51,7 @@ TV_FAMILIES = ["alexnet", "convnext_tiny", "densenet121", "efficientnet_b0", "ef
                "inception_v3", "maxvit_t", "mnasnet0_5", "mobilenet_v2", "mobilenet_v3_small", "regnet_y_400mf",
                "resnet18", "resnet50", "resnext50_32x4d", "shufflenet_v2_x1_0", "squeezenet1_0", "swin_t", "vgg11",
                "vit_b_16", "wide_resnet50_2"]
-TRANSFORMERS = ["bert", "gpt2", "llama", "qwen2", "t5_encoder", "qwen2_moe"]
+TRANSFORMERS = ["bert", "gpt2", "llama", "qwen2", "t5_encoder", "qwen2_moe", "qwen2_moe_batched"]
 OWN = ["gpt_oss", "gpt_oss_reference", "minilm_b1", "minilm_b8"]
 QUICK = ["resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121", "regnet_y_400mf", "bert", "llama",
          "gpt_oss", "gpt_oss_reference", "minilm_b1"]
@@ -102,11 +102,15 @@ def _hf(name):
         model = tf.Qwen2Model(tf.Qwen2Config(**small, num_key_value_heads=2, max_position_embeddings=512))
     elif name == "t5_encoder":
         model = tf.T5EncoderModel(tf.T5Config(d_model=256, d_ff=1024, num_layers=4, num_heads=4, d_kv=64, vocab_size=8192))
-    elif name == "qwen2_moe":
+    elif name in ("qwen2_moe", "qwen2_moe_batched"):
+        # The experts as transformers 5 runs them on the CPU: its default, a grouped product
+        # (the custom op transformers::grouped_mm_fallback, decomposed by Chroma's exporter),
+        # or "batched_mm": every token's expert weights gathered, then one batched product.
         model = tf.Qwen2MoeModel(tf.Qwen2MoeConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                                                    num_key_value_heads=2, intermediate_size=512, moe_intermediate_size=256,
                                                    shared_expert_intermediate_size=512, num_experts=8,
-                                                   num_experts_per_tok=2, vocab_size=8192, max_position_embeddings=512))
+                                                   num_experts_per_tok=2, vocab_size=8192, max_position_embeddings=512,
+                                                   experts_implementation="batched_mm" if name.endswith("batched") else None))
     else:
         raise KeyError(name)
     model.eval()
@@ -318,7 +322,7 @@ def worker(spec):
                 entry.setdefault("setup_s", {})[str(threads)] = round(setup_s, 2)
                 entry.update(_errors(out, ref))
             except Exception as e:  # noqa: BLE001 - a peer that cannot run this model is a result
-                entry["failed"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:400]
+                entry["failed"] = f"{type(e).__name__}: {' '.join(str(e).split())}"[:400]
                 entry["traceback"] = traceback.format_exc()[-3000:]
                 log(f"  {spec['model']}: {system} failed: {entry['failed']}")
         # Calls per run: as many as fill run_ms at the slowest system, 3..50.

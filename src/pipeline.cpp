@@ -116,7 +116,8 @@ void write_file(const fs::path& p, const void* data, size_t n) {
 
 const char* kernel_kind(Kernel::Kind k) {
   static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",   "gather_elements",
-                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan", "conv", "linalg"};
+                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan", "conv", "linalg",
+                                "matmul_gathered"};
   return names[k];
 }
 

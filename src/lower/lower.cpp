@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <map>
 #include <sstream>
 
@@ -88,6 +89,7 @@ class Lowerer {
   std::vector<int32_t> state_of_input_;    // graph input -> state slot, or -1
   std::vector<int32_t> state_of_output_;   // graph output -> state slot, or -1
   std::vector<bool> in_place_;             // IndexPut nodes that write their state directly
+  std::vector<bool> deferred_gather_;      // Gathers of constant matrices read only by products
 
   // ---- decisions ---------------------------------------------------------------------------
 
@@ -121,6 +123,30 @@ class Lowerer {
       readers[i] = r;
     }
     for (Value v : g_.outputs) readers[static_cast<size_t>(v.node)] += 1;
+    // A Gather of a constant stack of float32 matrices [E, R, C] along axis 0 (the experts
+    // a router picked) whose readers, through views, are all matrix products is not
+    // written out: the products read the selected matrices in place (gathered_matmul), or
+    // the Gather is written when a product cannot (compute()).
+    deferred_gather_.assign(g_.size(), false);
+    for (size_t i = 0; i < g_.size(); ++i) {
+      const Node& n = g_.nodes()[i];
+      if (n.op != Op::kGather || n.attrs.axis != 0 || n.inputs.size() != 2) continue;
+      const TensorType& wt = g_.type(n.inputs[0]);
+      if (g_.node(source_of(n.inputs[0].node)).op != Op::kConstant || wt.dtype != DType::kF32 || wt.shape.size() != 3) continue;
+      bool ok = !consumers[i].empty() && !output_slot_.count(Value{static_cast<int32_t>(i), 0});
+      std::vector<int32_t> todo = consumers[i];
+      while (ok && !todo.empty()) {
+        const int32_t c = todo.back();
+        todo.pop_back();
+        const Node& cn = g_.node(c);
+        if (is_view(cn.op) && !output_slot_.count(Value{c, 0})) {
+          todo.insert(todo.end(), consumers[static_cast<size_t>(c)].begin(), consumers[static_cast<size_t>(c)].end());
+        } else if (cn.op != Op::kMatMul) {
+          ok = false;
+        }
+      }
+      deferred_gather_[i] = ok;
+    }
     const int max_depth = std::max(1, opts_.max_expression_depth);
     for (size_t i = 0; i < g_.size(); ++i) {
       const Node& n = g_.nodes()[i];
@@ -246,6 +272,16 @@ class Lowerer {
         if (!map_leaves(src, n)) throw CompileError("internal: view of a contiguous buffer failed at " + g_.describe(v.node));
         return src;
       }
+      case Op::kGather:
+        if (deferred_gather_[static_cast<size_t>(v.node)]) {
+          // A product that cannot read the selected matrices in place: write the Gather now.
+          std::vector<int32_t> saved;
+          saved.swap(fused_into_);
+          emit_gather(n, v);
+          fused_into_.swap(saved);
+          return load(buffer_of_.at(v));
+        }
+        throw CompileError("internal: " + g_.describe(v.node) + " has no buffer when read");
       default:
         throw CompileError("internal: " + g_.describe(v.node) + " has no buffer when read");
     }
@@ -419,6 +455,146 @@ class Lowerer {
     return true;
   }
 
+  void emit_gather(const Node& n, Value v) {
+    Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
+    k.inputs.push_back(expr_of(n.inputs[0]));
+    k.inputs.push_back(expr_of(n.inputs[1]));
+    push_over_output(std::move(k), n, v);
+  }
+
+  // C = A @ B where one operand is, through views, a deferred Gather of a constant stack of
+  // matrices W [E, R, C] by a run-time index (a mixture of experts written as
+  // `W[expert_indices]` then a batched product or einsum). Nothing is gathered: every expert
+  // matrix is packed at compile time as for packed_matmul, and each product reads the panels
+  // of the expert its index selects (bounds-checked like the Gather). The operand's layout
+  // over the gathered tensor says which matrix each batch reads and how:
+  //  - B gathered, B_b = W[e] or W[e]^T: C_b = A_b @ B_b (A_b at most packed_max_rows rows);
+  //  - A gathered, A_b = W[e], W[e]^T, or several experts' W stacked by rows, and B_b one
+  //    column: C_b^T = B_b^T @ A_b^T, row block by row block.
+  bool gathered_matmul(const Node& n, Value v) {
+    const TensorType& ct = n.type();
+    const size_t r = ct.shape.size();
+    if (ct.dtype != DType::kF32 || r < 3 || opts_.packed_max_rows <= 0) return false;
+    const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
+    const int64_t nb = numel(batch), m = ct.shape[r - 2], nn = ct.shape[r - 1];
+    if (nb < 1 || m < 1 || nn < 1) return false;
+    for (int side = 1; side >= 0; --side) {
+      // The views from the Gather to the operand, applied to the gathered tensor's layout.
+      std::vector<int32_t> chain;
+      int32_t gid = n.inputs[static_cast<size_t>(side)].node;
+      while (is_view(g_.node(gid).op)) {
+        chain.push_back(gid);
+        gid = g_.node(gid).inputs[0].node;
+      }
+      const Node& gn = g_.node(gid);
+      if (gn.op != Op::kGather || !deferred_gather_[static_cast<size_t>(gid)] || buffer_of_.count(Value{gid, 0})) continue;
+      std::optional<Layout> xl = contiguous_layout(gn.type().shape);
+      for (size_t i = chain.size(); xl && i-- > 0;) xl = apply_view(g_.node(chain[i]), *xl);
+      if (!xl || xl->shape.size() != r) continue;
+      const Shape& ws = g_.type(gn.inputs[0]).shape;
+      const int64_t experts = ws[0], R = ws[1], C = ws[2], RC = R * C;
+      const int64_t slots = numel(g_.type(gn.inputs[1]).shape);
+      const Shape ys = g_.type(n.inputs[static_cast<size_t>(1 - side)]).shape;
+      if (experts < 1 || R < 1 || C < 1 || slots > 4096 || ys.size() != r ||
+          !std::equal(ys.begin(), ys.end() - 2, batch.begin())) {
+        continue;
+      }
+      // How each batch's matrix sits in the gathered tensor.
+      const int64_t xr = xl->shape[r - 2], xc = xl->shape[r - 1], sr = xl->strides[r - 2], sc = xl->strides[r - 1];
+      const bool row_major = xc == C && (sc == 1 || C == 1) && xr % R == 0 && (sr == C || xr == 1);
+      const bool transposed = !row_major && xr == C && xc == R && (sr == 1 || C == 1) && (sc == C || R == 1);
+      if (!row_major && !transposed) continue;
+      const int64_t per = row_major ? xr / R : 1;  // expert matrices per batch
+      if (side == 1 && (per != 1 || m > opts_.packed_max_rows)) continue;
+      if (side == 0 && nn != 1) continue;
+      std::vector<int64_t> base(static_cast<size_t>(nb));  // each batch's first slot
+      {
+        std::vector<int64_t> idx(batch.size(), 0);
+        bool ok = true;
+        for (int64_t b = 0; b < nb && ok; ++b) {
+          int64_t off = xl->offset;
+          for (size_t d = 0; d < batch.size(); ++d) off += idx[d] * xl->strides[d];
+          ok = off % RC == 0 && off / RC + per <= slots;
+          base[static_cast<size_t>(b)] = off / RC;
+          for (size_t d = batch.size(); d-- > 0;) {
+            if (++idx[d] < batch[d]) break;
+            idx[d] = 0;
+          }
+        }
+        if (!ok) continue;
+      }
+      // The constant, seen through views (W[e][i][j] at offset + e*s0 + i*s1 + j*s2).
+      const size_t mark = fused_into_.size();
+      Expr ew = expr_of(gn.inputs[0]);
+      fused_into_.resize(mark);
+      if (ew.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(ew.buffer)].region != Region::kConstant) continue;
+      Kernel k = start(n, Kernel::kMatMulGathered);
+      Expr ey = matmul_operand(n.inputs[static_cast<size_t>(1 - side)]);
+      Expr ei = dense_operand(gn.inputs[1]);
+      const ConstantData& cw = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(ew.buffer)].slot)];
+      const float* w = reinterpret_cast<const float*>(cw.data()) + ew.layout.offset;
+      const int64_t s0 = ew.layout.strides[0], s1 = ew.layout.strides[1], s2 = ew.layout.strides[2];
+      // The packed product: B side, m x K times K x N with B_b itself; A side, one row (B_b^T)
+      // times A_b^T. Packed as stored (W[e], K = R) or transposed (W[e]^T, K = C).
+      const bool stored = (side == 1) == row_major;
+      Kernel::Gathered& gg = k.gathered;
+      gg.m = side == 1 ? m : 1;
+      gg.k = stored ? R : C;
+      gg.n = stored ? C : R;
+      gg.experts = experts;
+      gg.sar = side == 1 ? ey.layout.strides[r - 2] : 0;
+      gg.sac = side == 1 ? ey.layout.strides[r - 1] : ey.layout.strides[r - 2];
+      gg.ldc = side == 1 ? nn : gg.n;
+      const int64_t panels = (gg.n + 15) / 16, panel_elems = panels * gg.k * 16;
+      std::vector<float> packed(static_cast<size_t>(experts * panel_elems), 0.0f);
+      for (int64_t e = 0; e < experts; ++e) {
+        const float* we = w + e * s0;
+        float* dst = packed.data() + e * panel_elems;
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t q = 0; q < gg.k; ++q)
+            for (int64_t j = 0; j < 16 && p * 16 + j < gg.n; ++j) {
+              const int64_t col = p * 16 + j;
+              dst[(p * gg.k + q) * 16 + j] = stored ? we[q * s1 + col * s2] : we[col * s1 + q * s2];
+            }
+      }
+      std::vector<int64_t> idx(batch.size(), 0);
+      for (int64_t b = 0; b < nb; ++b) {
+        int64_t yo = ey.layout.offset;
+        for (size_t d = 0; d < batch.size(); ++d) yo += idx[d] * ey.layout.strides[d];
+        for (int64_t i = 0; i < per; ++i) {
+          k.batch_a.push_back(yo);
+          k.batch_b.push_back(ei.layout.offset + base[static_cast<size_t>(b)] + i);
+          k.batch_c.push_back(b * m * nn + i * gg.n);
+        }
+        for (size_t d = batch.size(); d-- > 0;) {
+          if (++idx[d] < batch[d]) break;
+          idx[d] = 0;
+        }
+      }
+      ConstantData pc;
+      pc.name = (cw.name.empty() ? "folded" : cw.name) + (stored ? ".packed16" : ".t.packed16");
+      pc.type = TensorType{DType::kF32, {experts, panels, gg.k, 16}};
+      auto bytes = std::make_shared<std::vector<uint8_t>>(packed.size() * sizeof(float));
+      std::memcpy(bytes->data(), packed.data(), bytes->size());
+      pc.bytes = std::move(bytes);
+      p_.constants.push_back(std::move(pc));
+      Buffer pb;
+      pb.region = Region::kConstant;
+      pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
+      pb.type = p_.constants.back().type;
+      pb.name = p_.constants.back().name;
+      p_.buffers.push_back(pb);
+      k.attrs.axis = 0;
+      k.inputs.push_back(std::move(ey));
+      k.inputs.push_back(load(static_cast<int32_t>(p_.buffers.size() - 1)));
+      k.inputs.push_back(std::move(ei));
+      push_over_output(std::move(k), n, v);
+      p_.kernels.back().label.replace(0, 6, "MatMul.gathered");
+      return true;
+    }
+    return false;
+  }
+
   void visit(int32_t id) {
     const Node& n = g_.node(id);
     const Value v{id, 0};
@@ -521,6 +697,7 @@ class Lowerer {
         return;
       }
       case Op::kMatMul: {
+        if (gathered_matmul(n, v)) return;
         if (packed_matmul(n, v)) return;
         Kernel k = start(n, Kernel::kMatMul);
         k.inputs.push_back(matmul_operand(n.inputs[0]));
@@ -530,10 +707,8 @@ class Lowerer {
       }
       case Op::kGather:
       case Op::kGatherElements: {
-        Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
-        k.inputs.push_back(expr_of(n.inputs[0]));
-        k.inputs.push_back(expr_of(n.inputs[1]));
-        push_over_output(std::move(k), n, v);
+        if (n.op == Op::kGather && deferred_gather_[static_cast<size_t>(id)]) return;  // read in place, or written when read
+        emit_gather(n, v);
         return;
       }
       case Op::kConcat: {

@@ -43,7 +43,7 @@ struct Expr {
 };
 
 struct Kernel {
-  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut, kScan, kConv, kLinalg } kind = kAssign;
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut, kScan, kConv, kLinalg, kMatMulGathered } kind = kAssign;
   Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
   std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves;
                                  // kMatMulPacked: A, then the packed constant, both kLoad)
@@ -53,7 +53,14 @@ struct Kernel {
   std::string label;             // e.g. "Reduce.sum <- add, sin"
   std::string name, source;      // IR node name and source line (for errors)
   // kMatMulPacked: per batch (flattened), element offsets of A, of the packed panels, of C.
+  // kMatMulGathered: per job, element offsets of A, of the job's index in the index buffer
+  // (its value selects the packed matrix), of C.
   std::vector<int64_t> batch_a, batch_b, batch_c;
+  // kMatMulGathered (inputs: A, the packed experts [E, panels, K, 16], the index buffer):
+  // each job is an m x k times k x n product, A addressed A[i * sar + kk * sac], C rows ldc apart.
+  struct Gathered {
+    int64_t m = 0, n = 0, k = 0, sar = 0, sac = 0, ldc = 0, experts = 0;
+  } gathered;
   bool in_place = false;         // kIndexPut: the output already holds the base (state)
 };
 

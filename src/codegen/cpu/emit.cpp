@@ -191,6 +191,19 @@ class Emitter {
       case Kernel::kMatMulPacked:
         o << matmul_packed(k);
         break;
+      case Kernel::kMatMulGathered: {
+        const Kernel::Gathered& gg = k.gathered;
+        const Expr& idx = k.inputs[2];
+        o << "  static constexpr int64_t ao[] = {" << int_list(k.batch_a) << "};\n";
+        o << "  static constexpr int64_t io[] = {" << int_list(k.batch_b) << "};\n";
+        o << "  static constexpr int64_t co[] = {" << int_list(k.batch_c) << "};\n";
+        o << "  int64_t bad = 0;\n  if (!et::gemm_packed_gathered<" << k.batch_a.size() << ", " << gg.m << ", " << gg.n << ", "
+          << gg.k << ", " << gg.experts << ">(static_cast<const float*>(" << ptr(k.inputs[0].buffer, false) << "), ao, "
+          << gg.sar << ", " << gg.sac << ",\n      static_cast<const float*>(" << ptr(k.inputs[1].buffer, false)
+          << "), static_cast<const " << ctype(idx.dtype) << "*>(" << ptr(idx.buffer, false) << "), io, static_cast<float*>("
+          << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, &bad)) return cx.index_error(" << ki << ", bad);\n";
+        break;
+      }
       case Kernel::kIndexPut: {
         const Expr& base = k.inputs[0];
         const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
@@ -517,6 +530,7 @@ class Emitter {
         int64_t dim = 0;
         if (k.kind == Kernel::kGather || k.kind == Kernel::kGatherElements) dim = k.inputs[0].shape()[static_cast<size_t>(k.attrs.axis)];
         if (k.kind == Kernel::kIndexPut) dim = p_->buffers[static_cast<size_t>(k.outputs[0])].type.shape[static_cast<size_t>(k.attrs.axis)];
+        if (k.kind == Kernel::kMatMulGathered) dim = k.gathered.experts;
         o << "    {" << c_str(k.label) << ", " << c_str(k.name) << ", " << c_str(k.source) << ", " << dim << ", "
           << k.attrs.axis << "},\n";
       }
