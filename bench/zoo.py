@@ -65,24 +65,12 @@ def log(msg=""):
 # Models: name -> (group, builder() -> (module, example inputs as a tuple))
 # ----------------------------------------------------------------------------------------
 
-def _randomize_batch_norms(model, torch):
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
-            m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
-
-
 def _torchvision(name):
-    import torch
-    import torchvision
+    """chroma.models.vision: seeded random weights, random batch-norm statistics, and heads that
+    torchvision initialises to zero made random (else the error check compares zeros)."""
+    from chroma.models import vision
 
-    torch.manual_seed(0)
-    kwargs = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
-    model = torchvision.models.get_model(name, weights=None, **kwargs).eval()
-    _randomize_batch_norms(model, torch)
-    size = 299 if name == "inception_v3" else 224
-    return model, (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1)),)
+    return vision.build(name), (vision.example_input(name),)
 
 
 def _hf(name):

@@ -382,6 +382,25 @@ class Lowerer {
     return e;
   }
 
+  // Adds a float32 constant made at compile time (packed panels) and its buffer; returns
+  // the buffer.
+  int32_t add_packed_constant(std::string name, Shape shape, const std::vector<float>& data) {
+    ConstantData pc;
+    pc.name = std::move(name);
+    pc.type = TensorType{DType::kF32, std::move(shape)};
+    auto bytes = std::make_shared<std::vector<uint8_t>>(data.size() * sizeof(float));
+    std::memcpy(bytes->data(), data.data(), bytes->size());
+    pc.bytes = std::move(bytes);
+    p_.constants.push_back(std::move(pc));
+    Buffer pb;
+    pb.region = Region::kConstant;
+    pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
+    pb.type = p_.constants.back().type;
+    pb.name = p_.constants.back().name;
+    p_.buffers.push_back(pb);
+    return static_cast<int32_t>(p_.buffers.size() - 1);
+  }
+
   // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
   // at compile time (a new constant; the original is dropped when nothing else reads it)
   // and the product streams each panel once for all rows.
@@ -435,21 +454,10 @@ class Lowerer {
         idx[d] = 0;
       }
     }
-    ConstantData pc;
-    pc.name = (cb.name.empty() ? "folded" : cb.name) + ".packed16";
-    pc.type = TensorType{DType::kF32, {static_cast<int64_t>(packed_of.size()), panels, kk, 16}};
-    auto bytes = std::make_shared<std::vector<uint8_t>>(packed.size() * sizeof(float));
-    std::memcpy(bytes->data(), packed.data(), bytes->size());
-    pc.bytes = std::move(bytes);
-    p_.constants.push_back(std::move(pc));
-    Buffer pb;
-    pb.region = Region::kConstant;
-    pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
-    pb.type = p_.constants.back().type;
-    pb.name = p_.constants.back().name;
-    p_.buffers.push_back(pb);
+    const int32_t pb = add_packed_constant((cb.name.empty() ? "folded" : cb.name) + ".packed16",
+                                           {static_cast<int64_t>(packed_of.size()), panels, kk, 16}, packed);
     k.inputs.push_back(std::move(ea));
-    k.inputs.push_back(load(static_cast<int32_t>(p_.buffers.size() - 1)));
+    k.inputs.push_back(load(pb));
     push_over_output(std::move(k), n, v);
     p_.kernels.back().label.replace(0, 6, "MatMul.packed");
     return true;
@@ -468,13 +476,14 @@ class Lowerer {
   // matrix is packed at compile time as for packed_matmul, and each product reads the panels
   // of the expert its index selects (bounds-checked like the Gather). The operand's layout
   // over the gathered tensor says which matrix each batch reads and how:
-  //  - B gathered, B_b = W[e] or W[e]^T: C_b = A_b @ B_b (A_b at most packed_max_rows rows);
+  //  - B gathered, B_b = W[e], or W[e]^T or several experts' W^T side by side: C_b = A_b @ B_b,
+  //    column block by column block (A_b at most packed_max_rows rows);
   //  - A gathered, A_b = W[e], W[e]^T, or several experts' W stacked by rows, and B_b one
   //    column: C_b^T = B_b^T @ A_b^T, row block by row block.
   bool gathered_matmul(const Node& n, Value v) {
     const TensorType& ct = n.type();
     const size_t r = ct.shape.size();
-    if (ct.dtype != DType::kF32 || r < 3 || opts_.packed_max_rows <= 0) return false;
+    if (ct.dtype != DType::kF32 || r < 2 || opts_.packed_max_rows <= 0) return false;
     const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
     const int64_t nb = numel(batch), m = ct.shape[r - 2], nn = ct.shape[r - 1];
     if (nb < 1 || m < 1 || nn < 1) return false;
@@ -501,12 +510,14 @@ class Lowerer {
       }
       // How each batch's matrix sits in the gathered tensor.
       const int64_t xr = xl->shape[r - 2], xc = xl->shape[r - 1], sr = xl->strides[r - 2], sc = xl->strides[r - 1];
+      // Row-major: W[e] rows, experts stacked by rows; transposed: W[e]^T, stacked by columns.
       const bool row_major = xc == C && (sc == 1 || C == 1) && xr % R == 0 && (sr == C || xr == 1);
-      const bool transposed = !row_major && xr == C && xc == R && (sr == 1 || C == 1) && (sc == C || R == 1);
+      const bool transposed = !row_major && xr == C && xc % R == 0 && (sr == 1 || C == 1) && (sc == C || xc == 1);
       if (!row_major && !transposed) continue;
-      const int64_t per = row_major ? xr / R : 1;  // expert matrices per batch
-      if (side == 1 && (per != 1 || m > opts_.packed_max_rows)) continue;
-      if (side == 0 && nn != 1) continue;
+      const int64_t per = row_major ? xr / R : xc / R;  // expert matrices per batch
+      // Experts stacked along the contracted dimension would be a sum of products: not here.
+      if (side == 1 && ((row_major && per != 1) || m > opts_.packed_max_rows)) continue;
+      if (side == 0 && (nn != 1 || (transposed && per != 1))) continue;
       std::vector<int64_t> base(static_cast<size_t>(nb));  // each batch's first slot
       {
         std::vector<int64_t> idx(batch.size(), 0);
@@ -571,22 +582,11 @@ class Lowerer {
           idx[d] = 0;
         }
       }
-      ConstantData pc;
-      pc.name = (cw.name.empty() ? "folded" : cw.name) + (stored ? ".packed16" : ".t.packed16");
-      pc.type = TensorType{DType::kF32, {experts, panels, gg.k, 16}};
-      auto bytes = std::make_shared<std::vector<uint8_t>>(packed.size() * sizeof(float));
-      std::memcpy(bytes->data(), packed.data(), bytes->size());
-      pc.bytes = std::move(bytes);
-      p_.constants.push_back(std::move(pc));
-      Buffer pb;
-      pb.region = Region::kConstant;
-      pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
-      pb.type = p_.constants.back().type;
-      pb.name = p_.constants.back().name;
-      p_.buffers.push_back(pb);
+      const int32_t pb = add_packed_constant((cw.name.empty() ? "folded" : cw.name) + (stored ? ".packed16" : ".t.packed16"),
+                                             {experts, panels, gg.k, 16}, packed);
       k.attrs.axis = 0;
       k.inputs.push_back(std::move(ey));
-      k.inputs.push_back(load(static_cast<int32_t>(p_.buffers.size() - 1)));
+      k.inputs.push_back(load(pb));
       k.inputs.push_back(std::move(ei));
       push_over_output(std::move(k), n, v);
       p_.kernels.back().label.replace(0, 6, "MatMul.gathered");

@@ -1021,7 +1021,7 @@ class GatheredExperts(nn.Module):
 
 
 @pytest.mark.parametrize("form", ["einsum", "bmm"])
-@pytest.mark.parametrize("tokens", [3, 8])
+@pytest.mark.parametrize("tokens", [1, 3, 8])
 def test_gathered_expert_products_read_the_weights_in_place(check, form, tokens):
     # The gathered expert matrices are never written out: each product reads the packed
     # panels of the expert its index selects (kernel kind matmul_gathered), on both operands.
