@@ -424,6 +424,47 @@ def targets(report, threads):
     return out
 
 
+DOCS_BEGIN = "<!-- bench/zoo.py --docs: begin -->"
+DOCS_END = "<!-- bench/zoo.py --docs: end -->"
+
+
+def markdown(report, threads):
+    """The report as a Markdown table: per model and thread count, each system's median and
+    eager/Chroma."""
+    systems = ["chroma"] + report["peers"]
+    env = report["environment"]
+    mach = env.get("machine") if isinstance(env.get("machine"), dict) else {}
+    lines = [f"Measured {env['date']} ({mach.get('cpu', 'this machine')}, {mach.get('cores', '?')} cores), "
+             f"`bench/zoo.py`, ms per call (median), batch 1 unless the name says:", ""]
+    head = "| model | threads | " + " | ".join(LABELS[s] for s in systems) + " | eager / Chroma | Chroma rel. err |"
+    lines += [head, "|" + "---|" * (len(systems) + 4)]
+    for r in report["models"]:
+        for t in threads:
+            sy = r.get("systems", {})
+            cells = []
+            for s in systems:
+                v = sy.get(s, {}).get("ms", {}).get(str(t))
+                cells.append(f"{v:.2f}" if v else ("failed" if "failed" in sy.get(s, {}) or "failed" in r else "-"))
+            c, e = sy.get("chroma", {}).get("ms", {}).get(str(t)), sy.get("eager", {}).get("ms", {}).get(str(t))
+            err = sy.get("chroma", {}).get("rel_err")
+            lines.append(f"| {r['model']} | {t} | " + " | ".join(cells) + f" | {e / c:.2f} |" if c and e else
+                         f"| {r['model']} | {t} | " + " | ".join(cells) + " | - |")
+            lines[-1] += f" {err:.1e} |" if err is not None else " - |"
+    return "\n".join(lines)
+
+
+def write_docs(path, text):
+    """Replaces the zoo section of docs/models.md (between the markers), or appends it."""
+    body = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    block = f"{DOCS_BEGIN}\n{text}\n{DOCS_END}"
+    if DOCS_BEGIN in body and DOCS_END in body:
+        body = body[:body.index(DOCS_BEGIN)] + block + body[body.index(DOCS_END) + len(DOCS_END):]
+    else:
+        body = body.rstrip("\n") + "\n\n## Speed: the model zoo\n\n" + block + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(body)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a subset: " + ",".join(QUICK))
@@ -436,6 +477,9 @@ def main(argv=None):
     ap.add_argument("--run-ms", type=float, default=400.0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per model")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "zoo.json"))
+    ap.add_argument("--docs", nargs="?", const=os.path.join(ROOT, "docs", "models.md"),
+                    help="write the table into docs/models.md (or the file given)")
+    ap.add_argument("--from-json", nargs="+", help="no run: merge these reports (later ones win per model) for --docs")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
@@ -451,6 +495,25 @@ def main(argv=None):
         return 0
 
     threads = [int(t) for t in a.threads.split(",") if t]
+    if a.from_json:
+        merged = None
+        for path in a.from_json:
+            with open(path) as f:
+                rep = json.load(f)
+            if merged is None:
+                merged = rep
+                continue
+            by = {r["model"]: i for i, r in enumerate(merged["models"])}
+            for r in rep["models"]:
+                if r["model"] in by:
+                    merged["models"][by[r["model"]]] = r
+                else:
+                    merged["models"].append(r)
+        text = markdown(merged, merged["threads"])
+        print(text)
+        if a.docs:
+            write_docs(a.docs, text)
+        return 0
     if a.models:
         models = [m for m in a.models.split(",") if m]
     elif a.quick:
@@ -510,6 +573,9 @@ def main(argv=None):
     with open(a.json, "w") as f:
         json.dump(report, f, indent=1)
     log(f"\nreport: {a.json}")
+    if a.docs:
+        write_docs(a.docs, markdown(report, threads))
+        log(f"table written into {a.docs}")
     return 0
 
 
