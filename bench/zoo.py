@@ -182,20 +182,9 @@ def build(name):
 # ----------------------------------------------------------------------------------------
 
 def _time(fn, calls, warmup):
-    import gc
+    from _peers import time_calls
 
-    for _ in range(warmup):
-        fn()
-    gc.disable()
-    try:
-        out = []
-        for _ in range(calls):
-            t0 = time.perf_counter_ns()
-            fn()
-            out.append((time.perf_counter_ns() - t0) / 1e6)
-    finally:
-        gc.enable()
-    return out
+    return time_calls(fn, warmup, calls, 1)[0]
 
 
 def _errors(got, ref):
