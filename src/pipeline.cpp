@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -209,13 +210,17 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   co.blas = opts.blas;
   std::vector<CpuEntry> ces;
   for (const Entry& e : entries) ces.push_back(CpuEntry{e.name, &e.program});
-  // float32 convolutions go through oneDNN when Chroma was built with its headers and the
-  // performance libraries are on (blas).
+  // float32 convolutions and matrix products go through oneDNN when Chroma was built with its
+  // headers and the performance libraries are on (blas). CHROMA_SGEMM=openblas keeps the
+  // products on OpenBLAS (a diagnostic: bench/gemm.cpp and docs/architecture.md compare them).
 #if __has_include(<oneapi/dnnl/dnnl.hpp>)
+  const char* sgemm_env = std::getenv("CHROMA_SGEMM");
+  const bool sgemm_openblas = sgemm_env && std::string(sgemm_env) == "openblas";
   for (const Entry& e : entries) {
     for (const Kernel& k : e.program.kernels) {
-      co.dnnl = co.dnnl || (opts.blas && k.kind == Kernel::kConv &&
-                            e.program.buffers[static_cast<size_t>(k.outputs[0])].type.dtype == DType::kF32);
+      if (!opts.blas || e.program.buffers[static_cast<size_t>(k.outputs[0])].type.dtype != DType::kF32) continue;
+      co.dnnl_sgemm = co.dnnl_sgemm || (!sgemm_openblas && (k.kind == Kernel::kConv || k.kind == Kernel::kMatMul));
+      co.dnnl = co.dnnl || k.kind == Kernel::kConv || co.dnnl_sgemm;
     }
   }
 #endif
@@ -296,7 +301,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   m["compiler_version"] = CHROMA_VERSION;
   m["abi_version"] = CHROMA_ABI_VERSION;
   m["target"] = opts.target;
-  m["options"] = {{"blas", opts.blas}, {"dnnl", co.dnnl}, {"max_expression_depth", opts.max_expression_depth}};
+  m["options"] = {{"blas", opts.blas}, {"dnnl", co.dnnl}, {"sgemm", co.dnnl_sgemm ? "onednn" : opts.blas ? "openblas" : "chroma"}, {"max_expression_depth", opts.max_expression_depth}};
   json es = json::array();
   for (const Entry& e : entries) es.push_back(describe_entry(e));
   // The first entry's description also sits at the top level (single-entry readers).

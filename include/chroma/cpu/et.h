@@ -28,13 +28,20 @@
 #include <vector>
 
 #include "chroma/cpu/scalar.h"
+#include "chroma/cpu/threads.h"
 
 // Loops over whole tensors (assign, reduce) prefer 512-bit vectors where the target has
 // AVX-512: GCC's tuning for recent x86 cores defaults to 256 bits, which halves the
 // throughput of the transcendental-heavy fused loops. Lane width never changes results.
 // (noinline: inlined into the generated kernel function, the caller's tuning would apply.)
+// Always noinline: the loops are compiled as functions of their own, with the destination and
+// the expression as by-value parameters. Inlined into the pool's job (a lambda reached through
+// a void*), GCC could no longer analyse the loads and left the loop scalar (erf-form GELU
+// 8x slower).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
 #define CHROMA_ET_LOOP_ATTR __attribute__((target("prefer-vector-width=512"), noinline))
+#elif defined(__GNUC__)
+#define CHROMA_ET_LOOP_ATTR __attribute__((noinline))
 #else
 #define CHROMA_ET_LOOP_ATTR
 #endif
@@ -116,10 +123,13 @@ template <class T, int R> struct Iota {
 
 // ---- elementwise ---------------------------------------------------------------------------
 
+// apply is always inlined: GCC's -O2 inliner leaves a large one (erf, tanh, a select of two
+// polynomials) as a call when it sits inside a bigger expression, and a call in the loop body
+// stops the loop from vectorizing (tanh-form GELU vectorized, erf-form GELU did not).
 namespace op {
 #define CHROMA_EW(name, arity, result, expr) \
   struct name {                              \
-    template <class A, class B = A, class C = A> static auto apply([[maybe_unused]] A a, [[maybe_unused]] B b = B(), [[maybe_unused]] C c = C()) { return expr; } \
+    template <class A, class B = A, class C = A> static CHROMA_ALWAYS_INLINE auto apply([[maybe_unused]] A a, [[maybe_unused]] B b = B(), [[maybe_unused]] C c = C()) { return expr; } \
   };
 #include "chroma/elementwise.def"
 #undef CHROMA_EW
@@ -156,6 +166,7 @@ template <class T, class E> Map<op::cast, T, E> cast(E e) { return {{e}}; }
 // ---- destinations and loops ----------------------------------------------------------------
 
 template <class T, class S, int64_t Off> struct Out {
+  using Strides = S;
   static constexpr int64_t kStrideLast = S::kLast;
   T* p;
   T* row(const int64_t* idx) const { return p + Off + S::outer(idx); }
@@ -179,6 +190,50 @@ template <class Sh, class F> inline void for_rows(F&& f) {
   }
 }
 
+// Calls f(idx) for rows [r0, r1) of Sh (rows numbered in row-major order).
+template <class Sh, class F> inline void for_rows_in(int64_t r0, int64_t r1, F&& f) {
+  constexpr int R = Sh::kRank;
+  if constexpr (Sh::kNumel == 0) return;
+  int64_t idx[R] = {};
+  int64_t q = r0;
+  for (int k = R - 2; k >= 0; --k) {
+    idx[k] = q % Sh::kDims[k];
+    q /= Sh::kDims[k];
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    f(static_cast<const int64_t*>(idx));
+    for (int k = R - 2; k >= 0; --k) {
+      if (++idx[k] < Sh::kDims[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+template <class Sh> inline constexpr int64_t kRows = Sh::kLast == 0 ? 0 : Sh::kNumel / Sh::kLast;
+
+// Kernels of at least this many elements split their rows over the pool.
+inline constexpr int64_t kParallelElems = 32768;
+
+// body(r0, r1) over the rows of Sh: split over the pool when the kernel is large enough,
+// else on the calling thread.
+template <class Sh, class B> inline void over_rows(rt::ThreadPool* pool, B&& body) {
+  constexpr int64_t rows = kRows<Sh>;
+  if constexpr (Sh::kNumel >= kParallelElems && rows >= 2) {
+    if (pool && pool->size() > 1) {
+      pool->parallel_for(rows, body);
+      return;
+    }
+  }
+  body(int64_t{0}, rows);
+}
+
+// True when no two indices of Sh map to one element of S (no stride 0 on a dimension longer
+// than 1): rows may then be written in any order.
+template <class Sh, class S> inline constexpr bool kDistinct = [] {
+  for (int k = 0; k < Sh::kRank; ++k) if (Sh::kDims[k] > 1 && S::kS[k] == 0) return false;
+  return true;
+}();
+
 // dst[i] = e[i] over Sh.
 //
 // The inner loops carry `#pragma GCC ivdep`: GCC's -O2 vectorizer (cost model "very cheap")
@@ -187,8 +242,8 @@ template <class Sh, class F> inline void for_rows(F&& f) {
 // source except element for element (in place): the arena planner gives buffers live in the
 // same kernel disjoint ranges, and the Python wrapper copies inputs that alias an out= array.
 // A destination with stride 0 along the row is left alone (the last write must win).
-template <class Sh, class D, class E> CHROMA_ET_LOOP_ATTR inline void assign(D d, E e) {
-  for_rows<Sh>([&](const int64_t* idx) {
+template <class Sh, class D, class E> CHROMA_ET_LOOP_ATTR inline void assign_rows(int64_t r0, int64_t r1, D d, E e) {
+  for_rows_in<Sh>(r0, r1, [&](const int64_t* idx) {
     auto r = e.row(idx);
     auto* w = d.row(idx);
     if constexpr (D::kStrideLast != 0) {
@@ -198,6 +253,15 @@ template <class Sh, class D, class E> CHROMA_ET_LOOP_ATTR inline void assign(D d
       for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
     }
   });
+}
+template <class Sh, class D, class E> inline void assign(D d, E e) { assign_rows<Sh>(0, kRows<Sh>, d, e); }
+// The same, rows split over the pool when large (and no two rows write one element).
+template <class Sh, class D, class E> inline void assign(rt::ThreadPool* pool, D d, E e) {
+  if constexpr (kDistinct<Sh, typename D::Strides>) {
+    over_rows<Sh>(pool, [&](int64_t r0, int64_t r1) { assign_rows<Sh>(r0, r1, d, e); });
+  } else {
+    assign_rows<Sh>(0, kRows<Sh>, d, e);
+  }
 }
 
 // Calls f(idx) for every index of Sh (all dimensions).
@@ -246,7 +310,27 @@ template <bool... M> struct Mask {
 // rank and stride 0 on reduced dimensions, so every input index maps to its output element.
 // A row reduced along the last dimension uses 8 partial accumulators, as vectorized
 // reductions do.
-template <class Sh, class Mk, class Op, class T, class D, class E> CHROMA_ET_LOOP_ATTR inline void reduce(D d, E e) {
+template <class Sh, class Mk, class Op, class T, class D, class E>
+CHROMA_ET_LOOP_ATTR inline void reduce_rows(int64_t r0, int64_t r1, D d, E e);
+template <class Sh, class Mk, class Op, class T, class D, class E> inline void reduce(D d, E e) {
+  reduce_rows<Sh, Mk, Op, T>(0, kRows<Sh>, d, e);
+}
+// With a pool: a reduction along the last dimension only (one output element per row) splits
+// its rows over the pool when large.
+template <class Sh, class Mk, class Op, class T, class D, class E> inline void reduce(rt::ThreadPool* pool, D d, E e) {
+  constexpr bool last_only = [] {
+    for (int k = 0; k + 1 < Sh::kRank; ++k) if (Mk::kM[k] && Sh::kDims[k] > 1) return false;
+    return Mk::kLast;
+  }();
+  if constexpr (last_only) {
+    over_rows<Sh>(pool, [&](int64_t r0, int64_t r1) { reduce_rows<Sh, Mk, Op, T>(r0, r1, d, e); });
+  } else {
+    reduce_rows<Sh, Mk, Op, T>(0, kRows<Sh>, d, e);
+  }
+}
+
+template <class Sh, class Mk, class Op, class T, class D, class E>
+CHROMA_ET_LOOP_ATTR inline void reduce_rows(int64_t r0, int64_t r1, D d, E e) {
   constexpr int R = Sh::kRank;
   auto first_visit = [](const int64_t* idx) {
     for (int k = 0; k + 1 < R; ++k) if (Mk::kM[k] && idx[k] != 0) return false;
@@ -255,7 +339,7 @@ template <class Sh, class Mk, class Op, class T, class D, class E> CHROMA_ET_LOO
   if constexpr (Sh::kNumel == 0) {
     return;  // the compiler emits a fill for empty reductions
   } else {
-  for_rows<Sh>([&](const int64_t* idx) {
+  for_rows_in<Sh>(r0, r1, [&](const int64_t* idx) {
     auto r = e.row(idx);
     if constexpr (Mk::kLast) {
       constexpr int kLanes = 8;
@@ -285,13 +369,29 @@ template <class Sh, class Mk, class Op, class T, class D, class E> CHROMA_ET_LOO
 // Softmax (Log: log_softmax) of E along Axis into D (same shape). Each row is visited three
 // times while it is in cache: max, exp (stored) with a sum in 8 partial lanes, then scale.
 // Computes exactly what the reference kernel (src/interp eval_Softmax) computes.
-template <class Sh, int Axis, bool Log, class T, class D, class E> CHROMA_ET_LOOP_ATTR inline void softmax(D d, E e) {
+// With a pool, the rows of a last-axis softmax are split over it when large.
+template <class Sh, int Axis, bool Log, class T, class D, class E>
+CHROMA_ET_LOOP_ATTR inline void softmax_rows(int64_t r0, int64_t r1, D d, E e);
+template <class Sh, int Axis, bool Log, class T, class D, class E> inline void softmax(rt::ThreadPool* pool, D d, E e) {
+  if constexpr (Axis == Sh::kRank - 1 && kDistinct<Sh, typename D::Strides>) {
+    over_rows<Sh>(pool, [&](int64_t r0, int64_t r1) { softmax_rows<Sh, Axis, Log, T>(r0, r1, d, e); });
+  } else {
+    softmax_rows<Sh, Axis, Log, T>(0, kRows<Sh>, d, e);
+  }
+}
+template <class Sh, int Axis, bool Log, class T, class D, class E> inline void softmax(D d, E e) {
+  softmax<Sh, Axis, Log, T>(static_cast<rt::ThreadPool*>(nullptr), d, e);
+}
+
+// Rows [r0, r1) when Axis is the last; the whole tensor (r0, r1 ignored) otherwise.
+template <class Sh, int Axis, bool Log, class T, class D, class E>
+CHROMA_ET_LOOP_ATTR inline void softmax_rows(int64_t r0, int64_t r1, D d, E e) {
   constexpr int R = Sh::kRank;
   if constexpr (Sh::kNumel > 0) {
     if constexpr (Axis == R - 1) {
       constexpr int64_t n = Sh::kLast;
       constexpr int64_t ws = D::kStrideLast;
-      for_rows<Sh>([&](const int64_t* idx) {
+      for_rows_in<Sh>(r0, r1, [&](const int64_t* idx) {
         auto r = e.row(idx);
         T* w = d.row(idx);
         // Max in 16 independent lanes (NaN propagates whatever the order).
