@@ -29,15 +29,15 @@ template <class T> inline constexpr bool kIsFloat = std::is_floating_point_v<T>;
 inline thread_local bool int_division_by_zero = false;
 template <class T> inline constexpr bool kIsBool = std::is_same_v<T, bool>;
 
-template <class T> inline bool truthy(T a) { return a != T(0); }
+template <class T> CHROMA_ALWAYS_INLINE bool truthy(T a) { return a != T(0); }
 
-template <class T> inline T abs_(T a) {
+template <class T> CHROMA_ALWAYS_INLINE T abs_(T a) {
   if constexpr (kIsBool<T>) return a;
   else if constexpr (kIsFloat<T>) return std::fabs(a);
   else return a < 0 ? T(-a) : a;
 }
-template <class T> inline T rsqrt(T a) { return T(1) / std::sqrt(a); }
-template <class T> inline T reciprocal(T a) { return T(1) / a; }
+template <class T> CHROMA_ALWAYS_INLINE T rsqrt(T a) { return T(1) / std::sqrt(a); }
+template <class T> CHROMA_ALWAYS_INLINE T reciprocal(T a) { return T(1) / a; }
 // ---- transcendental functions ------------------------------------------------------------
 //
 // float: branch-free implementations (selects instead of branches, integer bit manipulation
@@ -232,35 +232,35 @@ template <class T> CHROMA_ALWAYS_INLINE T sigmoid(T a) {
   else return T(1) / (T(1) + std::exp(-a));
 }
 
-template <class T> inline T ceil_(T a) { if constexpr (kIsFloat<T>) return std::ceil(a); else return a; }
-template <class T> inline T floor_(T a) { if constexpr (kIsFloat<T>) return std::floor(a); else return a; }
-template <class T> inline T trunc_(T a) { if constexpr (kIsFloat<T>) return std::trunc(a); else return a; }
+template <class T> CHROMA_ALWAYS_INLINE T ceil_(T a) { if constexpr (kIsFloat<T>) return std::ceil(a); else return a; }
+template <class T> CHROMA_ALWAYS_INLINE T floor_(T a) { if constexpr (kIsFloat<T>) return std::floor(a); else return a; }
+template <class T> CHROMA_ALWAYS_INLINE T trunc_(T a) { if constexpr (kIsFloat<T>) return std::trunc(a); else return a; }
 // Round half to even, as torch.round does (std::nearbyint in the default rounding mode).
-template <class T> inline T round_even(T a) { if constexpr (kIsFloat<T>) return std::nearbyint(a); else return a; }
-template <class T> inline T sign(T a) {
+template <class T> CHROMA_ALWAYS_INLINE T round_even(T a) { if constexpr (kIsFloat<T>) return std::nearbyint(a); else return a; }
+template <class T> CHROMA_ALWAYS_INLINE T sign(T a) {
   if constexpr (kIsBool<T>) return a;
   else if constexpr (kIsFloat<T>) return T((a > T(0)) - (a < T(0)));  // sign(NaN) = 0, as PyTorch's CPU kernel
   else return T((a > T(0)) - (a < T(0)));
 }
 // NaN propagates: NaN < 0 is false, so NaN is returned unchanged.
-template <class T> inline T relu(T a) { return a < T(0) ? T(0) : a; }
+template <class T> CHROMA_ALWAYS_INLINE T relu(T a) { return a < T(0) ? T(0) : a; }
 // Bitwise ops on floating types are rejected by the importer; the float branch only keeps
 // every instantiation well-formed.
-template <class T> inline T bitwise_not(T a) { if constexpr (kIsBool<T>) return !a; else if constexpr (kIsFloat<T>) return a; else return T(~a); }
-template <class T> inline bool isnan_(T a) { if constexpr (kIsFloat<T>) return std::isnan(a); else return false; }
-template <class T> inline bool isinf_(T a) { if constexpr (kIsFloat<T>) return std::isinf(a); else return false; }
+template <class T> CHROMA_ALWAYS_INLINE T bitwise_not(T a) { if constexpr (kIsBool<T>) return !a; else if constexpr (kIsFloat<T>) return a; else return T(~a); }
+template <class T> CHROMA_ALWAYS_INLINE bool isnan_(T a) { if constexpr (kIsFloat<T>) return std::isnan(a); else return false; }
+template <class T> CHROMA_ALWAYS_INLINE bool isinf_(T a) { if constexpr (kIsFloat<T>) return std::isinf(a); else return false; }
 
-template <class T> inline T add(T a, T b) { if constexpr (kIsBool<T>) return a || b; else return T(a + b); }
-template <class T> inline T mul(T a, T b) { if constexpr (kIsBool<T>) return a && b; else return T(a * b); }
+template <class T> CHROMA_ALWAYS_INLINE T add(T a, T b) { if constexpr (kIsBool<T>) return a || b; else return T(a + b); }
+template <class T> CHROMA_ALWAYS_INLINE T mul(T a, T b) { if constexpr (kIsBool<T>) return a && b; else return T(a * b); }
 
 // x / -1 never reaches the hardware divide: INT_MIN / -1 traps (SIGFPE) on x86. PyTorch's
 // floor division wraps it to INT_MIN, and its remainder and fmod give 0; so do these.
-template <class T> inline T negate_wrapping(T a) {
+template <class T> CHROMA_ALWAYS_INLINE T negate_wrapping(T a) {
   using U = std::make_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(a)));
 }
 
-template <class T> inline T floor_divide(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T floor_divide(T a, T b) {
   if constexpr (kIsFloat<T>) {
     return std::floor(a / b);
   } else if constexpr (kIsBool<T>) {
@@ -278,7 +278,7 @@ template <class T> inline T floor_divide(T a, T b) {
     return q;
   }
 }
-template <class T> inline T remainder(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T remainder(T a, T b) {
   if constexpr (kIsFloat<T>) {
     T r = std::fmod(a, b);
     if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
@@ -298,7 +298,7 @@ template <class T> inline T remainder(T a, T b) {
     return r;
   }
 }
-template <class T> inline T fmod_(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T fmod_(T a, T b) {
   if constexpr (kIsFloat<T>) return std::fmod(a, b);
   else if constexpr (kIsBool<T>) return false;
   else {
@@ -312,7 +312,7 @@ template <class T> inline T fmod_(T a, T b) {
     return T(a % b);
   }
 }
-template <class T> inline T pow_(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T pow_(T a, T b) {
   if constexpr (kIsFloat<T>) {
     return std::pow(a, b);
   } else if constexpr (kIsBool<T>) {
@@ -329,21 +329,21 @@ template <class T> inline T pow_(T a, T b) {
 }
 // NaN propagates: a NaN operand is returned (b's when both are). Written as selects, not
 // branches, so that max/min reductions vectorize. maximum(-0, +0) returns a, as before.
-template <class T> inline T maximum(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T maximum(T a, T b) {
   if constexpr (kIsFloat<T>) return (a < b || b != b) ? b : a;
   else return a < b ? b : a;
 }
-template <class T> inline T minimum(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T minimum(T a, T b) {
   if constexpr (kIsFloat<T>) return (b < a || b != b) ? b : a;
   else return b < a ? b : a;
 }
-template <class T> inline T bitwise_and(T a, T b) { if constexpr (kIsBool<T>) return a && b; else if constexpr (kIsFloat<T>) return a; else return T(a & b); }
-template <class T> inline T bitwise_or(T a, T b) { if constexpr (kIsBool<T>) return a || b; else if constexpr (kIsFloat<T>) return a; else return T(a | b); }
-template <class T> inline T bitwise_xor(T a, T b) { if constexpr (kIsBool<T>) return a != b; else if constexpr (kIsFloat<T>) return a; else return T(a ^ b); }
+template <class T> CHROMA_ALWAYS_INLINE T bitwise_and(T a, T b) { if constexpr (kIsBool<T>) return a && b; else if constexpr (kIsFloat<T>) return a; else return T(a & b); }
+template <class T> CHROMA_ALWAYS_INLINE T bitwise_or(T a, T b) { if constexpr (kIsBool<T>) return a || b; else if constexpr (kIsFloat<T>) return a; else return T(a | b); }
+template <class T> CHROMA_ALWAYS_INLINE T bitwise_xor(T a, T b) { if constexpr (kIsBool<T>) return a != b; else if constexpr (kIsFloat<T>) return a; else return T(a ^ b); }
 // PyTorch's shifts (lshift_kernel/rshift_kernel): a negative or too large shift gives 0 to the
 // left, and to the right the sign fill (0 for unsigned types). Integers only; the importer
 // refuses float and bool operands.
-template <class T> inline T shift_left(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T shift_left(T a, T b) {
   if constexpr (kIsBool<T> || kIsFloat<T>) {
     return a;
   } else {
@@ -352,7 +352,7 @@ template <class T> inline T shift_left(T a, T b) {
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) << b);
   }
 }
-template <class T> inline T shift_right(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T shift_right(T a, T b) {
   if constexpr (kIsBool<T> || kIsFloat<T>) {
     return a;
   } else {
@@ -362,7 +362,7 @@ template <class T> inline T shift_right(T a, T b) {
   }
 }
 // Greatest common divisor of |a| and |b| (PyTorch's calc_gcd: Euclid's algorithm).
-template <class T> inline T gcd_(T a, T b) {
+template <class T> CHROMA_ALWAYS_INLINE T gcd_(T a, T b) {
   if constexpr (kIsBool<T> || kIsFloat<T>) {
     return a;
   } else {

@@ -39,6 +39,51 @@ std::string scalar_lit(const Scalar& s, DType t) {
 
 // Rank-0 iteration spaces run as rank 1 with extent 1.
 std::vector<int64_t> norm_shape(const Shape& s) { return s.empty() ? Shape{1} : s; }
+
+// The stride lists of an expression's leaves (loads and iotas), for reshaping its iteration
+// space.
+void leaf_strides(Expr& e, std::vector<std::vector<int64_t>*>* is, std::vector<std::vector<double>*>* ds) {
+  if (e.kind == Expr::kLoad) is->push_back(&e.layout.strides);
+  if (e.kind == Expr::kIota) ds->push_back(&e.affine.strides);
+  for (Expr& c : e.children) leaf_strides(c, is, ds);
+}
+
+// An elementwise kernel's iteration space as its loops want it: extent-1 dimensions dropped
+// (a permute ending in [.., 32, 1, 1] ran rows of one element), and a last dimension shorter
+// than 256 merged with the one before it while every operand (loads, iotas, the destination)
+// is contiguous across the two. The same elements in the same order; rows stay many enough to
+// split over threads.
+Kernel simplified_assign(const Kernel& k) {
+  Kernel s = k;
+  std::vector<std::vector<int64_t>*> is;
+  std::vector<std::vector<double>*> ds;
+  leaf_strides(s.inputs[0], &is, &ds);
+  is.push_back(&s.out_layouts[0].strides);
+  for (const auto* v : is) if (v->size() != s.shape.size()) return k;
+  for (const auto* v : ds) if (v->size() != s.shape.size()) return k;
+  auto erase = [&](size_t d) {
+    for (auto* v : is) v->erase(v->begin() + static_cast<std::ptrdiff_t>(d));
+    for (auto* v : ds) v->erase(v->begin() + static_cast<std::ptrdiff_t>(d));
+    s.shape.erase(s.shape.begin() + static_cast<std::ptrdiff_t>(d));
+  };
+  for (size_t d = s.shape.size(); d-- > 0;) {
+    if (s.shape.size() > 1 && s.shape[d] == 1) erase(d);
+  }
+  while (s.shape.size() >= 2 && s.shape.back() < 256) {
+    const size_t d = s.shape.size() - 2;
+    const int64_t n = s.shape[d + 1];
+    bool ok = true;
+    for (const auto* v : is) ok = ok && (*v)[d] == (*v)[d + 1] * n;
+    for (const auto* v : ds) ok = ok && (*v)[d] == (*v)[d + 1] * static_cast<double>(n);
+    if (!ok) break;
+    for (auto* v : is) (*v)[d] = (*v)[d + 1];
+    for (auto* v : ds) (*v)[d] = (*v)[d + 1];
+    s.shape[d + 1] *= s.shape[d];
+    erase(d);
+  }
+  s.out_layouts[0].shape = s.shape;
+  return s;
+}
 template <class T> std::vector<T> norm_strides(const std::vector<T>& s) { return s.empty() ? std::vector<T>{T{}} : s; }
 
 class Emitter {
@@ -104,10 +149,12 @@ class Emitter {
     const Kernel& k = p_->kernels[ki];
     std::ostringstream o;
     switch (k.kind) {
-      case Kernel::kAssign:
-        o << "  et::assign<" << shape_t(k.shape) << ">(cx.pool, " << out(k.outputs[0], k.out_layouts[0]) << ",\n      "
-          << expr(k.inputs[0]) << ");\n";
+      case Kernel::kAssign: {
+        const Kernel s = simplified_assign(k);
+        o << "  et::assign<" << shape_t(s.shape) << ">(cx.pool, " << out(s.outputs[0], s.out_layouts[0]) << ",\n      "
+          << expr(s.inputs[0]) << ");\n";
         break;
+      }
       case Kernel::kConcat:
         for (size_t i = 0; i < k.inputs.size(); ++i) {
           if (numel(k.out_layouts[i].shape) == 0) continue;
