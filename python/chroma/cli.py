@@ -75,6 +75,8 @@ def _print_info():
     print(f"  BLAS: {b.get('library')} core {b.get('core')} ({b.get('config', b.get('error', ''))}); "
           f"OPENBLAS_CORETYPE={b.get('OPENBLAS_CORETYPE')}")
     print(f"  oneDNN: {d.get('version', d.get('error', ''))} ISA {d.get('isa')}")
+    print(f"  float32 products and convolutions: {'oneDNN' if d.get('library') else 'OpenBLAS and Chroma kernels'}; "
+          "float64 and linear algebra: OpenBLAS")
 
 
 def cmd_info(a):
@@ -89,7 +91,10 @@ def cmd_inspect(a):
         for s in m[kind]:
             print(f"  {kind[:-1]} {s['name']}: {s['dtype']}{s['shape']}")
     opts = m.get("options", {})
-    print(f"built with: blas={opts.get('blas')} dnnl={opts.get('dnnl')}; {m.get('build', {}).get('command', '')}")
+    sgemm = {"onednn": "oneDNN sgemm (threads: the program's pool)", "openblas": "OpenBLAS",
+             "chroma": "Chroma's portable kernels"}.get(opts.get("sgemm"), "not recorded")
+    print(f"built with: blas={opts.get('blas')} dnnl={opts.get('dnnl')}; float32 products: {sgemm}; "
+          f"{m.get('build', {}).get('command', '')}")
     _print_info()
     st = m["stats"]
     print("stats: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items())))
