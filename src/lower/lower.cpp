@@ -151,7 +151,9 @@ class Lowerer {
     for (size_t i = 0; i < g_.size(); ++i) {
       const Node& n = g_.nodes()[i];
       if (n.op != Op::kMap && n.op != Op::kCast) continue;
-      if (readers[i] >= 2 || output_slot_.count(Value{static_cast<int32_t>(i), 0})) mat_[i] = true;
+      if (output_slot_.count(Value{static_cast<int32_t>(i), 0}) || (readers[i] >= 2 && !cheap_to_repeat(i, readers[i]))) {
+        mat_[i] = true;
+      }
       // Depth of the tree rooted here; too deep: cut at the deepest operand until it fits.
       for (;;) {
         int d = 0;
@@ -173,6 +175,31 @@ class Lowerer {
       }
       if (mat_[i]) depth_[i] = 0;  // consumers read it as a leaf
     }
+  }
+
+  // (a)'s exception: a Map that every reader may compute again for itself, because that costs
+  // less than a buffer: one arithmetic operation (add, sub, mul, neg, relu, maximum, minimum)
+  // on operands that are all read from memory already (no deferred computation under it), at
+  // most one of them as large as the result (the others broadcast, a bias or a scale), at
+  // most 4 readers. Each reader then reads the large operand (the same bytes as the buffer)
+  // and the buffer's write and read pass are saved: a convolution's or linear layer's bias add
+  // fuses into the GELU or SiLU after it, which reads its input twice.
+  bool cheap_to_repeat(size_t i, int readers) const {
+    const Node& n = g_.nodes()[i];
+    if (n.op != Op::kMap || readers > 4) return false;
+    static constexpr EwOp kCheap[] = {EwOp::k_add, EwOp::k_sub,     EwOp::k_mul,    EwOp::k_neg,
+                                      EwOp::k_relu, EwOp::k_maximum, EwOp::k_minimum};
+    if (std::find(std::begin(kCheap), std::end(kCheap), n.attrs.ew) == std::end(kCheap)) return false;
+    const int64_t size = numel(n.type(0).shape);
+    int large = 0;
+    for (Value v : n.inputs) {
+      while (is_view(g_.node(v).op)) v = g_.node(v).inputs[0];
+      const Op op = g_.node(v).op;
+      if (op == Op::kFull || op == Op::kIota) continue;  // literals and index arithmetic: free
+      if ((op == Op::kMap || op == Op::kCast) && !mat_[static_cast<size_t>(v.node)]) return false;
+      if (4 * numel(g_.type(v).shape) > size) ++large;
+    }
+    return large <= 1;
   }
 
   // Follows views back to the node that computes the data.
