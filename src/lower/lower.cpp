@@ -9,7 +9,9 @@
 //    write buffers.
 // A deferred Map/Cast is written to a buffer (an Assign kernel) only when
 //  (a) two or more operations read it (views are transparent: a view's readers count as
-//      readers of its source), or
+//      readers of its source) and it is not cheap to compute again (cheap_to_repeat: one
+//      add/sub/mul/neg/relu/max/min of operands in memory, at most one of them full-size,
+//      at most 4 readers), or
 //  (b) it is a graph output, or
 //  (c) its expression would nest deeper than LowerOptions::max_expression_depth, or
 //  (d) a consumer needs memory the expression cannot provide: a matrix-product operand
