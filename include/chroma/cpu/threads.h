@@ -1,10 +1,12 @@
 // chroma::rt::ThreadPool: the worker threads of one loaded program.
 //
 // A program owns one pool of `threads - 1` workers; the calling thread is the remaining
-// one and always takes part. Kernels that are worth splitting (large memory-bound matrix
-// products) call `parallel_for(n, fn)`: [0, n) is cut into one contiguous range per thread,
-// so each thread streams its own slice of the weights. Between jobs, workers spin briefly
-// (a call runs hundreds of kernels back to back) and then sleep on a condition variable.
+// one and always takes part. Kernels that are worth splitting (products, convolutions,
+// large elementwise and row kernels: docs/architecture.md, "Threads") call
+// `parallel_for(n, fn)`: [0, n) is cut into one contiguous range per thread, so each thread
+// streams its own slice; the ranges are claimed by whichever thread is free. Between jobs,
+// workers spin briefly (a call runs hundreds of kernels back to back) and then sleep on a
+// condition variable.
 #pragma once
 
 #include <atomic>
@@ -45,25 +47,31 @@ class ThreadPool {
 
   int size() const { return threads_; }
 
-  // Runs fn over [0, n): thread t gets [n*t/T, n*(t+1)/T). Returns when all are done.
+  // Runs fn over [0, n), cut into min(n, threads) contiguous ranges [n*r/R, n*(r+1)/R).
+  // Returns when all are done. Ranges are claimed, not assigned: the calling thread takes
+  // ranges until none is left, so a worker that is not running (a busy or oversubscribed
+  // machine) costs at most the range it already claimed, never a wait for it to wake up.
   void run(int64_t n, Fn fn, void* arg) {
     const int use = static_cast<int>(n < threads_ ? n : threads_);
     if (use <= 1) {
       if (n > 0) fn(arg, 0, n);
       return;
     }
+    uint64_t g;
     {
-      std::lock_guard<std::mutex> g(m_);
+      std::lock_guard<std::mutex> lk(m_);
       fn_ = fn;
       arg_ = arg;
       n_ = n;
       use_ = use;
-      pending_.store(use - 1, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_release);
+      done_.store(0, std::memory_order_relaxed);
+      g = gen_.load(std::memory_order_relaxed) + 1;
+      claim_.store(g << 32, std::memory_order_relaxed);
+      gen_.store(g, std::memory_order_release);
     }
     cv_.notify_all();
-    fn(arg, 0, n / use);
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    work_on(g, fn, arg, n, use);
+    for (int spin = 0; done_.load(std::memory_order_acquire) != use; ++spin) {
       CHROMA_CPU_RELAX();
       if ((spin & 63) == 63) std::this_thread::yield();
     }
@@ -76,7 +84,24 @@ class ThreadPool {
   }
 
  private:
-  void work(int t) {
+  // Claims and runs ranges of job g until none is left (or a later job replaced it: the
+  // claim word holds the job's generation in its high half, so a late worker cannot take a
+  // range of the next job with this job's function).
+  void work_on(uint64_t g, Fn fn, void* arg, int64_t n, int use) {
+    for (;;) {
+      uint64_t c = claim_.load(std::memory_order_acquire);
+      int r;
+      do {
+        if ((c >> 32) != g) return;
+        r = static_cast<int>(c & 0xffffffffu);
+        if (r >= use) return;
+      } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+      fn(arg, n * r / use, n * (r + 1) / use);
+      done_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  void work(int) {
     uint64_t seen = 0;
     for (;;) {
       uint64_t g = gen_.load(std::memory_order_acquire);
@@ -89,7 +114,7 @@ class ThreadPool {
       }
       if (g == seen) {
         std::unique_lock<std::mutex> lk(m_);
-        cv_.wait(lk, [&] { return gen_.load(std::memory_order_acquire) != seen; });
+        cv_.wait(lk, [&] { return stop_ || gen_.load(std::memory_order_acquire) != seen; });
         g = gen_.load(std::memory_order_acquire);
       }
       Fn fn;
@@ -97,8 +122,7 @@ class ThreadPool {
       int64_t n;
       int use;
       {
-        // The job and its generation are read together: a job posted later can only
-        // start after every participant of this one has finished.
+        // The job and its generation are read together.
         std::lock_guard<std::mutex> lk(m_);
         if (stop_) return;
         seen = gen_.load(std::memory_order_acquire);
@@ -107,10 +131,7 @@ class ThreadPool {
         n = n_;
         use = use_;
       }
-      if (t < use) {
-        fn(arg, n * t / use, n * (t + 1) / use);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
-      }
+      work_on(seen, fn, arg, n, use);
     }
   }
 
@@ -120,7 +141,8 @@ class ThreadPool {
   std::mutex m_;
   std::condition_variable cv_;
   std::atomic<uint64_t> gen_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<int> done_{0};        // ranges of the current job finished
+  std::atomic<uint64_t> claim_{0};  // (generation << 32) | next range to claim
   Fn fn_ = nullptr;
   void* arg_ = nullptr;
   int64_t n_ = 0;
