@@ -132,6 +132,21 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   if (opts.target != "cpu") throw CompileError("target '" + opts.target + "' is not supported (available: cpu)");
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
   const auto t0 = std::chrono::steady_clock::now();
+  // Seconds per phase, summed over the entries, for the manifest (`chroma compile --timings`).
+  std::vector<std::pair<std::string, double>> phases;
+  auto lap_start = t0;
+  auto lap = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    const double sec = std::chrono::duration<double>(now - lap_start).count();
+    lap_start = now;
+    for (auto& [n, v] : phases) {
+      if (n == name) {
+        v += sec;
+        return;
+      }
+    }
+    phases.emplace_back(name, sec);
+  };
   struct Entry {
     std::string name;
     size_t imported_nodes = 0;
@@ -147,10 +162,13 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     e.name = s.name;
     Graph imported = import_graph_file(s.graph_path);
     e.imported_nodes = imported.size();
+    lap("import");
     e.graph = optimize(imported);
+    lap("optimize");
     LowerOptions lo;
     lo.max_expression_depth = opts.max_expression_depth;
     e.program = lower(e.graph, lo);
+    lap("lower");
     entries.push_back(std::move(e));
   }
 
@@ -203,6 +221,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   }
   info.state_bytes = (info.state_bytes + 63) / 64 * 64;
   wl.finish();
+  lap("weights");
   const WeightsFile& w = wl.w;
   info.weights_digest = w.digest;
   info.weights_bytes = static_cast<int64_t>(w.bytes.size());
@@ -225,12 +244,23 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   }
 #endif
   GeneratedSource src = generate_cpu(ces, info, co);
+  lap("codegen");
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const fs::path out(out_dir);
   fs::create_directories(out / "src");
   for (const auto& [name, body] : src.files) write_file(out / "src" / name, body.data(), body.size());
   write_file(out / "weights.bin", w.bytes.data(), w.bytes.size());
+  {  // sources of an earlier compile into this directory that this one did not write
+    std::error_code ec;
+    for (const auto& f : fs::directory_iterator(out / "src", ec)) {
+      const std::string n = f.path().filename().string();
+      bool ours = false;
+      for (const auto& [name, body] : src.files) ours = ours || name == n;
+      if (!ours && f.is_regular_file(ec)) fs::remove(f.path(), ec);
+    }
+  }
+  lap("write");
   BuildOptions bo;
   bo.include_dir = opts.include_dir;
   bo.python_include = opts.python_include;
@@ -240,6 +270,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   bo.jobs = opts.jobs;
   bo.pch_header = "chroma/cpu/kernels.h";
   BuildResult br = build_library(src.files, (out / "src").string(), out_dir, bo);
+  lap("build");
 
   auto describe_entry = [&](const Entry& e) {
     const Program& p = e.program;
@@ -316,6 +347,12 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   m["source"] = {{"files", files}, {"digest", src.digest}};
   m["build"] = {{"command", br.command}, {"cached", br.cached}, {"build_seconds", br.seconds},
                 {"compile_seconds", compile_s}, {"cache_key", br.cache_key}};
+  lap("manifest");
+  json ph = json::object(), steps = json::array();
+  for (const auto& [n, v] : phases) ph[n] = v;
+  for (const auto& [n, v] : br.steps) steps.push_back({{"name", n}, {"seconds", v}});
+  m["build"]["phases"] = ph;
+  m["build"]["steps"] = steps;
   const std::string text = m.dump(2);
   write_file(out / "manifest.json", text.data(), text.size());
   // Libraries of earlier compiles into this directory are no longer named by the manifest.

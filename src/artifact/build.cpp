@@ -56,6 +56,7 @@ struct Job {
   pid_t pid = -1;
   std::string name, log;
   int unit = 0;  // index into the build's units; -1: the precompiled header
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
 
@@ -252,6 +253,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     const bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     Job j = running[i];
     running.erase(running.begin() + static_cast<long>(i));
+    r.steps.emplace_back(j.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - j.start).count());
     if (j.unit < 0) {  // the precompiled header: without it the files still compile, only slower
       std::error_code ec;
       if (ok) fs::rename(pch_tmp, pch_file, ec);
@@ -329,10 +331,12 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   argv.insert(argv.end(), objects.begin(), objects.end());
   argv.insert(argv.end(), libs.begin(), libs.end());
   const std::string log = (obj_dir / "link.log").string();
+  const auto link_start = std::chrono::steady_clock::now();
   pid_t pid = spawn(argv, log);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  r.steps.emplace_back("link", std::chrono::duration<double>(std::chrono::steady_clock::now() - link_start).count());
   if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) throw CompileError("linking the generated code failed:\n" + read_text(log));
   fs::rename(tmp_lib, r.library_path);
   fs::remove_all(obj_dir);

@@ -35,6 +35,9 @@ struct BuildResult {
   double seconds = 0;
   std::string command;                 // one compile command, for the manifest
   std::string cache_key;
+  // Wall seconds of each compiler process (a source file, the precompiled header) and of the
+  // link, in the order they finished; empty when the library came from the cache.
+  std::vector<std::pair<std::string, double>> steps;
 };
 
 // ".tmp<pid>-<thread>-<n>": a suffix for temporary files in shared directories (the build

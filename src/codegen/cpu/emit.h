@@ -19,7 +19,7 @@ struct CpuCodegenOptions {
   bool blas = true;           // FP32/FP64 matrix products through CBLAS (OpenBLAS)
   bool dnnl = false;          // FP32 convolutions through oneDNN (chroma/cpu/conv_dnnl.h)
   bool dnnl_sgemm = false;    // FP32 products (and convolutions' GEMMs) on oneDNN's sgemm (sgemm.h)
-  int kernels_per_file = 48;
+  int kernels_per_file = 48;  // at most this many kernel signatures to a file (see run())
 };
 
 struct GeneratedSource {
