@@ -49,9 +49,36 @@ def cmd_compile(a):
         model, inputs = getattr(importlib.import_module(mod_name), attr)()
         prog = compile_model(model, inputs, out=a.out, blas=not a.no_blas)
     s = prog.stats
+    if a.timings:
+        _print_timings(prog)
     print(f"compiled {a.model} -> {a.out}: {s['kernels']} kernels, arena {s['arena_bytes']} B "
           f"(temporaries {s['temporaries_bytes']} B), weights {s['weight_bytes']} B, "
           f"build {'cached' if prog.manifest['build']['cached'] else 'fresh'}")
+
+
+_COMPILER_PHASES = ("import", "optimize", "lower", "weights", "codegen", "write", "build", "manifest")
+
+
+def _print_timings(prog):
+    """Where a compile's time went: Python's phases, the C++ compiler's, each g++ process."""
+    t = dict(prog.timings)
+    verdict = t.pop("model_cache", "not recorded")
+    print(f"model cache: {verdict}")
+    phases = {k[9:]: t.pop(k) for k in list(t) if k.startswith("compiler.")}
+    for k, v in t.items():
+        print(f"  {k:<22} {v:8.3f} s")
+        if k == "compiler":
+            for name in sorted(phases, key=lambda n: _COMPILER_PHASES.index(n) if n in _COMPILER_PHASES else 99):
+                print(f"    {name:<20} {phases[name]:8.3f} s")
+    steps = prog.manifest.get("build", {}).get("steps", [])
+    if verdict == "hit":
+        return  # the manifest's steps are those of the compile that stored the artifact
+    if steps:
+        print("  compiler processes (wall seconds, in the order they finished):")
+        for s in steps:
+            print(f"    {s['name']:<24} {s['seconds']:8.3f} s")
+    else:
+        print("  the library came from the build cache (no compiler process ran)")
 
 
 def cmd_run(a):
@@ -140,6 +167,7 @@ def main(argv=None):
     c.add_argument("model")
     c.add_argument("-o", "--out", required=True)
     c.add_argument("--no-blas", action="store_true", help="use Chroma's portable matrix kernels")
+    c.add_argument("--timings", action="store_true", help="print where the compile's time went")
     c.set_defaults(fn=cmd_compile)
     r = sub.add_parser("run", help="run an artifact")
     r.add_argument("dir")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import sysconfig
 import tempfile
-from typing import Any, Dict, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .program import Program, load
 
@@ -41,13 +44,16 @@ def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = 
 def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
                   cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
     """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
+    t0 = time.perf_counter()
     build_graph(graph_path, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
-    return load(out, threads=threads)
+    timings: Dict[str, Any] = {"model_cache": "off (a graph file)", "compiler": time.perf_counter() - t0}
+    prog = _timed_load(out, threads, timings)
+    prog.timings = timings
+    return prog
 
 
-def compile_graphs(entries: Dict[str, str], out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                   cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
-    """Compiles .cgraph files into one artifact, one entry point per graph; loads it."""
+def _build_graphs(entries: Dict[str, str], out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
+                  cache_dir: Optional[str] = None, max_depth: int = 32) -> None:
     from . import _compiler
 
     os.makedirs(out, exist_ok=True)
@@ -55,6 +61,12 @@ def compile_graphs(entries: Dict[str, str], out: str, *, target: str = "cpu", bl
         list(entries.keys()), list(entries.values()), out, target=target, blas=blas, include_dir=include_dir(),
         python_include=sysconfig.get_paths()["include"],
         cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth)
+
+
+def compile_graphs(entries: Dict[str, str], out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
+                   cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
+    """Compiles .cgraph files into one artifact, one entry point per graph; loads it."""
+    _build_graphs(entries, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
     return load(out, threads=threads)
 
 
@@ -67,6 +79,153 @@ def _example_inputs(example_inputs: Any) -> tuple:
     # NumPy example inputs are accepted too.
     return tuple(torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
                  for a in example_inputs)
+
+
+# ---------------------------------------------------------------------------------------
+# The model cache: <cache_dir>/models/<key>/ holds a finished artifact (manifest, weights,
+# library, sources) under a key over everything the compile depends on (fingerprint.py).
+# A hit copies it into `out` (hard links where the file system allows) and loads it: no
+# export, no front end, no build. Entries are published with an atomic rename and evicted,
+# least recently used first, above $CHROMA_MODEL_CACHE_BYTES (default 4 GiB).
+
+_MODEL_CACHE_BYTES = 4 << 30
+
+
+def _model_cache_root(cache_dir: Optional[str]) -> Optional[str]:
+    root = default_cache_dir() if cache_dir is None else cache_dir
+    if not root or os.environ.get("CHROMA_MODEL_CACHE", "1") == "0":
+        return None
+    return os.path.join(root, "models")
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    tmp = f"{dst}.tmp{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)  # a new inode at dst: a process that has the old file mapped keeps it
+
+
+def _artifact_files(manifest: dict) -> list:
+    return ["weights.bin", manifest["library"]["file"], *manifest["source"]["files"]]
+
+
+def _restore(entry: str, out: str) -> None:
+    with open(os.path.join(entry, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    os.makedirs(os.path.join(out, "src"), exist_ok=True)
+    for rel in _artifact_files(manifest):
+        _link_or_copy(os.path.join(entry, rel), os.path.join(out, rel))
+    keep = {os.path.basename(r) for r in manifest["source"]["files"]}
+    for n in os.listdir(os.path.join(out, "src")):
+        if n not in keep:
+            os.remove(os.path.join(out, "src", n))
+    for n in os.listdir(out):  # libraries of earlier compiles into `out`
+        if n.startswith("model") and n.endswith(".so") and n != manifest["library"]["file"]:
+            os.remove(os.path.join(out, n))
+    manifest["build"]["cached"] = True
+    manifest["build"]["model_cache"] = "hit"
+    tmp = os.path.join(out, f"manifest.json.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+    os.replace(tmp, os.path.join(out, "manifest.json"))
+    os.utime(entry)  # recently used
+
+
+def _store(out: str, root: str, entry: str) -> None:
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    limit = int(os.environ.get("CHROMA_MODEL_CACHE_BYTES", _MODEL_CACHE_BYTES))
+    files = ["manifest.json", *_artifact_files(manifest)]
+    size = sum(os.path.getsize(os.path.join(out, r)) for r in files)
+    if size > limit // 2:
+        return
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".store-", dir=root)
+    try:
+        os.makedirs(os.path.join(tmp, "src"))
+        for rel in files:
+            _link_or_copy(os.path.join(out, rel), os.path.join(tmp, rel))
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            return  # another process stored the same entry first
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # Sizing the whole cache costs a walk over it: done for one store in 16, or for a large one.
+    if size > limit // 16 or int.from_bytes(os.urandom(1), "little") < 16:
+        _evict(root, limit)
+
+
+def _evict(root: str, limit: int) -> None:
+    entries = []
+    for n in os.listdir(root):
+        d = os.path.join(root, n)
+        if n.startswith(".") or not os.path.isdir(d):
+            continue
+        size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(d) for f in fs)
+        entries.append((os.path.getmtime(d), size, d))
+    total = sum(e[1] for e in entries)
+    for _, size, d in sorted(entries):
+        if total <= limit:
+            break
+        shutil.rmtree(d, ignore_errors=True)
+        total -= size
+
+
+def _through_model_cache(models: list, options: Dict[str, Any], out: str, cache_dir: Optional[str],
+                         threads: Optional[int], build: Callable[[Dict[str, Any]], Program]) -> Program:
+    """Loads the artifact for `models` from the model cache, or builds (and stores) it."""
+    timings: Dict[str, Any] = {}
+    root = _model_cache_root(cache_dir)
+    key = None
+    if root is None:
+        timings["model_cache"] = "off"
+    else:
+        from . import fingerprint
+
+        t0 = time.perf_counter()
+        try:
+            key = fingerprint.compile_key(models, options)
+        except fingerprint.Uncacheable as e:
+            timings["model_cache"] = f"not used: {e}"
+        timings["fingerprint"] = time.perf_counter() - t0
+    if key is not None:
+        entry = os.path.join(root, key[:40])
+        if os.path.isfile(os.path.join(entry, "manifest.json")):
+            t0 = time.perf_counter()
+            try:
+                _restore(entry, out)
+                prog = load(out, threads=threads)
+            except (OSError, ValueError, KeyError) as e:  # a damaged entry: drop it, compile afresh
+                shutil.rmtree(entry, ignore_errors=True)
+                timings["model_cache"] = f"damaged entry removed ({e})"
+            else:
+                timings["model_cache"] = "hit"
+                timings["restore_and_load"] = time.perf_counter() - t0
+                prog.timings = timings
+                return prog
+        timings.setdefault("model_cache", "miss")
+    prog = build(timings)
+    if key is not None:
+        t0 = time.perf_counter()
+        try:
+            _store(out, root, entry)
+        except OSError as e:
+            timings["model_cache"] += f", not stored ({e})"
+        timings["store"] = time.perf_counter() - t0
+    prog.timings = timings
+    return prog
+
+
+def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Program:
+    t0 = time.perf_counter()
+    prog = load(out, threads=threads)
+    timings["load"] = time.perf_counter() - t0
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        timings.update({f"compiler.{k}": v for k, v in json.load(f)["build"].get("phases", {}).items()})
+    return prog
 
 
 def _graph_dir(out: str, keep_graph: bool):
@@ -94,25 +253,39 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
     if out is None:
         out = tempfile.mkdtemp(prefix="chroma-")
     os.makedirs(out, exist_ok=True)
-    graphs = {}
-    for name, (fn, ex) in entries.items():
+    for name in entries:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"entry name {name!r} must be an identifier")
-        graphs[name] = export(fn, _example_inputs(ex))
-    # A buffer one entry updates is state in every entry that reads it.
-    state = set()
-    for g in graphs.values():
-        state |= {w["source"] for w in g.json["weights"] if w["kind"] == "state"}
-    with _graph_dir(out, keep_graph) as gdir:
-        paths = {}
-        for name, g in graphs.items():
-            for w in g.json["weights"]:
-                if w["kind"] == "buffer" and w["source"] in state:
-                    w["kind"] = "state"
-            paths[name] = os.path.join(gdir, f"{name}.cgraph")
-            g.write(paths[name])
-        return compile_graphs(paths, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir,
-                              max_depth=max_depth, threads=threads)
+    examples = {name: _example_inputs(ex) for name, (fn, ex) in entries.items()}
+
+    def build(timings: Dict[str, Any]) -> Program:
+        t0 = time.perf_counter()
+        graphs = {name: export(fn, examples[name]) for name, (fn, _) in entries.items()}
+        timings["export"] = time.perf_counter() - t0
+        # A buffer one entry updates is state in every entry that reads it.
+        state = set()
+        for g in graphs.values():
+            state |= {w["source"] for w in g.json["weights"] if w["kind"] == "state"}
+        with _graph_dir(out, keep_graph) as gdir:
+            paths = {}
+            t0 = time.perf_counter()
+            for name, g in graphs.items():
+                for w in g.json["weights"]:
+                    if w["kind"] == "buffer" and w["source"] in state:
+                        w["kind"] = "state"
+                paths[name] = os.path.join(gdir, f"{name}.cgraph")
+                g.write(paths[name])
+            timings["graph_write"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _build_graphs(paths, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
+            timings["compiler"] = time.perf_counter() - t0
+            return _timed_load(out, threads, timings)
+
+    if keep_graph:
+        return build({"model_cache": "off (keep_graph)"})
+    models = [(name, fn, examples[name]) for name, (fn, _) in entries.items()]
+    options = dict(entries=list(entries), target=target, blas=blas, max_depth=max_depth)
+    return _through_model_cache(models, options, out, cache_dir, threads, build)
 
 
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
@@ -124,7 +297,10 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     target:    "cpu"
     blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
     jobs:      parallel compiler processes (0: one per core)
-    cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it)
+    cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it). Besides
+               compiled objects it keeps finished artifacts under a fingerprint of the model
+               (fingerprint.py): compiling an unchanged model again, in any process, copies
+               the artifact instead of exporting and building (CHROMA_MODEL_CACHE=0: off)
     max_depth: deepest fused expression before it is written to a buffer
     threads:   threads the loaded program runs on (see chroma.load)
     keep_graph: also keep the exported graph in the artifact as graph.cgraph (for debugging;
@@ -136,9 +312,23 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     if out is None:
         out = tempfile.mkdtemp(prefix="chroma-")
     os.makedirs(out, exist_ok=True)
-    graph = export(model_or_function, tuple(example_inputs))
-    with _graph_dir(out, keep_graph) as gdir:
-        gpath = os.path.join(gdir, "graph.cgraph")
-        graph.write(gpath)
-        return compile_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir,
-                             max_depth=max_depth, threads=threads)
+
+    def build(timings: Dict[str, Any]) -> Program:
+        t0 = time.perf_counter()
+        graph = export(model_or_function, tuple(example_inputs))
+        timings["export"] = time.perf_counter() - t0
+        with _graph_dir(out, keep_graph) as gdir:
+            gpath = os.path.join(gdir, "graph.cgraph")
+            t0 = time.perf_counter()
+            graph.write(gpath)
+            timings["graph_write"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            build_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
+            timings["compiler"] = time.perf_counter() - t0
+            return _timed_load(out, threads, timings)
+
+    if keep_graph:
+        return build({"model_cache": "off (keep_graph)"})
+    options = dict(target=target, blas=blas, max_depth=max_depth)
+    return _through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
+                                threads, build)

@@ -183,6 +183,9 @@ class Program:
         self.outputs = self._main.outputs
         self.state = [_Spec(d, f"manifest state {i}") for i, d in enumerate(manifest.get("state", []))]
         self._lock = threading.Lock()
+        # Seconds per compile phase and the model cache's verdict, set by chroma.compile
+        # (`chroma compile --timings` prints them); empty for a program chroma.load opened.
+        self.timings: Dict[str, Any] = {}
         try:
             self._handle = module.open(directory, int(threads or 0))
         except ValueError as e:
