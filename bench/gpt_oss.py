@@ -9,7 +9,10 @@ threads, each in its own process (thread settings and peak memory isolated): Chr
 PyTorch, torch.compile (Inductor), an AOTInductor package, ONNX Runtime. Outputs are checked
 against eager (max abs error). The floor is the weight bytes one call must read divided by
 this machine's DRAM read bandwidth (bench/membw.cpp, built and run here). Decode: a 256-row
-cache, a 32-token prompt, 32 cached steps, against recomputing the 256-token window.
+cache, a 32-token prompt, 32 cached steps, against recomputing the 256-token window. The
+prefill's floor is the larger of its bandwidth floor (the weights its 32 tokens read, as
+above) and its compute floor (the operations it needs, prefill_flops(), at the best float32
+product rate torch's BLAS reaches here on a 2048-cube, measured in the same run).
 
 The JSON report holds the environment, the weight digest, Chroma's source digest, every
 sample, the medians and the ratios; a summary table and the targets are printed.
@@ -53,6 +56,7 @@ TARGETS_DOC = [
     ("8-token FP32, 1 thread: Chroma faster than torch.compile", "torch_compile"),
     ("8-token FP32, 1 thread: Chroma faster than AOTInductor", "aoti"),
     ("cached decode step, 1 thread: within 1.3x of its floor", "step_floor"),
+    ("prefill (32 tokens), 1 thread: within 1.5x of the larger of its compute and bandwidth floors", "prefill_floor"),
     ("cached decode step, 1 thread: >= 10x faster than the uncached step", "uncached"),
 ]
 
@@ -177,6 +181,39 @@ def floor_bytes(model, tokens, selected):
             raise ValueError(f"floor: parameter {name} is not classified")
     return {"bytes": sum(parts.values()), "parts": parts, "distinct_tokens": distinct_tokens,
             "experts_read": sum(len(s) for s in selected)}
+
+
+def prefill_flops(cfg, p):
+    """Floating-point operations a p-token prefill needs: every linear layer on p rows (the
+    selected experts only), causal attention (p(p+1)/2 query-key pairs per head, scores and
+    the weighted sum), the unembedding of all p rows. Elementwise work is not counted."""
+    hd, nq, nkv, h = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size
+    per_layer = (p * h * hd * (nq + 2 * nkv) + p * hd * nq * h          # qkv and out projections
+                 + 2 * nq * (p * (p + 1) // 2) * hd                     # q k^T and p v, causal
+                 + p * h * cfg.num_experts                              # router
+                 + p * cfg.experts_per_token * (h * 2 * cfg.intermediate_size + cfg.intermediate_size * h))
+    return 2 * (cfg.num_layers * per_layer + p * h * cfg.vocab_size)
+
+
+def measure_compute_peak(threads, n=2048, reps=5):
+    """The best float32 product rate torch's BLAS reaches here on n x n x n, per thread count."""
+    import torch
+
+    out = {}
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for t in threads:
+        torch.set_num_threads(t)
+        torch.mm(a, b)
+        best = min(_timed(lambda: torch.mm(a, b)) for _ in range(reps))
+        out[str(t)] = {"gflops": 2 * n ** 3 / best / 1e9, "n": n, "reps": reps}
+    torch.set_num_threads(1)
+    return out
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def selected_experts(model, tokens):
@@ -343,7 +380,7 @@ def summarize(report):
         ue = u.get("eager_ms")
         line = f"  {t} thread{'s' if t != 1 else ' '}: "
         if d.get("ok"):
-            line += (f"prefill {fmt_ms(d['prefill_median_ms'])} ms, step {fmt_ms(d['step_median_ms'])} ms "
+            line += (f"prefill {fmt_ms(d['prefill_median_ms'])} ms ({fmt_x(d.get('prefill_x_floor'))} floor), step {fmt_ms(d['step_median_ms'])} ms "
                      f"({fmt_x(d.get('x_floor'))} floor, max|err| {d.get('step_max_abs_error', 0):.1e}, "
                      f"peak {d['peak_rss_mib']:.0f} MiB); ")
         elif "skipped" in d:
@@ -384,11 +421,18 @@ def evaluate_targets(report):
             if s is not None:
                 met = s >= need if need else s > 1.0
                 detail = f"{s:.2f}x ({fmt_ms(peer(key))} vs {fmt_ms(ch)} ms)"
-        elif key in ("step_floor", "uncached"):
+        elif key in ("step_floor", "uncached", "prefill_floor"):
             d = report["decode"].get("1", {})
             if d.get("ok"):
                 step = d["step_median_ms"]
-                if key == "step_floor":
+                if key == "prefill_floor":
+                    pf = report["floor"]["prefill"]
+                    x = ratio(d["prefill_median_ms"], pf["ms"].get("1"))
+                    if x is not None:
+                        met, detail = x <= 1.5, (f"{x:.2f}x the floor ({fmt_ms(d['prefill_median_ms'])} ms vs "
+                                                 f"{fmt_ms(pf['ms']['1'])} ms: compute {fmt_ms(pf['compute_ms'].get('1'))}, "
+                                                 f"bandwidth {fmt_ms(pf['bandwidth_ms'].get('1'))})")
+                elif key == "step_floor":
                     x = ratio(step, report["floor"]["step"]["ms"].get("1"))
                     if x is not None:
                         met, detail = x <= 1.3, f"{x:.2f}x the floor ({fmt_ms(step)} ms)"
@@ -486,8 +530,21 @@ def main(argv=None):
         step = floor_bytes(model, [int(tok64[32])], [list(range(cfg.experts_per_token))] * cfg.num_layers)
         step["note"] = (f"one token: {cfg.experts_per_token} experts per layer; KV cache reads "
                         f"({2 * cfg.num_layers * 256 * cfg.num_key_value_heads * cfg.head_dim * 4} B at 256 rows) not counted")
-        for f in (call8, step):
+        prompt = tok64[:32]
+        prefill = floor_bytes(model, prompt.tolist(), selected_experts(model, prompt))
+        for f in (call8, step, prefill):
             f["ms"] = {t: f["bytes"] / (bandwidth["threads"][t]["best_gbps"] * 1e9) * 1e3 for t in bandwidth["threads"]}
+        # The prefill's compute floor: its operations at the best product rate measured here.
+        peak = measure_compute_peak(threads)
+        prefill["flops"] = prefill_flops(cfg, 32)
+        prefill["compute_peak"] = peak
+        prefill["bandwidth_ms"] = prefill.pop("ms")
+        prefill["compute_ms"] = {t: prefill["flops"] / (peak[t]["gflops"] * 1e9) * 1e3 for t in peak}
+        prefill["ms"] = {t: max(prefill["bandwidth_ms"][t], prefill["compute_ms"].get(t, 0.0))
+                         for t in prefill["bandwidth_ms"]}
+        log(f"    prefill floor: {prefill['bytes'] / 1e6:.1f} MB, {prefill['flops'] / 1e9:.2f} GFLOP; compute peak " +
+            ", ".join(f"{peak[t]['gflops']:.0f} GFLOP/s ({t}t)" for t in peak) +
+            f" -> {fmt_ms(prefill['ms'].get('1'))} ms (1t)")
         n_params = sum(p.numel() for p in model.parameters())
         log(f"    weight digest {digest[:16]}, {n_params:,} parameters; "
             f"floor {call8['bytes'] / 1e6:.1f} MB -> {fmt_ms(call8['ms'].get('1'))} ms (1t)")
@@ -511,7 +568,7 @@ def main(argv=None):
                       "weight_digest": digest, "weight_digest_method": "sha256 over state_dict in name order: name, dtype, shape, bytes",
                       "tokens8": tok8.tolist(), "tokens_seed": {"call8": 1, "decode": 2, "call256": 3}},
             "bandwidth": bandwidth,
-            "floor": {"call8": call8, "step": step},
+            "floor": {"call8": call8, "step": step, "prefill": prefill},
             "systems": {s: {} for s in systems},
             "decode": {},
             "uncached": {},
@@ -614,6 +671,7 @@ def main(argv=None):
             d = report["decode"].get(t, {})
             if d.get("ok"):
                 d["x_floor"] = ratio(d["step_median_ms"], step["ms"].get(t))
+                d["prefill_x_floor"] = ratio(d["prefill_median_ms"], prefill["ms"].get(t))
                 u["chroma_speedup_from_cache"] = ratio(u.get("chroma_ms"), d["step_median_ms"])
                 u["eager_uncached_over_cached"] = ratio(u.get("eager_ms"), d["step_median_ms"])
             report["uncached"][t] = u

