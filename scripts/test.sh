@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export CHROMA_CACHE_DIR="${CHROMA_CACHE_DIR:-$PWD/build/cache}"
+export CHROMA_MODEL_CACHE_BYTES="${CHROMA_MODEL_CACHE_BYTES:-2147483648}"  # finished artifacts kept: 2 GiB
 export CHROMA_VERIFY=1   # run the IR verifier after every pass
 cmake -S . -B build/tests -G Ninja -DCHROMA_BUILD_TESTS=ON -DCHROMA_WERROR=ON >/dev/null
 cmake --build build/tests -j 2 --target chroma_tests chroma_run

@@ -358,7 +358,8 @@ def _environment(h: "hashlib._Hash") -> None:
     emit("chroma", __version__, "torch", torch.__version__, "python", sys.version, platform.machine(),
          "default dtype", torch.get_default_dtype(), "grad", torch.is_grad_enabled())
     for k in sorted(os.environ):
-        if (k.startswith("CHROMA_") and k not in ("CHROMA_CACHE_DIR", "CHROMA_NUM_THREADS", "CHROMA_MODEL_CACHE")) or k == "CXX":
+        if (k.startswith("CHROMA_") and k not in ("CHROMA_CACHE_DIR", "CHROMA_NUM_THREADS", "CHROMA_MODEL_CACHE",
+                                                                 "CHROMA_MODEL_CACHE_BYTES")) or k == "CXX":
             emit("env", k, os.environ[k])
     # The CPU (-march=native) and the compiler: its module, Python files and runtime headers.
     try:
