@@ -44,9 +44,9 @@ def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = 
 def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
                   cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
     """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
-    t0 = time.perf_counter()
-    build_graph(graph_path, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
-    timings: Dict[str, Any] = {"model_cache": "off (a graph file)", "compiler": time.perf_counter() - t0}
+    timings: Dict[str, Any] = {"model_cache": "off (a graph file)"}
+    _timed(timings, "compiler", build_graph, graph_path, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir,
+           max_depth=max_depth)
     prog = _timed_load(out, threads, timings)
     prog.timings = timings
     return prog
@@ -219,6 +219,13 @@ def _through_model_cache(models: list, options: Dict[str, Any], out: str, cache_
     return prog
 
 
+def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    timings[key] = time.perf_counter() - t0
+    return result
+
+
 def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Program:
     t0 = time.perf_counter()
     prog = load(out, threads=threads)
@@ -259,26 +266,24 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
     examples = {name: _example_inputs(ex) for name, (fn, ex) in entries.items()}
 
     def build(timings: Dict[str, Any]) -> Program:
-        t0 = time.perf_counter()
-        graphs = {name: export(fn, examples[name]) for name, (fn, _) in entries.items()}
-        timings["export"] = time.perf_counter() - t0
+        graphs = _timed(timings, "export", lambda: {name: export(fn, examples[name]) for name, (fn, _) in entries.items()})
         # A buffer one entry updates is state in every entry that reads it.
         state = set()
         for g in graphs.values():
             state |= {w["source"] for w in g.json["weights"] if w["kind"] == "state"}
         with _graph_dir(out, keep_graph) as gdir:
-            paths = {}
-            t0 = time.perf_counter()
-            for name, g in graphs.items():
-                for w in g.json["weights"]:
-                    if w["kind"] == "buffer" and w["source"] in state:
-                        w["kind"] = "state"
-                paths[name] = os.path.join(gdir, f"{name}.cgraph")
-                g.write(paths[name])
-            timings["graph_write"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            _build_graphs(paths, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
-            timings["compiler"] = time.perf_counter() - t0
+            paths = {name: os.path.join(gdir, f"{name}.cgraph") for name in graphs}
+
+            def write():
+                for name, g in graphs.items():
+                    for w in g.json["weights"]:
+                        if w["kind"] == "buffer" and w["source"] in state:
+                            w["kind"] = "state"
+                    g.write(paths[name])
+
+            _timed(timings, "graph_write", write)
+            _timed(timings, "compiler", _build_graphs, paths, out, target=target, blas=blas, jobs=jobs,
+                   cache_dir=cache_dir, max_depth=max_depth)
             return _timed_load(out, threads, timings)
 
     if keep_graph:
@@ -314,17 +319,12 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     os.makedirs(out, exist_ok=True)
 
     def build(timings: Dict[str, Any]) -> Program:
-        t0 = time.perf_counter()
-        graph = export(model_or_function, tuple(example_inputs))
-        timings["export"] = time.perf_counter() - t0
+        graph = _timed(timings, "export", export, model_or_function, tuple(example_inputs))
         with _graph_dir(out, keep_graph) as gdir:
             gpath = os.path.join(gdir, "graph.cgraph")
-            t0 = time.perf_counter()
-            graph.write(gpath)
-            timings["graph_write"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            build_graph(gpath, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
-            timings["compiler"] = time.perf_counter() - t0
+            _timed(timings, "graph_write", graph.write, gpath)
+            _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
+                   cache_dir=cache_dir, max_depth=max_depth)
             return _timed_load(out, threads, timings)
 
     if keep_graph:

@@ -393,3 +393,11 @@ def test_nan_constant_is_not_merged_with_other_constants(check):
     # treat Full(NaN) as equal to the mean's divisor Full(2.0) (NaN breaks std::map's order).
     a, b = torch.tensor([-3.3905, -0.0343]), torch.tensor([0.2766, 0.7234])
     check(lambda a, b: (F.kl_div(a, b, reduction="mean"), torch.xlogy(b, b).mean()), a, b)
+
+
+@pytest.mark.parametrize("exp", [2.0, 3.0, -2.0])
+def test_pow_by_multiplication_is_bit_exact(check, exp):
+    """Eager's CPU kernel computes these exponents as x*x, (x*x)*x, 1/(x*x); so does Chroma
+    (no std::pow call in the loop), and the results are the same bits, signs included."""
+    x = randn(64, 33, seed=5) * 3
+    check(lambda t: torch.pow(t, exp), x, rtol=0, atol=0)
