@@ -93,7 +93,8 @@ def test_threads_give_identical_results(benchmark_program):
 
 def test_profile_lists_every_kernel(benchmark_program):
     m, tok, prog = benchmark_program
-    rows = prog.profile(tok.numpy(), iters=2)
+    prog(tok.numpy())  # first touch of the mapped weights out of the timing
+    rows = prog.profile(tok.numpy(), iters=5)
     assert len(rows) == prog.stats["kernels"]
     assert rows[0]["seconds"] >= rows[-1]["seconds"] >= 0
     assert rows[0]["kind"] == "matmul_packed"  # the 103 MB unembedding dominates
