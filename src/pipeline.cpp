@@ -167,6 +167,9 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     lap("optimize");
     LowerOptions lo;
     lo.max_expression_depth = opts.max_expression_depth;
+#if __has_include(<oneapi/dnnl/dnnl.hpp>)
+    lo.channels_last = opts.blas;  // float32 convolutions run on oneDNN (codegen below)
+#endif
     e.program = lower(e.graph, lo);
     lap("lower");
     entries.push_back(std::move(e));

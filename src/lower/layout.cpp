@@ -18,6 +18,29 @@ bool is_contiguous(const Layout& l) {
   return true;
 }
 
+std::vector<int64_t> channels_last_strides(const Shape& shape) {
+  const size_t r = shape.size();
+  std::vector<int64_t> st(r, 0);
+  int64_t s = 1;
+  st[1] = s;
+  s *= shape[1];
+  for (size_t d = r; d-- > 2;) {
+    st[d] = s;
+    s *= shape[d];
+  }
+  st[0] = s;
+  return st;
+}
+
+bool is_channels_last(const Layout& l) {
+  if (l.shape.size() < 3 || l.strides.size() != l.shape.size()) return false;
+  const std::vector<int64_t> cl = channels_last_strides(l.shape);
+  for (size_t d = 0; d < l.shape.size(); ++d) {
+    if (l.shape[d] != 1 && l.strides[d] != cl[d]) return false;
+  }
+  return true;
+}
+
 namespace {
 
 // Reshape as a view: walk the old dims in groups whose product matches groups of new dims;

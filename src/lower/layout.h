@@ -23,6 +23,12 @@ using Layout = BasicLayout<int64_t>;
 Layout contiguous_layout(const Shape& shape, int64_t offset = 0);
 bool is_contiguous(const Layout& l);
 
+// Channels-last strides of an [N, C, spatial...] shape (rank 3 to 5): the channel dimension
+// innermost, then the spatial dimensions in order, the batch outermost (NHWC for 2-D images).
+std::vector<int64_t> channels_last_strides(const Shape& shape);
+// l addresses a channels-last tensor (at any offset; strides of extent-1 dims ignored).
+bool is_channels_last(const Layout& l);
+
 // Applies view node `n` (Permute, Expand, Slice or Reshape) to a layout of its input.
 template <class T> std::optional<BasicLayout<T>> apply_view(const Node& n, const BasicLayout<T>& in);
 

@@ -24,6 +24,12 @@ struct Buffer {
   int64_t offset = -1;        // byte offset in the arena or the weights file
   int32_t first = -1, last = -1;  // kernel indices: producer and last reader (arena only)
   std::string name;
+  // How the elements lie in memory, in elements; empty: contiguous row-major. Only arena
+  // temporaries of convolutional networks are ever stored otherwise, channels-last
+  // (channels_last_strides): user inputs, outputs, constants and state are row-major.
+  std::vector<int64_t> strides;
+  bool channels_last() const { return !strides.empty(); }
+  Layout layout() const { return strides.empty() ? contiguous_layout(type.shape) : Layout{type.shape, strides, 0}; }
 };
 
 // A node of a fused expression tree. Leaves: kLoad (buffer through a layout), kLiteral,
@@ -84,6 +90,10 @@ struct LowerOptions {
   // Float32 products with a constant right operand and at most this many rows use the
   // pre-packed, memory-bound kernel (chroma/cpu/gemm_packed.h) instead of BLAS; 0: never.
   int packed_max_rows = 32;
+  // Float32 convolutions run on oneDNN (built with its headers, blas on): their activations
+  // are kept channels-last between them (see lower.cpp), the layout oneDNN's direct kernels
+  // read and write without reorders.
+  bool channels_last = false;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

@@ -30,6 +30,9 @@ namespace chroma::et {
 struct ConvGeom {
   int64_t n, c, cout, groups;
   int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
+  // x and y stored channels-last ([N, spatial..., C] in memory); conv() itself reads and
+  // writes NC(D)HW only, conv_dnnl (conv_dnnl.h) either.
+  bool x_cl = false, y_cl = false;
 };
 
 inline constexpr int64_t kConvScratchBytes = 512 * 1024;

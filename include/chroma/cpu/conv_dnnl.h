@@ -1,23 +1,32 @@
 // chroma::et::conv_dnnl: float32 convolutions through oneDNN (Debian's libdnnl), the library
 // eager PyTorch also uses on the CPU. Built into an artifact when Chroma was built with
 // oneDNN's headers present and the program is compiled with blas=True; every other case
-// (float64, blas=False, a geometry oneDNN refuses) runs chroma::et::conv (conv.h).
+// (float64, blas=False) runs chroma::et::conv (conv.h), and so does a geometry oneDNN refuses.
+//
+// Layouts. The lowering keeps a convolutional network's activations channels-last
+// (ConvGeom::x_cl / y_cl; lower.cpp says when), and each primitive is made for the memory as
+// it lies: oneDNN's direct kernels (brgconv, brdgmm depthwise, jit) read and write NHWC
+// without any reorder. Only when oneDNN offers nothing but its reference kernel for the
+// formats given (NCHW memory, say) is the primitive made with format `any` instead, and the
+// input and the result are reordered into and out of the blocked layouts it picks, as eager
+// PyTorch does. Weights are reordered into the primitive's layout once per program (or on
+// every call when they are not constants of the program).
 //
 // Threads: a convolution never starts an OpenMP team. With a pool of T > 1 threads and
-// enough work, it is cut into T slices of output channels (of groups, for a grouped one),
-// each its own oneDNN primitive made for one thread, and the pool runs one slice per thread.
-// oneDNN's OpenMP workers would otherwise spin after every convolution on the cores the
-// pool's workers need for the next kernel (with PyTorch loaded first, its libgomp is the one
-// used and it was initialised with spinning waits): mobilenet_v2 ran 4x slower at two threads
-// than at one.
+// enough work, it is cut into slices, each its own oneDNN primitive made for one thread, and
+// the pool runs one slice per thread: ranges of images when there are at least T, else
+// ranges of output rows (the outermost spatial dimension, with the padding each range really
+// has). A slice of rows, channels-last, is one dense block of memory in and out, so every
+// slice still runs oneDNN's direct kernel (a slice of channels would be a strided tensor,
+// which only its reference kernel takes). oneDNN's own OpenMP workers would otherwise spin
+// after every convolution on the cores the pool's workers need for the next kernel (with
+// PyTorch loaded first, its libgomp is the one used and it was initialised with spinning
+// waits): mobilenet_v2 ran 4x slower at two threads than at one.
 //
 // Per call site one Cache: for each weights address (one per loaded program) and thread count
-// it holds the slices: each a primitive chosen with format `any` so oneDNN picks its blocked
-// layouts, the slice's weights reordered into that layout once, on the first call, blocked
-// source and destination buffers and a scratchpad; each call reorders the NC(D)HW input in
-// (a slice of output channels reads all input channels), convolves and reorders the slice of
-// the result out, like eager PyTorch does. These buffers and the reordered weights live
-// outside the arena (oneDNN owns them) until the process ends.
+// it holds the slices (primitive, reordered weights, shared by slices whose primitives want
+// the same layout, scratchpad and any reorder buffers). They live outside the arena (oneDNN
+// owns them) until the process ends.
 #pragma once
 
 #include <omp.h>
@@ -27,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <vector>
 
 #include "chroma/cpu/conv.h"
@@ -38,21 +48,20 @@ namespace dnnl_detail {
 // Work (multiply-adds) below which a convolution runs as one slice.
 inline constexpr int64_t kSplitMacs = int64_t{1} << 20;
 
+// Images [n0, n0 + nn) and output rows [r0, r0 + rows) of the outermost spatial dimension.
+struct Slice {
+  int64_t n0, nn, r0, rows;
+};
+
 struct Prim {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream st{eng};
   dnnl::convolution_forward conv;
-  dnnl::memory x_user, y_user, w_user, xm, ym, wm, scratch;
+  dnnl::memory x_user, y_user, w_user, xm, ym, scratch;
+  std::shared_ptr<dnnl::memory> wm;
   bool reorder_x = false, reorder_y = false;
   dnnl::reorder rx, ry, rw;
-  // Where this slice's channels start: input, output, and weights (elements).
-  int64_t x_off = 0, y_off = 0, w_off = 0;
-};
-
-// One slice: channels [c0, c0 + c) of the input, [o0, o0 + cout) of the output, groups
-// groups of the convolution.
-struct Slice {
-  int64_t c0, c, o0, cout, groups;
+  int64_t x_off = 0, y_off = 0;  // where this slice's input and output start (elements)
 };
 
 inline dnnl::memory::format_tag plain_weights(int d, bool grouped) {
@@ -61,55 +70,84 @@ inline dnnl::memory::format_tag plain_weights(int d, bool grouped) {
   return d == 1 ? ft::oiw : d == 2 ? ft::oihw : ft::oidhw;
 }
 
-// An NC(D)HW tensor's channels [.., .. + ch) out of `total`: dense when n == 1 (the batch
-// stride is then never used, and oneDNN's reorders are fastest on dense memory).
-inline dnnl::memory::desc channel_slice(int64_t n, int64_t ch, int64_t total, const int64_t* sp, int d) {
-  dnnl::memory::dims dims = {n, ch}, strides = {0, 0};
-  int64_t plane = 1;
-  for (int i = 3 - d; i < 3; ++i) plane *= sp[i];
-  strides[0] = (n == 1 ? ch : total) * plane;
-  strides[1] = plane;
-  int64_t s = plane;
-  for (int i = 3 - d; i < 3; ++i) {
-    dims.push_back(sp[i]);
-    s /= sp[i];
-    strides.push_back(s);
+// Images [n0, n0 + nn) and outer rows [r0, r0 + rows) of a tensor [n, c, sp...] (sp: the last
+// d of the 3 normalised spatial sizes), NC(D)HW or channels-last. *offset: the element where
+// the block starts. A block of one image gets the dense batch stride (never used to address,
+// and oneDNN's kernels recognise only dense NHWC).
+inline dnnl::memory::desc block_desc(int64_t n, int64_t c, const int64_t* sp, int d, bool cl, int64_t n0, int64_t nn,
+                                     int64_t r0, int64_t rows, int64_t* offset) {
+  (void)n;
+  const int first = 3 - d;
+  dnnl::memory::dims dims = {nn, c}, strides(static_cast<size_t>(2 + d), 0);
+  for (int i = first; i < 3; ++i) dims.push_back(i == first ? rows : sp[i]);
+  // The whole tensor's strides: the spatial dims innermost first, after the channel when
+  // channels-last.
+  int64_t s = cl ? c : 1;
+  for (int i = d - 1; i >= 0; --i) {
+    strides[static_cast<size_t>(2 + i)] = s;
+    s *= sp[first + i];
   }
+  strides[1] = cl ? 1 : s;
+  strides[0] = cl ? s : c * s;
+  *offset = n0 * strides[0] + r0 * strides[2];
+  if (nn == 1 && cl) strides[0] = strides[2] * rows;
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+inline bool is_reference(const dnnl::convolution_forward::primitive_desc& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
 // g is normalised to 3 spatial dims with leading unit dims; d is the real spatial rank. The
 // calling thread's OpenMP count must be 1: oneDNN fixes the work split when it creates the
-// primitive.
-inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, const float* w) {
+// primitive. `share`: an earlier slice whose reordered weights this one reuses when it wants
+// the same layout (constant weights only).
+inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, const float* w, const Prim* share) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   auto p = std::make_unique<Prim>();
-  const int64_t cin_g = g.c / g.groups, cout_g = g.cout / g.groups, kk = g.k[0] * g.k[1] * g.k[2];
-  int64_t in_plane = 1, out_plane = 1;
-  dims src = {g.n, s.c}, dst = {g.n, s.cout}, strides, pad, dil;
-  for (int i = 3 - d; i < 3; ++i) {
-    src.push_back(g.in[i]);
-    dst.push_back(g.out[i]);
+  const int first = 3 - d;
+  const int64_t cin_g = g.c / g.groups, cout_g = g.cout / g.groups;
+  // The input rows this slice reads and the padding it really has on each side.
+  const int64_t top = s.r0 * g.stride[first] - g.pad[first];
+  const int64_t bottom = (s.r0 + s.rows - 1) * g.stride[first] - g.pad[first] + (g.k[first] - 1) * g.dil[first];
+  const int64_t in_r0 = std::max<int64_t>(top, 0), in_r1 = std::min<int64_t>(bottom, g.in[first] - 1);
+  dims strides, dil, pad_l, pad_r;
+  for (int i = first; i < 3; ++i) {
     strides.push_back(g.stride[i]);
-    pad.push_back(g.pad[i]);
     dil.push_back(g.dil[i] - 1);  // oneDNN counts dilation from 0
-    in_plane *= g.in[i];
-    out_plane *= g.out[i];
+    if (i == first) {
+      pad_l.push_back(in_r0 - top);
+      pad_r.push_back(bottom - in_r1);
+    } else {
+      pad_l.push_back(g.pad[i]);
+      pad_r.push_back((g.out[i] - 1) * g.stride[i] + (g.k[i] - 1) * g.dil[i] + 1 - g.in[i] - g.pad[i]);
+    }
   }
+  const dnnl::memory::desc x_md = block_desc(g.n, g.c, g.in, d, g.x_cl, s.n0, s.nn, in_r0, in_r1 - in_r0 + 1, &p->x_off);
+  const dnnl::memory::desc y_md = block_desc(g.n, g.cout, g.out, d, g.y_cl, s.n0, s.nn, s.r0, s.rows, &p->y_off);
   const bool grouped = g.groups > 1;
-  dims wei = grouped ? dims{s.groups, cout_g, cin_g} : dims{s.cout, s.c};
-  for (int i = 3 - d; i < 3; ++i) wei.push_back(g.k[i]);
+  dims wei = grouped ? dims{g.groups, cout_g, cin_g} : dims{g.cout, g.c};
+  for (int i = first; i < 3; ++i) wei.push_back(g.k[i]);
   const auto any = dnnl::memory::format_tag::any;
-  dnnl::memory::desc src_any(src, dt::f32, any), dst_any(dst, dt::f32, any), wei_any(wei, dt::f32, any);
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any,
-                                       wei_any, dst_any, strides, dil, pad, pad);
+  const dnnl::memory::desc wei_any(wei, dt::f32, any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each slice its own: slices run at once
-  dnnl::convolution_forward::primitive_desc pd(desc, attr, p->eng);
+  auto primitive = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                         wei_any, dst, strides, dil, pad_l, pad_r);
+    return dnnl::convolution_forward::primitive_desc(desc, attr, p->eng);
+  };
+  dnnl::convolution_forward::primitive_desc pd;
+  bool direct = false;
+  try {
+    pd = primitive(x_md, y_md);
+    direct = !is_reference(pd);
+  } catch (const dnnl::error&) {
+  }
+  if (!direct) pd = primitive(dnnl::memory::desc(x_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
   p->conv = dnnl::convolution_forward(pd);
   p->scratch = dnnl::memory(pd.scratchpad_desc(), p->eng);
-  const dnnl::memory::desc x_md = channel_slice(g.n, s.c, g.c, g.in, d), y_md = channel_slice(g.n, s.cout, g.cout, g.out, d);
   p->x_user = dnnl::memory(x_md, p->eng, DNNL_MEMORY_NONE);
   p->y_user = dnnl::memory(y_md, p->eng, DNNL_MEMORY_NONE);
   p->reorder_x = pd.src_desc() != x_md;
@@ -118,34 +156,45 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   p->ym = p->reorder_y ? dnnl::memory(pd.dst_desc(), p->eng) : p->y_user;
   if (p->reorder_x) p->rx = dnnl::reorder(p->x_user, p->xm);
   if (p->reorder_y) p->ry = dnnl::reorder(p->ym, p->y_user);
-  p->x_off = s.c0 * in_plane;
-  p->y_off = s.o0 * out_plane;
-  // Weights [Cout, C/groups, k...] (or [groups, Cout/g, C/g, k...]): a slice of output
-  // channels or of groups is one contiguous run.
-  p->w_off = s.o0 * cin_g * kk;
-  p->w_user = dnnl::memory({wei, dt::f32, plain_weights(d, grouped)}, p->eng, const_cast<float*>(w) + p->w_off);
-  p->wm = dnnl::memory(pd.weights_desc(), p->eng);
-  p->rw = dnnl::reorder(p->w_user, p->wm);
-  p->rw.execute(p->st, p->w_user, p->wm);
+  // Weights [Cout, C/groups, k...] (or [groups, Cout/g, C/g, k...]), all of them per slice.
+  p->w_user = dnnl::memory({wei, dt::f32, plain_weights(d, grouped)}, p->eng, const_cast<float*>(w));
+  if (share && share->wm->get_desc() == pd.weights_desc()) {
+    p->wm = share->wm;
+    return p;
+  }
+  p->wm = std::make_shared<dnnl::memory>(pd.weights_desc(), p->eng);
+  p->rw = dnnl::reorder(p->w_user, *p->wm);
+  p->rw.execute(p->st, p->w_user, *p->wm);
   p->st.wait();
   return p;
 }
 
-// The slices of g for `threads` threads: output channels in multiples of 8 (oneDNN's AVX2
-// block), or whole groups; one slice when the convolution is small.
-inline std::vector<Slice> slices(const ConvGeom& g, int threads) {
-  const int64_t cin_g = g.c / g.groups, cout_g = g.cout / g.groups;
+// The slices of g for `threads` threads: one when the convolution is small; ranges of images
+// when there are at least `threads` of them; else each image's output rows in ranges.
+inline std::vector<Slice> slices(const ConvGeom& g, int d, int threads) {
+  const int first = 3 - d;
+  const int64_t cin_g = g.c / g.groups;
   const int64_t macs = g.n * g.cout * g.out[0] * g.out[1] * g.out[2] * cin_g * g.k[0] * g.k[1] * g.k[2];
+  const int64_t rows = g.out[first];
+  if (threads <= 1 || macs < kSplitMacs || g.n < 1) return {Slice{0, g.n, 0, rows}};
   std::vector<Slice> out;
-  if (threads <= 1 || macs < kSplitMacs) return {Slice{0, g.c, 0, g.cout, g.groups}};
-  if (g.groups == 1) {
-    const int64_t per = (g.cout + threads * 8 - 1) / (threads * 8) * 8;
-    for (int64_t o = 0; o < g.cout; o += per) out.push_back(Slice{0, g.c, o, std::min(per, g.cout - o), 1});
-  } else {
-    const int64_t per = (g.groups + threads - 1) / threads;
-    for (int64_t q = 0; q < g.groups; q += per) {
-      const int64_t n = std::min(per, g.groups - q);
-      out.push_back(Slice{q * cin_g, n * cin_g, q * cout_g, n * cout_g, n});
+  if (g.n >= threads) {
+    for (int64_t t = 0; t < threads; ++t) {
+      const int64_t b = g.n * t / threads, e = g.n * (t + 1) / threads;
+      if (e > b) out.push_back(Slice{b, e - b, 0, rows});
+    }
+    return out;
+  }
+  const int64_t parts = std::min<int64_t>((threads + g.n - 1) / g.n, rows);
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t t = 0; t < parts; ++t) {
+      const int64_t b = rows * t / parts, e = rows * (t + 1) / parts;
+      // A range whose every input row lies in the padding (possible only when the padding
+      // is at least a whole stride of rows): keep the convolution whole.
+      const int64_t top = b * g.stride[first] - g.pad[first];
+      const int64_t bottom = (e - 1) * g.stride[first] - g.pad[first] + (g.k[first] - 1) * g.dil[first];
+      if (bottom < 0 || top > g.in[first] - 1) return {Slice{0, g.n, 0, rows}};
+      if (e > b) out.push_back(Slice{n, 1, b, e - b});
     }
   }
   return out;
@@ -154,15 +203,25 @@ inline std::vector<Slice> slices(const ConvGeom& g, int threads) {
 inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_w) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   if (reorder_w) {
-    p.w_user.set_data_handle(const_cast<float*>(w) + p.w_off);
-    p.rw.execute(p.st, p.w_user, p.wm);
+    p.w_user.set_data_handle(const_cast<float*>(w));
+    p.rw.execute(p.st, p.w_user, *p.wm);
   }
   p.x_user.set_data_handle(const_cast<float*>(x) + p.x_off);
   p.y_user.set_data_handle(y + p.y_off);
   if (p.reorder_x) p.rx.execute(p.st, p.x_user, p.xm);
-  p.conv.execute(p.st, {{DNNL_ARG_SRC, p.xm}, {DNNL_ARG_WEIGHTS, p.wm}, {DNNL_ARG_DST, p.ym}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  p.conv.execute(p.st, {{DNNL_ARG_SRC, p.xm}, {DNNL_ARG_WEIGHTS, *p.wm}, {DNNL_ARG_DST, p.ym}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
   if (p.reorder_y) p.ry.execute(p.st, p.ym, p.y_user);
   p.st.wait();
+}
+
+// [n, c, plane] <-> [n, plane, c] (channels-last), for conv.h's NC(D)HW-only kernels.
+inline void transpose_planes(const float* src, float* dst, int64_t n, int64_t rows, int64_t cols) {
+  for (int64_t b = 0; b < n; ++b) {
+    const float* s = src + b * rows * cols;
+    float* t = dst + b * rows * cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = s[r * cols + c];
+  }
 }
 
 }  // namespace dnnl_detail
@@ -173,6 +232,23 @@ struct DnnlCache {
   std::map<std::pair<const float*, int>, std::vector<std::unique_ptr<dnnl_detail::Prim>>> by_weights;
   bool refused = false;  // oneDNN could not build this convolution: conv.h runs it
 };
+
+// conv.h's kernel on channels-last memory: the input and the result are transposed around
+// it (only for a geometry oneDNN refuses).
+template <class Gemm>
+void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, rt::ThreadPool* pool, Gemm&& gemm) {
+  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+  std::vector<float> xt, yt;
+  const float* xs = x;
+  if (g.x_cl) {
+    xt.resize(static_cast<size_t>(g.n * g.c * in_plane));
+    dnnl_detail::transpose_planes(x, xt.data(), g.n, in_plane, g.c);
+    xs = xt.data();
+  }
+  if (g.y_cl) yt.resize(static_cast<size_t>(g.n * g.cout * out_plane));
+  conv<float>(g, xs, w, g.y_cl ? yt.data() : y, pool, gemm);
+  if (g.y_cl) dnnl_detail::transpose_planes(yt.data(), y, g.n, g.cout, out_plane);
+}
 
 // const_weights: w is a constant of the program (reordered once per program); otherwise it
 // may change between calls and is reordered on every call.
@@ -192,7 +268,9 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
       if (fresh) {
         try {
           std::vector<std::unique_ptr<dnnl_detail::Prim>> made;
-          for (const dnnl_detail::Slice& s : dnnl_detail::slices(g, threads)) made.push_back(dnnl_detail::make(g, d, s, w));
+          for (const dnnl_detail::Slice& s : dnnl_detail::slices(g, d, threads)) {
+            made.push_back(dnnl_detail::make(g, d, s, w, const_weights && !made.empty() ? made.front().get() : nullptr));
+          }
           it = cache.by_weights.emplace(key, std::move(made)).first;
         } catch (const dnnl::error&) {
           cache.refused = true;
@@ -202,7 +280,7 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
     }
   }
   if (!parts) {
-    conv<float>(g, x, w, y, pool, gemm);
+    conv_fallback(g, x, w, y, pool, gemm);
     return;
   }
   const bool reorder_w = !const_weights && !fresh;

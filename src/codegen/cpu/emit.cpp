@@ -1,6 +1,8 @@
 #include "codegen/cpu/emit.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -49,11 +51,12 @@ void leaf_strides(Expr& e, std::vector<std::vector<int64_t>*>* is, std::vector<s
   for (Expr& c : e.children) leaf_strides(c, is, ds);
 }
 
-// An elementwise kernel's iteration space as its loops want it: extent-1 dimensions dropped
-// (a permute ending in [.., 32, 1, 1] ran rows of one element), and a last dimension shorter
-// than 256 merged with the one before it while every operand (loads, iotas, the destination)
-// is contiguous across the two. The same elements in the same order; rows stay many enough to
-// split over threads.
+// An elementwise kernel's iteration space as its loops want it: the dimensions in the
+// destination's memory order (a channels-last destination is written in one contiguous pass,
+// not with a stride of C per element), extent-1 dimensions dropped (a permute ending in
+// [.., 32, 1, 1] ran rows of one element), and a last dimension shorter than 256 merged with
+// the one before it while every operand (loads, iotas, the destination) is contiguous across
+// the two. The same elements, each written once; rows stay many enough to split over threads.
 Kernel simplified_assign(const Kernel& k) {
   Kernel s = k;
   std::vector<std::vector<int64_t>*> is;
@@ -62,6 +65,19 @@ Kernel simplified_assign(const Kernel& k) {
   is.push_back(&s.out_layouts[0].strides);
   for (const auto* v : is) if (v->size() != s.shape.size()) return k;
   for (const auto* v : ds) if (v->size() != s.shape.size()) return k;
+  {
+    const std::vector<int64_t>& os = s.out_layouts[0].strides;
+    std::vector<size_t> order(os.size());
+    for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return std::llabs(os[a]) > std::llabs(os[b]); });
+    auto permute = [&](auto& v) {
+      auto old = v;
+      for (size_t d = 0; d < order.size(); ++d) v[d] = old[order[d]];
+    };
+    for (auto* v : is) permute(*v);
+    for (auto* v : ds) permute(*v);
+    permute(s.shape);
+  }
   auto erase = [&](size_t d) {
     for (auto* v : is) v->erase(v->begin() + static_cast<std::ptrdiff_t>(d));
     for (auto* v : ds) v->erase(v->begin() + static_cast<std::ptrdiff_t>(d));
@@ -159,8 +175,15 @@ class Emitter {
       case Kernel::kConcat:
         for (size_t i = 0; i < k.inputs.size(); ++i) {
           if (numel(k.out_layouts[i].shape) == 0) continue;
-          o << "  et::assign<" << shape_t(k.out_layouts[i].shape) << ">(cx.pool, " << out(k.outputs[i], k.out_layouts[i])
-            << ",\n      " << expr(k.inputs[i]) << ");\n";
+          Kernel part;
+          part.kind = Kernel::kAssign;
+          part.shape = k.out_layouts[i].shape;
+          part.inputs = {k.inputs[i]};
+          part.outputs = {k.outputs[i]};
+          part.out_layouts = {k.out_layouts[i]};
+          const Kernel s = simplified_assign(part);
+          o << "  et::assign<" << shape_t(s.shape) << ">(cx.pool, " << out(s.outputs[0], s.out_layouts[0]) << ",\n      "
+            << expr(s.inputs[0]) << ");\n";
         }
         break;
       case Kernel::kReduce: {
@@ -323,6 +346,13 @@ class Emitter {
   }
 
   // Conv: geometry normalised to 3 spatial dims, GEMMs through BLAS (or the reference GEMM).
+  // A convolution's input is read channels-last; where both descriptions fit the memory (one
+  // channel, or spatial extent 1), as the output is written.
+  static bool conv_input_channels_last(const Kernel& k, const Program& p) {
+    const Layout& x = k.inputs[0].layout;
+    return is_channels_last(x) && (!is_contiguous(x) || p.buffers[static_cast<size_t>(k.outputs[0])].channels_last());
+  }
+
   std::string conv(const Kernel& k) const {
     const Expr& x = k.inputs[0];
     const Expr& w = k.inputs[1];
@@ -342,8 +372,10 @@ class Emitter {
     }
     auto l3 = [](const int64_t* v) { return "{" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) + "}"; };
     std::ostringstream o;
+    const bool y_cl = c.channels_last(), x_cl = conv_input_channels_last(k, *p_);
     o << "  static constexpr et::ConvGeom g = {" << xs[0] << ", " << xs[1] << ", " << ws[0] << ", " << k.attrs.k << ", " << l3(in)
-      << ", " << l3(out) << ", " << l3(kk) << ", " << l3(st) << ", " << l3(pd) << ", " << l3(dl) << "};\n";
+      << ", " << l3(out) << ", " << l3(kk) << ", " << l3(st) << ", " << l3(pd) << ", " << l3(dl) << ", "
+      << (x_cl ? "true" : "false") << ", " << (y_cl ? "true" : "false") << "};\n";
     const std::string args = "static_cast<const " + t + "*>(" + ptr(x.buffer, false) + ") + " + std::to_string(x.layout.offset) +
                              ", static_cast<const " + t + "*>(" + ptr(w.buffer, false) + ") + " + std::to_string(w.layout.offset) +
                              ", static_cast<" + t + "*>(" + ptr(k.outputs[0], true) + ")";
@@ -354,6 +386,7 @@ class Emitter {
         << ", cx.pool);\n";
       return o.str();
     }
+    if (x_cl || y_cl) throw CompileError("internal: a channels-last convolution (k" + k.name + ") without oneDNN");
     o << "  et::conv<" << t << ">(g, " << args << ", cx.pool,\n      ["
       << (o_.dnnl_sgemm && c.type.dtype == DType::kF32 ? "pool = cx.pool" : "") << "](int64_t m, int64_t n, int64_t kk, const " << t
       << "* A, int64_t lda, const " << t << "* B, int64_t ldb, " << t << "* C, int64_t ldc) {\n";
@@ -464,8 +497,10 @@ class Emitter {
       for (const Kernel& k : e.program->kernels) {
         if (!o_.dnnl || k.kind != Kernel::kConv) continue;
         if (e.program->buffers[static_cast<size_t>(k.outputs[0])].type.dtype != DType::kF32) continue;
+        // Channels-last ones always (conv.h reads row-major only).
         const Shape& ws = k.inputs[1].layout.shape;
-        if (numel(Shape(ws.begin() + 2, ws.end())) > 1) dnnl_sites_.emplace(&k, static_cast<int>(dnnl_sites_.size()));
+        const bool cl = conv_input_channels_last(k, *e.program) || e.program->buffers[static_cast<size_t>(k.outputs[0])].channels_last();
+        if (cl || numel(Shape(ws.begin() + 2, ws.end())) > 1) dnnl_sites_.emplace(&k, static_cast<int>(dnnl_sites_.size()));
       }
     }
     // Kernels of every entry, grouped into files by signature: kernels that differ only in

@@ -1,0 +1,103 @@
+"""Channels-last activations in convolutional networks (lower.cpp, conv_dnnl.h).
+
+With oneDNN, Chroma keeps the activations between float32 convolutions channels-last and
+splits a large convolution over threads by images or by output rows, each slice with the
+padding it really has. These cases mix everything that reads or writes such a buffer:
+elementwise epilogues, max pooling (a tree of maximums over strided views), channel concat,
+channel slices, a channel shuffle (a reshape the layout cannot express as a view), a mean
+over the spatial dims, flatten into a linear layer, a convolution that is a graph output,
+and 1-d and 3-d convolutions, at 1 and 2 threads, with shapes large enough to be split.
+
+Tolerance: rtol = atol = 1e-4 against eager (float32 sums of up to 1152 products in another
+order than eager's oneDNN; N(0, 1) inputs, weights scaled by 1/sqrt(fan-in)).
+
+Run: cd /work/main && .venv/bin/python -m pytest tests/python/test_channels_last.py -q
+"""
+
+import json
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from conftest import randn
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.stem = nn.Conv2d(3, 32, 3, stride=2, padding=1)
+        self.a = nn.Conv2d(32, 32, 3, padding=1)
+        self.b = nn.Conv2d(32, 32, 1)
+        self.dw = nn.Conv2d(64, 64, 3, stride=2, padding=1, groups=64)
+        self.c = nn.Conv2d(32, 64, 1)
+        self.d = nn.Conv2d(64, 64, 5, padding=2, dilation=1)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        s = F.relu(self.stem(x))
+        s = F.max_pool2d(s, 3, stride=2, padding=1, ceil_mode=True)
+        y = torch.cat([F.relu6(self.a(s)), self.b(s)], dim=1)  # 64 channels
+        y = self.dw(y)
+        n, c, h, w = y.shape
+        y = y.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)  # channel shuffle
+        left, right = y.chunk(2, dim=1)
+        z = self.c(F.silu(left) + right)
+        z = F.relu(self.d(z) + z)
+        feat = z.mean(dim=(2, 3))
+        return self.fc(feat), y
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_network(check, threads, batch):
+    check(Net().eval(), randn(batch, 3, 96, 80, seed=batch), threads=threads, **TOL)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv1d_and_conv3d(check, threads):
+    torch.manual_seed(4)
+    c1 = nn.Conv1d(16, 32, 5, padding=2, stride=2)
+    c1b = nn.Conv1d(32, 32, 3, padding=1)
+    c3 = nn.Conv3d(4, 16, 3, padding=1)
+    c3b = nn.Conv3d(16, 16, 3, padding=(0, 1, 1), stride=(1, 2, 2))
+
+    def f(a, b):
+        return c1b(F.gelu(c1(a))), c3b(F.relu(c3(b)))
+
+    with torch.no_grad():
+        check(f, randn(2, 16, 4000, seed=1), randn(1, 4, 12, 40, 40, seed=2), threads=threads, **TOL)
+
+
+def test_padding_only_rows_are_split_correctly(check):
+    # Large padding and stride: a slice of output rows starting or ending in the padding.
+    torch.manual_seed(5)
+    conv = nn.Conv2d(8, 64, 7, stride=3, padding=5)
+    conv2 = nn.Conv2d(64, 64, 3, padding=4, dilation=4)
+    f = nn.Sequential(conv, nn.Tanh(), conv2).eval()
+    check(f, randn(1, 8, 120, 101, seed=6), threads=2, **TOL)
+
+
+def test_activations_stay_channels_last(tmp_path, compile_to):
+    # A conv -> relu -> conv -> add -> conv chain: one relayout (the graph input) and no copy
+    # back to row-major until the graph output.
+    torch.manual_seed(6)
+    a, b, c = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 8, 1)
+
+    def f(x):
+        y = F.relu(a(x))
+        return c(F.relu(b(y) + y))
+
+    x = randn(1, 3, 32, 32)
+    prog = compile_to(f, x, name="chain")
+    with open(os.path.join(prog.directory, "manifest.json")) as fh:
+        labels = [k["label"] for k in json.load(fh)["entries"][0]["kernels"]]
+    relayouts = [lab for lab in labels if lab.startswith("Relayout")]
+    assert relayouts == ["Relayout.channels_last <- Input"], labels
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(prog(x.numpy())), f(x), **TOL)
