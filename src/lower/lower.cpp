@@ -21,6 +21,7 @@
 // Buffers of temporaries live from their producing kernel to their last reader; the
 // ArenaPlanner packs them into one arena. Graph outputs are written in place.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -93,16 +94,20 @@ class Lowerer {
   std::vector<bool> in_place_;             // IndexPut nodes that write their state directly
   std::vector<bool> deferred_gather_;      // Gathers of constant matrices read only by products
   std::map<std::pair<Value, bool>, int32_t> copies_;  // (value, channels-last?) -> relayout copy
+  std::vector<std::vector<int32_t>> consumers_;  // node -> nodes reading it (once per input)
+  std::vector<bool> absorbed_;                   // Maps a convolution applies as post-ops
 
   // ---- decisions ---------------------------------------------------------------------------
 
   void decide() {
     // Effective readers, views transparent: computed backwards.
     std::vector<int> readers(g_.size(), 0);
-    std::vector<std::vector<int32_t>> consumers(g_.size());
+    std::vector<std::vector<int32_t>>& consumers = consumers_;
+    consumers.assign(g_.size(), {});
     for (size_t i = 0; i < g_.size(); ++i) {
       for (Value v : g_.nodes()[i].inputs) consumers[static_cast<size_t>(v.node)].push_back(static_cast<int32_t>(i));
     }
+    absorbed_.assign(g_.size(), false);
     for (size_t k = 0; k < g_.outputs.size(); ++k) {
       if (state_of_output_[k] < 0) output_slot_.emplace(g_.outputs[k], static_cast<int32_t>(k));
     }
@@ -469,6 +474,83 @@ class Lowerer {
     return buffer_load(v, Want::kContiguous);
   }
 
+  // The elementwise chain a channels-last convolution applies before storing its result
+  // (oneDNN's bias and post-ops, Kernel::PostOp): from the convolution's value, while the
+  // value has one reader, is no graph output, and that reader is a float32 Map of the same
+  // shape that adds, subtracts or multiplies it by a literal or a per-channel constant
+  // vector (a bias, a batch norm's scale and shift), or clamps it (relu, maximum or minimum
+  // with a literal: relu6, hardtanh). The absorbed Maps are never computed again; returns the
+  // value the convolution's buffer holds, the last one absorbed. Anything else (a residual
+  // add, SiLU) is its consumers' expression, as before.
+  Value conv_post_ops(Kernel& k, Value v) {
+    const Shape& shape = k.shape;
+    using P = Kernel::PostOp;
+    auto literal = [&](Value o, float* out) {
+      const Node& src = g_.node(source_of(o.node));
+      if (src.op != Op::kFull || !is_float(src.type().dtype)) return false;
+      *out = static_cast<float>(src.attrs.scalar.as_double());
+      return !std::isnan(*out);
+    };
+    auto per_channel = [&](Value o) -> int32_t {
+      if (g_.node(source_of(o.node)).op != Op::kConstant || g_.type(o).dtype != DType::kF32) return -1;
+      const size_t mark = fused_into_.size();
+      Expr e = expr_of(o);
+      fused_into_.resize(mark);
+      if (e.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(e.buffer)].region != Region::kConstant) return -1;
+      if (e.layout.shape.size() != shape.size()) return -1;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (e.layout.shape[d] != shape[d]) return -1;
+        if (d == 1 ? e.layout.strides[d] != 1 && shape[d] != 1 : e.layout.strides[d] != 0 && shape[d] != 1) return -1;
+      }
+      k.inputs.push_back(std::move(e));
+      return static_cast<int32_t>(k.inputs.size() - 1);
+    };
+    Value cur = v;
+    for (;;) {
+      if (output_slot_.count(cur)) break;
+      const std::vector<int32_t>& cs = consumers_[static_cast<size_t>(cur.node)];
+      if (cs.size() != 1) break;
+      const Node& m = g_.node(cs[0]);
+      if (m.op != Op::kMap || m.type().dtype != DType::kF32 || m.type().shape != shape) break;
+      P op;
+      const EwOp ew = m.attrs.ew;
+      if (ew == EwOp::k_relu && m.inputs.size() == 1) {
+        op.kind = P::kRelu;
+      } else if (m.inputs.size() == 2 && (ew == EwOp::k_add || ew == EwOp::k_sub || ew == EwOp::k_mul ||
+                                          ew == EwOp::k_maximum || ew == EwOp::k_minimum)) {
+        const bool first = m.inputs[0] == cur;
+        const Value o = m.inputs[first ? 1 : 0];
+        float c = 0;
+        if (literal(o, &c)) {
+          if (ew == EwOp::k_add) op = P{P::kLinear, 1.0f, c, -1};
+          else if (ew == EwOp::k_mul) op = P{P::kLinear, c, 0.0f, -1};
+          else if (ew == EwOp::k_sub) op = first ? P{P::kLinear, 1.0f, -c, -1} : P{P::kLinear, -1.0f, c, -1};
+          else if (ew == EwOp::k_maximum) op = c == 0.0f ? P{P::kRelu, 0, 0, -1} : P{P::kClip, c, INFINITY, -1};
+          else op = P{P::kClip, -INFINITY, c, -1};
+        } else if (ew == EwOp::k_add || ew == EwOp::k_mul || (ew == EwOp::k_sub && first)) {
+          const size_t mark = k.inputs.size();
+          const int32_t in = per_channel(o);
+          if (in < 0) {
+            k.inputs.resize(mark);
+            break;
+          }
+          op.kind = ew == EwOp::k_mul ? P::kMulC : ew == EwOp::k_sub ? P::kSubC : P::kAddC;
+          if (op.kind == P::kAddC && k.post_ops.empty()) op.kind = P::kBias;
+          op.input = in;
+        } else {
+          break;
+        }
+      } else {
+        break;
+      }
+      k.post_ops.push_back(op);
+      absorbed_[static_cast<size_t>(cs[0])] = true;
+      fused_into_.push_back(cs[0]);
+      cur = Value{cs[0], 0};
+    }
+    return cur;
+  }
+
   // A convolution's input, channels-last.
   Expr channels_last_operand(Value v) {
     const size_t mark = fused_into_.size();
@@ -735,7 +817,7 @@ class Lowerer {
         return;
       case Op::kMap:
       case Op::kCast:
-        if (mat_[static_cast<size_t>(id)]) materialize(v);
+        if (mat_[static_cast<size_t>(id)] && !absorbed_[static_cast<size_t>(id)]) materialize(v);
         return;
       case Op::kFull:
       case Op::kIota:
@@ -853,7 +935,8 @@ class Lowerer {
           return;
         }
         k.shape = n.type().shape;
-        k.outputs.push_back(new_buffer(v, Region::kArena, -1, channels_last_strides(k.shape)));
+        const Value last = conv_post_ops(k, v);
+        k.outputs.push_back(new_buffer(last, Region::kArena, -1, channels_last_strides(k.shape)));
         k.out_layouts.push_back(p_.buffers[static_cast<size_t>(k.outputs.back())].layout());
         push(std::move(k), n);
         return;

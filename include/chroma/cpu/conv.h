@@ -35,6 +35,17 @@ struct ConvGeom {
   bool x_cl = false, y_cl = false;
 };
 
+// An elementwise operation applied to a convolution's result before it is stored, in order
+// (conv_dnnl: oneDNN's bias and post-ops). kBias (first only) and kAddC add c[channel], kMulC
+// multiplies by it, kSubC subtracts it; kLinear: a * y + b; kRelu; kClip: clamp to [a, b]
+// (NaN stays NaN).
+struct ConvPostOp {
+  enum Kind : int { kBias, kLinear, kRelu, kClip, kAddC, kMulC, kSubC };
+  int kind;
+  float a, b;
+  const float* c;
+};
+
 inline constexpr int64_t kConvScratchBytes = 512 * 1024;
 
 namespace conv_detail {

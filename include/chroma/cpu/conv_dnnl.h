@@ -37,6 +37,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "chroma/cpu/conv.h"
@@ -58,6 +59,7 @@ struct Prim {
   dnnl::stream st{eng};
   dnnl::convolution_forward conv;
   dnnl::memory x_user, y_user, w_user, xm, ym, scratch;
+  std::unordered_map<int, dnnl::memory> args;  // the convolution's, weights and buffers aside
   std::shared_ptr<dnnl::memory> wm;
   bool reorder_x = false, reorder_y = false;
   dnnl::reorder rx, ry, rw;
@@ -101,8 +103,9 @@ inline bool is_reference(const dnnl::convolution_forward::primitive_desc& pd) {
 // g is normalised to 3 spatial dims with leading unit dims; d is the real spatial rank. The
 // calling thread's OpenMP count must be 1: oneDNN fixes the work split when it creates the
 // primitive. `share`: an earlier slice whose reordered weights this one reuses when it wants
-// the same layout (constant weights only).
-inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, const float* w, const Prim* share) {
+// the same layout (constant weights only). ops: the post-ops (ConvPostOp), applied by oneDNN.
+inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, const float* w, const Prim* share,
+                                  const ConvPostOp* ops, int nops) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   auto p = std::make_unique<Prim>();
@@ -133,7 +136,38 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   const dnnl::memory::desc wei_any(wei, dt::f32, any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each slice its own: slices run at once
+  // Bias and post-ops; a per-channel operand is a [1, Cout, 1...] tensor.
+  const bool bias = nops > 0 && ops[0].kind == ConvPostOp::kBias;
+  const dnnl::memory::desc bias_md({g.cout}, dt::f32, dnnl::memory::format_tag::x);
+  dims chan(static_cast<size_t>(2 + d), 1);
+  chan[1] = g.cout;
+  const auto plain = d == 1 ? dnnl::memory::format_tag::abc : d == 2 ? dnnl::memory::format_tag::abcd : dnnl::memory::format_tag::abcde;
+  const dnnl::memory::desc chan_md(chan, dt::f32, plain);
+  if (bias) p->args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, p->eng, const_cast<float*>(ops[0].c));
+  dnnl::post_ops po;
+  for (int i = bias ? 1 : 0; i < nops; ++i) {
+    const ConvPostOp& q = ops[i];
+    switch (q.kind) {
+      case ConvPostOp::kLinear: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, q.a, q.b); break;
+      case ConvPostOp::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+      case ConvPostOp::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, q.a, q.b); break;
+      default: {
+        const dnnl::algorithm alg = q.kind == ConvPostOp::kMulC   ? dnnl::algorithm::binary_mul
+                                    : q.kind == ConvPostOp::kSubC ? dnnl::algorithm::binary_sub
+                                                                  : dnnl::algorithm::binary_add;
+        p->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len()) | DNNL_ARG_SRC_1] =
+            dnnl::memory(chan_md, p->eng, const_cast<float*>(q.c));
+        po.append_binary(alg, chan_md);
+      }
+    }
+  }
+  attr.set_post_ops(po);
   auto primitive = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
+    if (bias) {
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                           wei_any, bias_md, dst, strides, dil, pad_l, pad_r);
+      return dnnl::convolution_forward::primitive_desc(desc, attr, p->eng);
+    }
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                          wei_any, dst, strides, dil, pad_l, pad_r);
     return dnnl::convolution_forward::primitive_desc(desc, attr, p->eng);
@@ -209,7 +243,12 @@ inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_
   p.x_user.set_data_handle(const_cast<float*>(x) + p.x_off);
   p.y_user.set_data_handle(y + p.y_off);
   if (p.reorder_x) p.rx.execute(p.st, p.x_user, p.xm);
-  p.conv.execute(p.st, {{DNNL_ARG_SRC, p.xm}, {DNNL_ARG_WEIGHTS, *p.wm}, {DNNL_ARG_DST, p.ym}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  std::unordered_map<int, dnnl::memory> args = p.args;
+  args[DNNL_ARG_SRC] = p.xm;
+  args[DNNL_ARG_WEIGHTS] = *p.wm;
+  args[DNNL_ARG_DST] = p.ym;
+  args[DNNL_ARG_SCRATCHPAD] = p.scratch;
+  p.conv.execute(p.st, args);
   if (p.reorder_y) p.ry.execute(p.st, p.ym, p.y_user);
   p.st.wait();
 }
@@ -233,10 +272,37 @@ struct DnnlCache {
   bool refused = false;  // oneDNN could not build this convolution: conv.h runs it
 };
 
+// The post-ops on a stored result, NC(D)HW (for conv_fallback).
+inline void apply_post_ops(const ConvGeom& g, float* y, const ConvPostOp* ops, int nops) {
+  const int64_t plane = g.out[0] * g.out[1] * g.out[2];
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t c = 0; c < g.cout; ++c) {
+      float* row = y + (n * g.cout + c) * plane;
+      for (int i = 0; i < nops; ++i) {
+        const ConvPostOp& q = ops[i];
+        for (int64_t j = 0; j < plane; ++j) {
+          float& v = row[j];
+          switch (q.kind) {
+            case ConvPostOp::kBias:
+            case ConvPostOp::kAddC: v = v + q.c[c]; break;
+            case ConvPostOp::kMulC: v = v * q.c[c]; break;
+            case ConvPostOp::kSubC: v = v - q.c[c]; break;
+            case ConvPostOp::kLinear: v = q.a * v + q.b; break;
+            case ConvPostOp::kRelu: v = v < 0.0f ? 0.0f : v; break;
+            case ConvPostOp::kClip: v = v < q.a ? q.a : v > q.b ? q.b : v; break;
+            default: break;
+          }
+        }
+      }
+    }
+  }
+}
+
 // conv.h's kernel on channels-last memory: the input and the result are transposed around
-// it (only for a geometry oneDNN refuses).
+// it, the post-ops applied after it (only for a geometry oneDNN refuses).
 template <class Gemm>
-void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, rt::ThreadPool* pool, Gemm&& gemm) {
+void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, const ConvPostOp* ops, int nops,
+                   rt::ThreadPool* pool, Gemm&& gemm) {
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   std::vector<float> xt, yt;
   const float* xs = x;
@@ -247,6 +313,7 @@ void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, 
   }
   if (g.y_cl) yt.resize(static_cast<size_t>(g.n * g.cout * out_plane));
   conv<float>(g, xs, w, g.y_cl ? yt.data() : y, pool, gemm);
+  apply_post_ops(g, g.y_cl ? yt.data() : y, ops, nops);
   if (g.y_cl) dnnl_detail::transpose_planes(yt.data(), y, g.n, g.cout, out_plane);
 }
 
@@ -254,7 +321,7 @@ void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, 
 // may change between calls and is reordered on every call.
 template <class Gemm>
 void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const float* w, float* y, bool const_weights,
-               rt::ThreadPool* pool, Gemm&& gemm) {
+               const ConvPostOp* ops, int nops, rt::ThreadPool* pool, Gemm&& gemm) {
   std::vector<std::unique_ptr<dnnl_detail::Prim>>* parts = nullptr;
   bool fresh = false;
   const int threads = pool ? pool->size() : 1;
@@ -269,7 +336,8 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
         try {
           std::vector<std::unique_ptr<dnnl_detail::Prim>> made;
           for (const dnnl_detail::Slice& s : dnnl_detail::slices(g, d, threads)) {
-            made.push_back(dnnl_detail::make(g, d, s, w, const_weights && !made.empty() ? made.front().get() : nullptr));
+            made.push_back(
+                dnnl_detail::make(g, d, s, w, const_weights && !made.empty() ? made.front().get() : nullptr, ops, nops));
           }
           it = cache.by_weights.emplace(key, std::move(made)).first;
         } catch (const dnnl::error&) {
@@ -280,7 +348,7 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
     }
   }
   if (!parts) {
-    conv_fallback(g, x, w, y, pool, gemm);
+    conv_fallback(g, x, w, y, ops, nops, pool, gemm);
     return;
   }
   const bool reorder_w = !const_weights && !fresh;

@@ -21,6 +21,15 @@ std::string int_list(const std::vector<int64_t>& v) {
   return s;
 }
 
+std::string float_lit(float f) {
+  if (std::isinf(f)) return f > 0 ? "INFINITY" : "-INFINITY";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9gf", static_cast<double>(f));
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s.insert(s.size() - 1, ".0");
+  return s;
+}
+
 std::string double_lit(double d) {
   if (std::isnan(d)) return "std::numeric_limits<double>::quiet_NaN()";
   if (std::isinf(d)) return d > 0 ? "std::numeric_limits<double>::infinity()" : "-std::numeric_limits<double>::infinity()";
@@ -101,6 +110,49 @@ Kernel simplified_assign(const Kernel& k) {
   s.out_layouts[0].shape = s.shape;
   return s;
 }
+// A reduction's iteration space in its input's memory order: the dimensions sorted by the
+// strides of the first operand read over the whole space (a channels-last activation's
+// spatial mean then reads memory in one pass, the channels innermost, instead of with a
+// stride of C per element). `mask` (the reduced dimensions) is permuted with them. A kernel
+// whose operands are already in order is returned as it is.
+Kernel in_memory_order(const Kernel& k, std::vector<bool>* mask) {
+  Kernel s = k;
+  std::vector<std::vector<int64_t>*> is;
+  std::vector<std::vector<double>*> ds;
+  leaf_strides(s.inputs[0], &is, &ds);
+  const size_t r = s.shape.size();
+  if (r < 2 || mask->size() != r || s.out_layouts[0].strides.size() != r) return k;
+  for (const auto* v : is) if (v->size() != r) return k;
+  for (const auto* v : ds) if (v->size() != r) return k;
+  if (is.empty()) return k;
+  const std::vector<int64_t> ref = *is.front();
+  std::vector<size_t> order(r);
+  for (size_t d = 0; d < r; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int64_t sa = k.shape[a] == 1 ? INT64_MAX : std::llabs(ref[a]), sb = k.shape[b] == 1 ? INT64_MAX : std::llabs(ref[b]);
+    return sa > sb;
+  });
+  bool in_order = true;  // the dims of extent > 1 already by non-increasing stride
+  int64_t prev = INT64_MAX;
+  for (size_t d = 0; d < r; ++d) {
+    if (k.shape[d] == 1) continue;
+    in_order = in_order && std::llabs(ref[d]) <= prev;
+    prev = std::llabs(ref[d]);
+  }
+  if (in_order) return k;
+  auto permute = [&](auto& v) {
+    auto old = v;
+    for (size_t d = 0; d < r; ++d) v[d] = old[order[d]];
+  };
+  is.push_back(&s.out_layouts[0].strides);
+  for (auto* v : is) permute(*v);
+  for (auto* v : ds) permute(*v);
+  permute(s.shape);
+  permute(*mask);
+  s.out_layouts[0].shape = s.shape;
+  return s;
+}
+
 template <class T> std::vector<T> norm_strides(const std::vector<T>& s) { return s.empty() ? std::vector<T>{T{}} : s; }
 
 class Emitter {
@@ -190,11 +242,12 @@ class Emitter {
         static const char* kOps[] = {"et::Sum", "et::Prod", "et::Max", "et::Min"};
         std::vector<bool> mask(norm_shape(k.shape).size(), false);
         for (int64_t a : k.attrs.ints) mask[static_cast<size_t>(a)] = true;
+        const Kernel s = in_memory_order(k, &mask);
         std::string m;
         for (size_t i = 0; i < mask.size(); ++i) m += std::string(i ? ", " : "") + (mask[i] ? "true" : "false");
         const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
-        o << "  et::reduce<" << shape_t(k.shape) << ", et::Mask<" << m << ">, " << kOps[static_cast<int>(k.attrs.reduce)]
-          << ", " << ctype(b.type.dtype) << ">(cx.pool, " << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[0])
+        o << "  et::reduce<" << shape_t(s.shape) << ", et::Mask<" << m << ">, " << kOps[static_cast<int>(k.attrs.reduce)]
+          << ", " << ctype(b.type.dtype) << ">(cx.pool, " << out(s.outputs[0], s.out_layouts[0]) << ",\n      " << expr(s.inputs[0])
           << ");\n";
         break;
       }
@@ -382,11 +435,28 @@ class Emitter {
     if (auto site = dnnl_sites_.find(&k); site != dnnl_sites_.end()) {
       // oneDNN's glue (a heavy header) is compiled once, in program.cpp.
       const bool const_w = p_->buffers[static_cast<size_t>(w.buffer)].region == Region::kConstant;
+      static const char* kKinds[] = {"kBias", "kLinear", "kRelu", "kClip", "kAddC", "kMulC", "kSubC"};
+      if (!k.post_ops.empty()) {
+        o << "  const et::ConvPostOp po[] = {";
+        for (size_t i = 0; i < k.post_ops.size(); ++i) {
+          const Kernel::PostOp& q = k.post_ops[i];
+          o << (i ? ",\n      " : "") << "{et::ConvPostOp::" << kKinds[q.kind] << ", " << float_lit(q.a) << ", "
+            << float_lit(q.b) << ", ";
+          if (q.input >= 0) {
+            const Expr& c = k.inputs[static_cast<size_t>(q.input)];
+            o << "static_cast<const float*>(" << ptr(c.buffer, false) << ") + " << c.layout.offset;
+          } else {
+            o << "nullptr";
+          }
+          o << "}";
+        }
+        o << "};\n";
+      }
       o << "  conv_dnnl_site(" << site->second << ", g, " << d << ", " << args << ", " << (const_w ? "true" : "false")
-        << ", cx.pool);\n";
+        << ", " << (k.post_ops.empty() ? "nullptr, 0" : "po, " + std::to_string(k.post_ops.size())) << ", cx.pool);\n";
       return o.str();
     }
-    if (x_cl || y_cl) throw CompileError("internal: a channels-last convolution (k" + k.name + ") without oneDNN");
+    if (x_cl || y_cl || !k.post_ops.empty()) throw CompileError("internal: a channels-last convolution (" + k.name + ") without oneDNN");
     o << "  et::conv<" << t << ">(g, " << args << ", cx.pool,\n      ["
       << (o_.dnnl_sgemm && c.type.dtype == DType::kF32 ? "pool = cx.pool" : "") << "](int64_t m, int64_t n, int64_t kk, const " << t
       << "* A, int64_t lda, const " << t << "* B, int64_t ldb, " << t << "* C, int64_t ldc) {\n";
@@ -540,7 +610,7 @@ class Emitter {
       o << prelude() << "namespace chroma_gen {\nnamespace et = ::chroma::et;\n\n";
       if (!dnnl_sites_.empty()) {
         o << "int conv_dnnl_site(int site, const et::ConvGeom& g, int d, const float* x, const float* w, float* y, bool const_w,\n"
-             "                   ::chroma::rt::ThreadPool* pool);\n\n";
+             "                   const et::ConvPostOp* ops, int nops, ::chroma::rt::ThreadPool* pool);\n\n";
       }
       for (size_t gi : files[f]) {
         for (size_t j : groups[gi]) {
@@ -668,9 +738,9 @@ class Emitter {
            "extern const int kNumDnnlSites;  // program.cpp\n\n"
            "// One primitive cache per call site.\n"
            "int conv_dnnl_site(int site, const ::chroma::et::ConvGeom& g, int d, const float* x, const float* w, float* y,\n"
-           "                   bool const_w, ::chroma::rt::ThreadPool* pool) {\n"
+           "                   bool const_w, const ::chroma::et::ConvPostOp* ops, int nops, ::chroma::rt::ThreadPool* pool) {\n"
            "  static const std::unique_ptr<::chroma::et::DnnlCache[]> caches(new ::chroma::et::DnnlCache[kNumDnnlSites]);\n"
-           "  ::chroma::et::conv_dnnl(caches[site], g, d, x, w, y, const_w, pool,\n"
+           "  ::chroma::et::conv_dnnl(caches[site], g, d, x, w, y, const_w, ops, nops, pool,\n"
            "      [pool](int64_t m, int64_t n, int64_t kk, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,\n"
            "             int64_t ldc) { ::chroma::et::sgemm(pool, false, false, m, n, kk, A, lda, B, ldb, C, ldc); });\n"
            "  return 0;\n}\n\n}  // namespace chroma_gen\n";
