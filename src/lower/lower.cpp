@@ -474,8 +474,9 @@ class Lowerer {
     return buffer_load(v, Want::kContiguous);
   }
 
-  // The elementwise chain a channels-last convolution applies before storing its result
-  // (oneDNN's bias and post-ops, Kernel::PostOp): from the convolution's value, while the
+  // The elementwise chain a channels-last convolution applies to its result (Kernel::PostOp:
+  // oneDNN's bias and post-ops, then a pass over each slice just stored for clamps, which must
+  // keep NaN as eager does): from the convolution's value, while the
   // value has one reader, is no graph output, and that reader is a float32 Map of the same
   // shape that adds, subtracts or multiplies it by a literal or a per-channel constant
   // vector (a bias, a batch norm's scale and shift), or clamps it (relu, maximum or minimum
@@ -492,7 +493,10 @@ class Lowerer {
       return !std::isnan(*out);
     };
     auto per_channel = [&](Value o) -> int32_t {
-      if (g_.node(source_of(o.node)).op != Op::kConstant || g_.type(o).dtype != DType::kF32) return -1;
+      const int32_t src = source_of(o.node);
+      if (g_.node(src).op != Op::kConstant || g_.type(o).dtype != DType::kF32) return -1;
+      // A constant the folder made may come after the convolution in node order.
+      if (!buffer_of_.count(Value{src, 0})) new_buffer(Value{src, 0}, Region::kConstant, static_cast<int32_t>(g_.node(src).attrs.index));
       const size_t mark = fused_into_.size();
       Expr e = expr_of(o);
       fused_into_.resize(mark);
@@ -813,7 +817,7 @@ class Lowerer {
         return;
       }
       case Op::kConstant:
-        new_buffer(v, Region::kConstant, static_cast<int32_t>(n.attrs.index));
+        if (!buffer_of_.count(v)) new_buffer(v, Region::kConstant, static_cast<int32_t>(n.attrs.index));  // or earlier, by conv_post_ops
         return;
       case Op::kMap:
       case Op::kCast:

@@ -68,9 +68,10 @@ struct Kernel {
     int64_t m = 0, n = 0, k = 0, sar = 0, sac = 0, ldc = 0, experts = 0;
   } gathered;
   bool in_place = false;         // kIndexPut: the output already holds the base (state)
-  // kConv (channels-last, on oneDNN): elementwise operations applied to the result before it
-  // is stored, in order (oneDNN's bias and post-ops; chroma/cpu/conv.h's ConvPostOp, same
-  // numbering). The per-channel ones read a float32 constant vector of Cout elements.
+  // kConv (channels-last, on oneDNN): elementwise operations applied to the result, in order,
+  // before the next kernel reads it (chroma/cpu/conv.h's ConvPostOp, same numbering; oneDNN
+  // applies those up to the first clamp as bias and post-ops, conv_dnnl.h the rest). The
+  // per-channel ones read a float32 constant vector of Cout elements.
   struct PostOp {
     enum Kind : uint8_t { kBias, kLinear, kRelu, kClip, kAddC, kMulC, kSubC } kind = kRelu;
     float a = 0, b = 0;            // kLinear: a * x + b; kClip: clamp to [a, b]

@@ -101,3 +101,59 @@ def test_activations_stay_channels_last(tmp_path, compile_to):
     assert relayouts == ["Relayout.channels_last <- Input"], labels
     with torch.no_grad():
         torch.testing.assert_close(torch.from_numpy(prog(x.numpy())), f(x), **TOL)
+
+
+class Epilogues(nn.Module):
+    """Convolutions followed by the elementwise chains oneDNN applies as bias and post-ops,
+    and by chains it does not (which stay Chroma's kernels)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.c = nn.ModuleList([nn.Conv2d(16, 16, 3, padding=1) for _ in range(7)])
+        self.bn = nn.BatchNorm2d(16)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        c = self.c
+        y = self.bn(F.relu(c[0](x)))                # bias, relu, then an unfolded batch norm
+        y = F.hardtanh(c[1](y), -0.25, 0.75)        # clamp to odd bounds
+        y = (c[2](y) - 0.5) * 2.0                   # literal affine
+        y = 1.0 - torch.clamp(c[3](y), min=0.1)     # maximum with a literal, then c - y
+        y = torch.minimum(c[4](y), torch.tensor(0.3))
+        y = F.silu(c[5](y)) + y                     # not a post-op chain: two readers
+        return c[6](y) * self.bn.weight.view(1, -1, 1, 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_post_op_chains(check, compile_to, threads):
+    m = Epilogues().eval()
+    x = randn(1, 16, 40, 36, seed=8)
+    prog = check(m, x, threads=threads, **TOL)
+    with open(os.path.join(prog.directory, "manifest.json")) as fh:
+        labels = [k["label"] for k in json.load(fh)["entries"][0]["kernels"]]
+    convs = [lab for lab in labels if lab.startswith("Conv")]
+    assert convs[0] == "Conv <- add relu mul add", labels
+    assert all("<-" in lab for lab in convs), labels
+
+
+def test_nan_propagates_through_fused_clamps(check):
+    # relu, relu6 and clamp after a convolution keep a NaN as eager does (oneDNN's own relu and
+    # clip post-ops would turn it into 0 or the lower bound).
+    torch.manual_seed(9)
+    a1, a2, a3 = (nn.Conv2d(4, 8, 3, padding=1) for _ in range(3))
+    b = nn.Conv2d(8, 8, 1)
+
+    def f(x):  # three convolutions, each read by one chain only (so each chain is fused)
+        return b(F.relu6(a1(x))), b(F.relu(a2(x) * 2.0)), b(torch.clamp(a3(x), -0.1, 0.1))
+
+    x = randn(1, 4, 16, 16)
+    x[0, 1, 5, 7] = float("nan")
+    with torch.no_grad():
+        outs = f(x)
+    assert all(torch.isnan(o).any() for o in outs)
+    check(f, x, **TOL)

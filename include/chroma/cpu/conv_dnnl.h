@@ -60,6 +60,10 @@ struct Prim {
   dnnl::convolution_forward conv;
   dnnl::memory x_user, y_user, w_user, xm, ym, scratch;
   std::unordered_map<int, dnnl::memory> args;  // the convolution's, weights and buffers aside
+  std::vector<float> scalars;                   // the literal operands of binary post-ops
+  // ops[tail, nops) are applied by run() on the stored block (see make()); y_elems: its size.
+  int tail = 0;
+  int64_t y_elems = 0, y_channels = 0;
   std::shared_ptr<dnnl::memory> wm;
   bool reorder_x = false, reorder_y = false;
   dnnl::reorder rx, ry, rw;
@@ -144,24 +148,44 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   const auto plain = d == 1 ? dnnl::memory::format_tag::abc : d == 2 ? dnnl::memory::format_tag::abcd : dnnl::memory::format_tag::abcde;
   const dnnl::memory::desc chan_md(chan, dt::f32, plain);
   if (bias) p->args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, p->eng, const_cast<float*>(ops[0].c));
+  // oneDNN applies the arithmetic up to the first clamp, as binary post-ops (per-channel
+  // vectors, or a literal as a one-element tensor: y - 0.5 is y + (-0.5), the same rounding as
+  // eager's). Clamps and everything after the first one run in run(), on the block just
+  // stored (still in cache): oneDNN 2.6's relu and clip turn NaN into 0 or the lower bound
+  // (eager keeps NaN), and its brgconv applies the first eltwise post-op's parameters to
+  // every later one.
+  p->tail = bias ? 1 : 0;
+  while (p->tail < nops && ops[p->tail].kind != ConvPostOp::kRelu && ops[p->tail].kind != ConvPostOp::kClip) ++p->tail;
+  p->scalars.reserve(static_cast<size_t>(2 * nops));  // stable addresses for the memories below
+  dims one(static_cast<size_t>(2 + d), 1);
+  const dnnl::memory::desc one_md(one, dt::f32, plain);
   dnnl::post_ops po;
-  for (int i = bias ? 1 : 0; i < nops; ++i) {
+  auto binary = [&](dnnl::algorithm alg, const dnnl::memory::desc& md, const float* data) {
+    p->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len()) | DNNL_ARG_SRC_1] = dnnl::memory(md, p->eng, const_cast<float*>(data));
+    po.append_binary(alg, md);
+  };
+  for (int i = bias ? 1 : 0; i < p->tail; ++i) {
     const ConvPostOp& q = ops[i];
-    switch (q.kind) {
-      case ConvPostOp::kLinear: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, q.a, q.b); break;
-      case ConvPostOp::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
-      case ConvPostOp::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, q.a, q.b); break;
-      default: {
-        const dnnl::algorithm alg = q.kind == ConvPostOp::kMulC   ? dnnl::algorithm::binary_mul
-                                    : q.kind == ConvPostOp::kSubC ? dnnl::algorithm::binary_sub
-                                                                  : dnnl::algorithm::binary_add;
-        p->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len()) | DNNL_ARG_SRC_1] =
-            dnnl::memory(chan_md, p->eng, const_cast<float*>(q.c));
-        po.append_binary(alg, chan_md);
+    if (q.kind == ConvPostOp::kLinear) {
+      if (q.a != 1.0f) {
+        p->scalars.push_back(q.a);
+        binary(dnnl::algorithm::binary_mul, one_md, &p->scalars.back());
       }
+      if (q.b != 0.0f || q.a == 1.0f) {
+        p->scalars.push_back(q.b);
+        binary(dnnl::algorithm::binary_add, one_md, &p->scalars.back());
+      }
+    } else {
+      binary(q.kind == ConvPostOp::kMulC   ? dnnl::algorithm::binary_mul
+             : q.kind == ConvPostOp::kSubC ? dnnl::algorithm::binary_sub
+                                           : dnnl::algorithm::binary_add,
+             chan_md, q.c);
     }
   }
   attr.set_post_ops(po);
+  p->y_channels = g.cout;
+  p->y_elems = s.nn * g.cout * s.rows;
+  for (int i = first + 1; i < 3; ++i) p->y_elems *= g.out[i];
   auto primitive = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
     if (bias) {
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
@@ -234,7 +258,43 @@ inline std::vector<Slice> slices(const ConvGeom& g, int d, int threads) {
   return out;
 }
 
-inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_w) {
+// ops on a dense channels-last block of n elements (c channels innermost), one pass each.
+// Clamps keep NaN, as eager's do.
+inline void tail_post_ops(float* y, int64_t n, int64_t c, const ConvPostOp* ops, int nops) {
+  for (int i = 0; i < nops; ++i) {
+    const ConvPostOp& q = ops[i];
+    switch (q.kind) {
+      case ConvPostOp::kRelu:
+        for (int64_t j = 0; j < n; ++j) y[j] = y[j] < 0.0f ? 0.0f : y[j];
+        break;
+      case ConvPostOp::kClip: {
+        const float lo = q.a, hi = q.b;
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = y[j] < lo ? lo : y[j];
+          y[j] = v > hi ? hi : v;
+        }
+        break;
+      }
+      case ConvPostOp::kLinear:
+        for (int64_t j = 0; j < n; ++j) y[j] = q.a * y[j] + q.b;
+        break;
+      default:
+        for (int64_t j = 0; j < n; j += c) {
+          float* row = y + j;
+          const float* v = q.c;
+          if (q.kind == ConvPostOp::kMulC) {
+            for (int64_t k = 0; k < c; ++k) row[k] = row[k] * v[k];
+          } else if (q.kind == ConvPostOp::kSubC) {
+            for (int64_t k = 0; k < c; ++k) row[k] = row[k] - v[k];
+          } else {
+            for (int64_t k = 0; k < c; ++k) row[k] = row[k] + v[k];
+          }
+        }
+    }
+  }
+}
+
+inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_w, const ConvPostOp* ops, int nops) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   if (reorder_w) {
     p.w_user.set_data_handle(const_cast<float*>(w));
@@ -251,6 +311,7 @@ inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_
   p.conv.execute(p.st, args);
   if (p.reorder_y) p.ry.execute(p.st, p.ym, p.y_user);
   p.st.wait();
+  if (p.tail < nops) tail_post_ops(y + p.y_off, p.y_elems, p.y_channels, ops + p.tail, nops - p.tail);
 }
 
 // [n, c, plane] <-> [n, plane, c] (channels-last), for conv.h's NC(D)HW-only kernels.
@@ -289,7 +350,7 @@ inline void apply_post_ops(const ConvGeom& g, float* y, const ConvPostOp* ops, i
             case ConvPostOp::kSubC: v = v - q.c[c]; break;
             case ConvPostOp::kLinear: v = q.a * v + q.b; break;
             case ConvPostOp::kRelu: v = v < 0.0f ? 0.0f : v; break;
-            case ConvPostOp::kClip: v = v < q.a ? q.a : v > q.b ? q.b : v; break;
+            case ConvPostOp::kClip: v = v < q.a ? q.a : v; v = v > q.b ? q.b : v; break;
             default: break;
           }
         }
@@ -353,11 +414,11 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
   }
   const bool reorder_w = !const_weights && !fresh;
   if (parts->size() == 1) {
-    dnnl_detail::run(*(*parts)[0], x, w, y, reorder_w);
+    dnnl_detail::run(*(*parts)[0], x, w, y, reorder_w, ops, nops);
     return;
   }
   pool->parallel_for(static_cast<int64_t>(parts->size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dnnl_detail::run(*(*parts)[static_cast<size_t>(i)], x, w, y, reorder_w);
+    for (int64_t i = b; i < e; ++i) dnnl_detail::run(*(*parts)[static_cast<size_t>(i)], x, w, y, reorder_w, ops, nops);
   });
 }
 
