@@ -474,16 +474,22 @@ class Lowerer {
     return buffer_load(v, Want::kContiguous);
   }
 
-  // The elementwise chain a channels-last convolution applies to its result (Kernel::PostOp:
-  // oneDNN's bias and post-ops, then a pass over each slice just stored for clamps, which must
-  // keep NaN as eager does): from the convolution's value, while the
-  // value has one reader, is no graph output, and that reader is a float32 Map of the same
-  // shape that adds, subtracts or multiplies it by a literal or a per-channel constant
-  // vector (a bias, a batch norm's scale and shift), or clamps it (relu, maximum or minimum
-  // with a literal: relu6, hardtanh). The absorbed Maps are never computed again; returns the
-  // value the convolution's buffer holds, the last one absorbed. Anything else (a residual
-  // add, SiLU) is its consumers' expression, as before.
-  Value conv_post_ops(Kernel& k, Value v) {
+  // What a channels-last convolution applies to its result before the next kernel reads it.
+  //  1. A prefix oneDNN applies in registers (Kernel::PostOp): from the convolution's value,
+  //     while the value has one reader, is no graph output, and that reader is a float32 Map
+  //     of the same shape adding, subtracting or multiplying it by a literal or a per-channel
+  //     constant vector (a bias, an unfolded batch norm's scale and shift).
+  //  2. An epilogue (Kernel::epilogue): the float32 Maps of the same shape that read the
+  //     value, up to the one node every path from it reaches (SiLU's x * sigmoid(x), GELU,
+  //     hardswish, clamps, a residual add and the relu after it), whose other operands are
+  //     literals, per-channel or scalar constants, or channels-last buffers of the same shape
+  //     (read at the same element). It runs on each slice of the result right after oneDNN
+  //     stores it, while it is in cache, and computes exactly what those Maps compute
+  //     (emit.cpp prints it with the same scalar functions).
+  // The absorbed Maps are never computed again; returns the value the convolution's buffer
+  // holds (the last node absorbed), and sets *epilogue_root to the epilogue's root (or to
+  // an invalid value when there is none) for the caller to build its expression.
+  Value conv_post_ops(Kernel& k, Value v, Value* epilogue_root) {
     const Shape& shape = k.shape;
     using P = Kernel::PostOp;
     auto literal = [&](Value o, float* out) {
@@ -492,58 +498,51 @@ class Lowerer {
       *out = static_cast<float>(src.attrs.scalar.as_double());
       return !std::isnan(*out);
     };
-    auto per_channel = [&](Value o) -> int32_t {
+    // A float32 constant seen through views, made a buffer now if the folder placed it after
+    // the convolution in node order.
+    auto constant = [&](Value o, Expr* e) {
       const int32_t src = source_of(o.node);
-      if (g_.node(src).op != Op::kConstant || g_.type(o).dtype != DType::kF32) return -1;
-      // A constant the folder made may come after the convolution in node order.
+      if (g_.node(src).op != Op::kConstant || g_.type(o).dtype != DType::kF32) return false;
       if (!buffer_of_.count(Value{src, 0})) new_buffer(Value{src, 0}, Region::kConstant, static_cast<int32_t>(g_.node(src).attrs.index));
       const size_t mark = fused_into_.size();
-      Expr e = expr_of(o);
+      *e = expr_of(o);
       fused_into_.resize(mark);
-      if (e.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(e.buffer)].region != Region::kConstant) return -1;
-      if (e.layout.shape.size() != shape.size()) return -1;
+      return e->kind == Expr::kLoad && p_.buffers[static_cast<size_t>(e->buffer)].region == Region::kConstant &&
+             e->layout.shape == shape;
+    };
+    auto per_channel = [&](const Expr& e) {
       for (size_t d = 0; d < shape.size(); ++d) {
-        if (e.layout.shape[d] != shape[d]) return -1;
-        if (d == 1 ? e.layout.strides[d] != 1 && shape[d] != 1 : e.layout.strides[d] != 0 && shape[d] != 1) return -1;
+        if (shape[d] != 1 && e.layout.strides[d] != (d == 1 ? 1 : 0)) return false;
       }
-      k.inputs.push_back(std::move(e));
-      return static_cast<int32_t>(k.inputs.size() - 1);
+      return true;
+    };
+    auto same_shape_map = [&](const Node& m) {
+      return m.op == Op::kMap && m.type().dtype == DType::kF32 && m.type().shape == shape;
     };
     Value cur = v;
+    *epilogue_root = Value{-1, 0};
     for (;;) {
       if (output_slot_.count(cur)) break;
       const std::vector<int32_t>& cs = consumers_[static_cast<size_t>(cur.node)];
       if (cs.size() != 1) break;
       const Node& m = g_.node(cs[0]);
-      if (m.op != Op::kMap || m.type().dtype != DType::kF32 || m.type().shape != shape) break;
-      P op;
+      if (!same_shape_map(m) || m.inputs.size() != 2) break;
       const EwOp ew = m.attrs.ew;
-      if (ew == EwOp::k_relu && m.inputs.size() == 1) {
-        op.kind = P::kRelu;
-      } else if (m.inputs.size() == 2 && (ew == EwOp::k_add || ew == EwOp::k_sub || ew == EwOp::k_mul ||
-                                          ew == EwOp::k_maximum || ew == EwOp::k_minimum)) {
-        const bool first = m.inputs[0] == cur;
-        const Value o = m.inputs[first ? 1 : 0];
-        float c = 0;
-        if (literal(o, &c)) {
-          if (ew == EwOp::k_add) op = P{P::kLinear, 1.0f, c, -1};
-          else if (ew == EwOp::k_mul) op = P{P::kLinear, c, 0.0f, -1};
-          else if (ew == EwOp::k_sub) op = first ? P{P::kLinear, 1.0f, -c, -1} : P{P::kLinear, -1.0f, c, -1};
-          else if (ew == EwOp::k_maximum) op = c == 0.0f ? P{P::kRelu, 0, 0, -1} : P{P::kClip, c, INFINITY, -1};
-          else op = P{P::kClip, -INFINITY, c, -1};
-        } else if (ew == EwOp::k_add || ew == EwOp::k_mul || (ew == EwOp::k_sub && first)) {
-          const size_t mark = k.inputs.size();
-          const int32_t in = per_channel(o);
-          if (in < 0) {
-            k.inputs.resize(mark);
-            break;
-          }
-          op.kind = ew == EwOp::k_mul ? P::kMulC : ew == EwOp::k_sub ? P::kSubC : P::kAddC;
-          if (op.kind == P::kAddC && k.post_ops.empty()) op.kind = P::kBias;
-          op.input = in;
-        } else {
-          break;
-        }
+      if (ew != EwOp::k_add && ew != EwOp::k_sub && ew != EwOp::k_mul) break;
+      const bool first = m.inputs[0] == cur;
+      const Value o = m.inputs[first ? 1 : 0];
+      P op;
+      float c = 0;
+      Expr e;
+      if (literal(o, &c)) {
+        if (ew == EwOp::k_add) op = P{P::kLinear, 1.0f, c, -1};
+        else if (ew == EwOp::k_mul) op = P{P::kLinear, c, 0.0f, -1};
+        else op = first ? P{P::kLinear, 1.0f, -c, -1} : P{P::kLinear, -1.0f, c, -1};
+      } else if (constant(o, &e) && per_channel(e) && (ew != EwOp::k_sub || first)) {
+        op.kind = ew == EwOp::k_mul ? P::kMulC : ew == EwOp::k_sub ? P::kSubC : P::kAddC;
+        if (op.kind == P::kAddC && k.post_ops.empty()) op.kind = P::kBias;
+        k.inputs.push_back(std::move(e));
+        op.input = static_cast<int32_t>(k.inputs.size() - 1);
       } else {
         break;
       }
@@ -552,6 +551,75 @@ class Lowerer {
       fused_into_.push_back(cs[0]);
       cur = Value{cs[0], 0};
     }
+    // The epilogue: grow the set of Maps reading `cur` until one node of it (the root) is the
+    // only one read from outside; then try to take the root's readers in too, and so on.
+    if (output_slot_.count(cur) || consumers_[static_cast<size_t>(cur.node)].empty()) return cur;
+    constexpr size_t kMaxNodes = 16;
+    auto in = [](const std::vector<int32_t>& r, int32_t id) { return std::find(r.begin(), r.end(), id) != r.end(); };
+    // Every operand from outside: cur, a literal, a constant per channel or scalar, or a
+    // channels-last float32 buffer of the same shape, read directly (no view).
+    auto leaf_ok = [&](const std::vector<int32_t>& r, Value x) {
+      if (x == cur || in(r, x.node)) return true;
+      float c = 0;
+      Expr e;
+      if (literal(x, &c)) return true;
+      if (g_.node(source_of(x.node)).op == Op::kConstant) {
+        return constant(x, &e) &&
+               (per_channel(e) || std::all_of(e.layout.strides.begin(), e.layout.strides.end(), [](int64_t st) { return st == 0; }));
+      }
+      auto it = buffer_of_.find(x);
+      if (it == buffer_of_.end()) return false;
+      const Buffer& b = p_.buffers[static_cast<size_t>(it->second)];
+      return b.channels_last() && b.type.shape == shape && b.type.dtype == DType::kF32;
+    };
+    // The root of the smallest closed region containing `seed`, growing it in place; -1 if
+    // there is none within kMaxNodes.
+    auto close = [&](std::vector<int32_t>& r) -> int32_t {
+      for (;;) {
+        if (r.size() > kMaxNodes) return -1;
+        std::vector<int32_t> open;  // read from outside the region, or a graph output
+        for (int32_t id : r) {
+          if (!same_shape_map(g_.node(id))) return -1;
+          for (Value x : g_.node(id).inputs) {
+            if (!leaf_ok(r, x)) return -1;
+          }
+          bool outside = output_slot_.count(Value{id, 0}) > 0 || consumers_[static_cast<size_t>(id)].empty();
+          for (int32_t c : consumers_[static_cast<size_t>(id)]) outside = outside || !in(r, c);
+          if (outside) open.push_back(id);
+        }
+        if (open.size() == 1) return open[0];
+        if (open.empty()) return -1;
+        // Pull in the readers of every open node but the latest in node order (the root to be).
+        const int32_t latest = *std::max_element(open.begin(), open.end());
+        bool grew = false;
+        for (int32_t id : open) {
+          if (id == latest) continue;
+          if (output_slot_.count(Value{id, 0})) return -1;
+          for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+            if (!in(r, c)) {
+              r.push_back(c);
+              grew = true;
+            }
+          }
+        }
+        if (!grew) return -1;
+      }
+    };
+    std::vector<int32_t> region, trial = consumers_[static_cast<size_t>(cur.node)];
+    int32_t root = -1;
+    for (;;) {
+      const int32_t r = close(trial);
+      if (r < 0) break;
+      region = trial;
+      root = r;
+      if (output_slot_.count(Value{root, 0}) || consumers_[static_cast<size_t>(root)].empty()) break;
+      for (int32_t c : consumers_[static_cast<size_t>(root)]) {
+        if (!in(trial, c)) trial.push_back(c);
+      }
+    }
+    if (root < 0) return cur;
+    for (int32_t id : region) absorbed_[static_cast<size_t>(id)] = true;
+    *epilogue_root = Value{root, 0};
     return cur;
   }
 
@@ -939,9 +1007,20 @@ class Lowerer {
           return;
         }
         k.shape = n.type().shape;
-        const Value last = conv_post_ops(k, v);
-        k.outputs.push_back(new_buffer(last, Region::kArena, -1, channels_last_strides(k.shape)));
-        k.out_layouts.push_back(p_.buffers[static_cast<size_t>(k.outputs.back())].layout());
+        Value root;
+        const Value last = conv_post_ops(k, v, &root);
+        const int32_t out = new_buffer(last, Region::kArena, -1, channels_last_strides(k.shape));
+        k.outputs.push_back(out);
+        k.out_layouts.push_back(p_.buffers[static_cast<size_t>(out)].layout());
+        if (root.node >= 0) {
+          // The epilogue's expression, `last` read from the buffer itself; the buffer then
+          // holds the root's value.
+          Expr e = compute(root);
+          buffer_of_.erase(last);
+          buffer_of_[root] = out;
+          k.inputs.push_back(std::move(e));
+          k.epilogue = static_cast<int32_t>(k.inputs.size() - 1);
+        }
         push(std::move(k), n);
         return;
       }

@@ -68,16 +68,19 @@ struct Kernel {
     int64_t m = 0, n = 0, k = 0, sar = 0, sac = 0, ldc = 0, experts = 0;
   } gathered;
   bool in_place = false;         // kIndexPut: the output already holds the base (state)
-  // kConv (channels-last, on oneDNN): elementwise operations applied to the result, in order,
-  // before the next kernel reads it (chroma/cpu/conv.h's ConvPostOp, same numbering; oneDNN
-  // applies those up to the first clamp as bias and post-ops, conv_dnnl.h the rest). The
-  // per-channel ones read a float32 constant vector of Cout elements.
+  // kConv (channels-last, on oneDNN): arithmetic oneDNN applies to the result before storing
+  // it, in order (chroma/cpu/conv.h's ConvPostOp, same numbering); the per-channel ones read a
+  // float32 constant vector of Cout elements, inputs[input].
   struct PostOp {
-    enum Kind : uint8_t { kBias, kLinear, kRelu, kClip, kAddC, kMulC, kSubC } kind = kRelu;
-    float a = 0, b = 0;            // kLinear: a * x + b; kClip: clamp to [a, b]
+    enum Kind : uint8_t { kBias, kLinear, kAddC, kMulC, kSubC } kind = kLinear;
+    float a = 1, b = 0;            // kLinear: a * x + b
     int32_t input = -1;            // per-channel: its load among `inputs`
   };
   std::vector<PostOp> post_ops;
+  // kConv: inputs[epilogue], when >= 0, is an elementwise expression over the output shape
+  // whose loads of the output buffer itself stand for the result oneDNN stored; it is
+  // evaluated in place on each slice of the result (lower.cpp conv_post_ops).
+  int32_t epilogue = -1;
 };
 
 struct Program {

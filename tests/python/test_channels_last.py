@@ -157,3 +157,39 @@ def test_nan_propagates_through_fused_clamps(check):
         outs = f(x)
     assert all(torch.isnan(o).any() for o in outs)
     check(f, x, **TOL)
+
+
+class EpilogueRegions(nn.Module):
+    """Elementwise regions after a convolution that its epilogue computes (GELU, hardswish,
+    a residual add and relu, SiLU read by a later residual), and ones it must leave alone (an
+    intermediate that is also a graph output, a result read by two convolutions)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.c = nn.ModuleList([nn.Conv2d(16, 16, 3, padding=1) for _ in range(8)])
+
+    def forward(self, x):
+        c = self.c
+        a = F.gelu(c[0](x))
+        b = F.hardswish(c[1](a))
+        r = F.relu(c[2](b) + a)               # residual add, then relu
+        s = F.silu(c[3](r))
+        t = c[4](s)
+        sig = torch.sigmoid(t)                # also a graph output: not absorbed
+        u = t * sig
+        v = c[5](u)                           # read by two convolutions: no epilogue
+        return c[6](v) + c[7](v), sig
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_epilogue_regions(check, threads):
+    m = EpilogueRegions().eval()
+    prog = check(m, randn(1, 16, 48, 40, seed=12), threads=threads, **TOL)
+    with open(os.path.join(prog.directory, "manifest.json")) as fh:
+        labels = [k["label"] for k in json.load(fh)["entries"][0]["kernels"]]
+    convs = [lab for lab in labels if lab.startswith("Conv")]
+    assert len(convs) == 8, labels
+    assert "erf" in convs[0] and "add relu" in convs[2] and "sigmoid" in convs[3], convs
+    assert "sigmoid" not in convs[4], convs  # sigmoid(t) is a graph output
+    assert convs[5] == "Conv <- add", convs  # v has two readers

@@ -35,15 +35,21 @@ struct ConvGeom {
   bool x_cl = false, y_cl = false;
 };
 
-// An elementwise operation applied to a convolution's result before it is stored, in order
-// (conv_dnnl: oneDNN's bias and post-ops). kBias (first only) and kAddC add c[channel], kMulC
-// multiplies by it, kSubC subtracts it; kLinear: a * y + b; kRelu; kClip: clamp to [a, b]
-// (NaN stays NaN).
+// Arithmetic applied to a convolution's result before it is stored, in order (conv_dnnl:
+// oneDNN's bias and binary post-ops). kBias (first only) and kAddC add c[channel], kMulC
+// multiplies by it, kSubC subtracts it; kLinear: a * y + b.
 struct ConvPostOp {
-  enum Kind : int { kBias, kLinear, kRelu, kClip, kAddC, kMulC, kSubC };
+  enum Kind : int { kBias, kLinear, kAddC, kMulC, kSubC };
   int kind;
   float a, b;
   const float* c;
+};
+
+// An elementwise function applied in place to whole pixels [i0, i0 + n) (elements) of a
+// channels-last result once they are stored (generated per convolution: emit.cpp).
+struct ConvEpilogue {
+  void (*fn)(const void* ctx, float* y, int64_t i0, int64_t n);
+  const void* ctx;
 };
 
 inline constexpr int64_t kConvScratchBytes = 512 * 1024;

@@ -61,9 +61,7 @@ struct Prim {
   dnnl::memory x_user, y_user, w_user, xm, ym, scratch;
   std::unordered_map<int, dnnl::memory> args;  // the convolution's, weights and buffers aside
   std::vector<float> scalars;                   // the literal operands of binary post-ops
-  // ops[tail, nops) are applied by run() on the stored block (see make()); y_elems: its size.
-  int tail = 0;
-  int64_t y_elems = 0, y_channels = 0;
+  int64_t y_elems = 0;                          // the slice's output block (the epilogue's n)
   std::shared_ptr<dnnl::memory> wm;
   bool reorder_x = false, reorder_y = false;
   dnnl::reorder rx, ry, rw;
@@ -148,14 +146,11 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   const auto plain = d == 1 ? dnnl::memory::format_tag::abc : d == 2 ? dnnl::memory::format_tag::abcd : dnnl::memory::format_tag::abcde;
   const dnnl::memory::desc chan_md(chan, dt::f32, plain);
   if (bias) p->args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, p->eng, const_cast<float*>(ops[0].c));
-  // oneDNN applies the arithmetic up to the first clamp, as binary post-ops (per-channel
-  // vectors, or a literal as a one-element tensor: y - 0.5 is y + (-0.5), the same rounding as
-  // eager's). Clamps and everything after the first one run in run(), on the block just
-  // stored (still in cache): oneDNN 2.6's relu and clip turn NaN into 0 or the lower bound
-  // (eager keeps NaN), and its brgconv applies the first eltwise post-op's parameters to
-  // every later one.
-  p->tail = bias ? 1 : 0;
-  while (p->tail < nops && ops[p->tail].kind != ConvPostOp::kRelu && ops[p->tail].kind != ConvPostOp::kClip) ++p->tail;
+  // The arithmetic as binary post-ops: per-channel vectors, or a literal as a one-element
+  // tensor (y - 0.5 is y + (-0.5), the same rounding as eager's). No eltwise post-ops: oneDNN
+  // 2.6's relu and clip turn NaN into 0 or the lower bound (eager keeps NaN), and its brgconv
+  // applies the first eltwise post-op's parameters to every later one; clamps and the rest are
+  // the generated epilogue's (ConvEpilogue), run on the block just stored.
   p->scalars.reserve(static_cast<size_t>(2 * nops));  // stable addresses for the memories below
   dims one(static_cast<size_t>(2 + d), 1);
   const dnnl::memory::desc one_md(one, dt::f32, plain);
@@ -164,7 +159,7 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
     p->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len()) | DNNL_ARG_SRC_1] = dnnl::memory(md, p->eng, const_cast<float*>(data));
     po.append_binary(alg, md);
   };
-  for (int i = bias ? 1 : 0; i < p->tail; ++i) {
+  for (int i = bias ? 1 : 0; i < nops; ++i) {
     const ConvPostOp& q = ops[i];
     if (q.kind == ConvPostOp::kLinear) {
       if (q.a != 1.0f) {
@@ -183,7 +178,6 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
     }
   }
   attr.set_post_ops(po);
-  p->y_channels = g.cout;
   p->y_elems = s.nn * g.cout * s.rows;
   for (int i = first + 1; i < 3; ++i) p->y_elems *= g.out[i];
   auto primitive = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
@@ -258,43 +252,7 @@ inline std::vector<Slice> slices(const ConvGeom& g, int d, int threads) {
   return out;
 }
 
-// ops on a dense channels-last block of n elements (c channels innermost), one pass each.
-// Clamps keep NaN, as eager's do.
-inline void tail_post_ops(float* y, int64_t n, int64_t c, const ConvPostOp* ops, int nops) {
-  for (int i = 0; i < nops; ++i) {
-    const ConvPostOp& q = ops[i];
-    switch (q.kind) {
-      case ConvPostOp::kRelu:
-        for (int64_t j = 0; j < n; ++j) y[j] = y[j] < 0.0f ? 0.0f : y[j];
-        break;
-      case ConvPostOp::kClip: {
-        const float lo = q.a, hi = q.b;
-        for (int64_t j = 0; j < n; ++j) {
-          const float v = y[j] < lo ? lo : y[j];
-          y[j] = v > hi ? hi : v;
-        }
-        break;
-      }
-      case ConvPostOp::kLinear:
-        for (int64_t j = 0; j < n; ++j) y[j] = q.a * y[j] + q.b;
-        break;
-      default:
-        for (int64_t j = 0; j < n; j += c) {
-          float* row = y + j;
-          const float* v = q.c;
-          if (q.kind == ConvPostOp::kMulC) {
-            for (int64_t k = 0; k < c; ++k) row[k] = row[k] * v[k];
-          } else if (q.kind == ConvPostOp::kSubC) {
-            for (int64_t k = 0; k < c; ++k) row[k] = row[k] - v[k];
-          } else {
-            for (int64_t k = 0; k < c; ++k) row[k] = row[k] + v[k];
-          }
-        }
-    }
-  }
-}
-
-inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_w, const ConvPostOp* ops, int nops) {
+inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_w, const ConvEpilogue* epi) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   if (reorder_w) {
     p.w_user.set_data_handle(const_cast<float*>(w));
@@ -311,7 +269,7 @@ inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_
   p.conv.execute(p.st, args);
   if (p.reorder_y) p.ry.execute(p.st, p.ym, p.y_user);
   p.st.wait();
-  if (p.tail < nops) tail_post_ops(y + p.y_off, p.y_elems, p.y_channels, ops + p.tail, nops - p.tail);
+  if (epi) epi->fn(epi->ctx, y, p.y_off, p.y_elems);
 }
 
 // [n, c, plane] <-> [n, plane, c] (channels-last), for conv.h's NC(D)HW-only kernels.
@@ -349,8 +307,6 @@ inline void apply_post_ops(const ConvGeom& g, float* y, const ConvPostOp* ops, i
             case ConvPostOp::kMulC: v = v * q.c[c]; break;
             case ConvPostOp::kSubC: v = v - q.c[c]; break;
             case ConvPostOp::kLinear: v = q.a * v + q.b; break;
-            case ConvPostOp::kRelu: v = v < 0.0f ? 0.0f : v; break;
-            case ConvPostOp::kClip: v = v < q.a ? q.a : v; v = v > q.b ? q.b : v; break;
             default: break;
           }
         }
@@ -363,7 +319,7 @@ inline void apply_post_ops(const ConvGeom& g, float* y, const ConvPostOp* ops, i
 // it, the post-ops applied after it (only for a geometry oneDNN refuses).
 template <class Gemm>
 void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, const ConvPostOp* ops, int nops,
-                   rt::ThreadPool* pool, Gemm&& gemm) {
+                   const ConvEpilogue* epi, rt::ThreadPool* pool, Gemm&& gemm) {
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   std::vector<float> xt, yt;
   const float* xs = x;
@@ -376,13 +332,14 @@ void conv_fallback(const ConvGeom& g, const float* x, const float* w, float* y, 
   conv<float>(g, xs, w, g.y_cl ? yt.data() : y, pool, gemm);
   apply_post_ops(g, g.y_cl ? yt.data() : y, ops, nops);
   if (g.y_cl) dnnl_detail::transpose_planes(yt.data(), y, g.n, g.cout, out_plane);
+  if (epi) epi->fn(epi->ctx, y, 0, g.n * g.cout * out_plane);
 }
 
 // const_weights: w is a constant of the program (reordered once per program); otherwise it
 // may change between calls and is reordered on every call.
 template <class Gemm>
 void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const float* w, float* y, bool const_weights,
-               const ConvPostOp* ops, int nops, rt::ThreadPool* pool, Gemm&& gemm) {
+               const ConvPostOp* ops, int nops, const ConvEpilogue* epi, rt::ThreadPool* pool, Gemm&& gemm) {
   std::vector<std::unique_ptr<dnnl_detail::Prim>>* parts = nullptr;
   bool fresh = false;
   const int threads = pool ? pool->size() : 1;
@@ -409,16 +366,16 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
     }
   }
   if (!parts) {
-    conv_fallback(g, x, w, y, ops, nops, pool, gemm);
+    conv_fallback(g, x, w, y, ops, nops, epi, pool, gemm);
     return;
   }
   const bool reorder_w = !const_weights && !fresh;
   if (parts->size() == 1) {
-    dnnl_detail::run(*(*parts)[0], x, w, y, reorder_w, ops, nops);
+    dnnl_detail::run(*(*parts)[0], x, w, y, reorder_w, epi);
     return;
   }
   pool->parallel_for(static_cast<int64_t>(parts->size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dnnl_detail::run(*(*parts)[static_cast<size_t>(i)], x, w, y, reorder_w, ops, nops);
+    for (int64_t i = b; i < e; ++i) dnnl_detail::run(*(*parts)[static_cast<size_t>(i)], x, w, y, reorder_w, epi);
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -406,6 +407,50 @@ class Emitter {
     return is_channels_last(x) && (!is_contiguous(x) || p.buffers[static_cast<size_t>(k.outputs[0])].channels_last());
   }
 
+  // A channels-last convolution's epilogue (Kernel::epilogue) as a function over a block of
+  // its stored result, whole pixels [i0, i0 + n): the expression's loads of the output are
+  // y[p + c], of a per-channel or scalar constant its element c or its one element, of
+  // another channels-last buffer of the same shape the same element; the operations are the
+  // scalar functions the expression templates use, so the values are the same bits.
+  std::string conv_epilogue(const Kernel& k) const {
+    const Expr& e = k.inputs[static_cast<size_t>(k.epilogue)];
+    const int32_t out = k.outputs[0];
+    const std::vector<int64_t> cl = channels_last_strides(k.shape);
+    std::function<std::string(const Expr&)> print = [&](const Expr& x) -> std::string {
+      switch (x.kind) {
+        case Expr::kLoad: {
+          if (x.buffer == out) return "y[p + c]";
+          const std::string base = "static_cast<const float*>(" + ptr(x.buffer, false) + ")[" + std::to_string(x.layout.offset);
+          bool scalar = true, channel = true;
+          for (size_t d = 0; d < x.layout.shape.size(); ++d) {
+            const int64_t st = x.layout.shape[d] == 1 ? 0 : x.layout.strides[d];
+            scalar = scalar && st == 0;
+            channel = channel && st == (d == 1 ? 1 : 0);
+          }
+          if (scalar) return base + "]";
+          if (channel) return base + " + c]";
+          if (x.layout.strides != cl) throw CompileError("internal: a convolution epilogue reads a layout it cannot address");
+          return base + " + p + c]";
+        }
+        case Expr::kLiteral:
+          return scalar_lit(x.literal, x.dtype);
+        case Expr::kMap: {
+          std::string r = "static_cast<float>(et::op::" + std::string(ew_info(x.ew).name) + "::apply(";
+          for (size_t i = 0; i < x.children.size(); ++i) r += (i ? ", " : "") + print(x.children[i]);
+          return r + "))";
+        }
+        default:
+          throw CompileError("internal: a convolution epilogue with an iota or a cast");
+      }
+    };
+    std::ostringstream o;
+    o << "  const et::ConvEpilogue epi{+[](const void* ctx, float* y, int64_t i0, int64_t n) {\n"
+      << "    [[maybe_unused]] const auto& cx = *static_cast<const ::chroma::rt::Ctx*>(ctx);\n"
+      << "    for (int64_t p = i0; p < i0 + n; p += " << k.shape[1] << ") {\n#pragma GCC ivdep\n"
+      << "      for (int64_t c = 0; c < " << k.shape[1] << "; ++c) y[p + c] = " << print(e) << ";\n    }\n  }, &cx};\n";
+    return o.str();
+  }
+
   std::string conv(const Kernel& k) const {
     const Expr& x = k.inputs[0];
     const Expr& w = k.inputs[1];
@@ -435,7 +480,7 @@ class Emitter {
     if (auto site = dnnl_sites_.find(&k); site != dnnl_sites_.end()) {
       // oneDNN's glue (a heavy header) is compiled once, in program.cpp.
       const bool const_w = p_->buffers[static_cast<size_t>(w.buffer)].region == Region::kConstant;
-      static const char* kKinds[] = {"kBias", "kLinear", "kRelu", "kClip", "kAddC", "kMulC", "kSubC"};
+      static const char* kKinds[] = {"kBias", "kLinear", "kAddC", "kMulC", "kSubC"};
       if (!k.post_ops.empty()) {
         o << "  const et::ConvPostOp po[] = {";
         for (size_t i = 0; i < k.post_ops.size(); ++i) {
@@ -452,11 +497,13 @@ class Emitter {
         }
         o << "};\n";
       }
+      if (k.epilogue >= 0) o << conv_epilogue(k);
       o << "  conv_dnnl_site(" << site->second << ", g, " << d << ", " << args << ", " << (const_w ? "true" : "false")
-        << ", " << (k.post_ops.empty() ? "nullptr, 0" : "po, " + std::to_string(k.post_ops.size())) << ", cx.pool);\n";
+        << ", " << (k.post_ops.empty() ? "nullptr, 0" : "po, " + std::to_string(k.post_ops.size())) << ", "
+        << (k.epilogue >= 0 ? "&epi" : "nullptr") << ", cx.pool);\n";
       return o.str();
     }
-    if (x_cl || y_cl || !k.post_ops.empty()) throw CompileError("internal: a channels-last convolution (" + k.name + ") without oneDNN");
+    if (x_cl || y_cl || !k.post_ops.empty() || k.epilogue >= 0) throw CompileError("internal: a channels-last convolution (" + k.name + ") without oneDNN");
     o << "  et::conv<" << t << ">(g, " << args << ", cx.pool,\n      ["
       << (o_.dnnl_sgemm && c.type.dtype == DType::kF32 ? "pool = cx.pool" : "") << "](int64_t m, int64_t n, int64_t kk, const " << t
       << "* A, int64_t lda, const " << t << "* B, int64_t ldb, " << t << "* C, int64_t ldc) {\n";
@@ -610,7 +657,7 @@ class Emitter {
       o << prelude() << "namespace chroma_gen {\nnamespace et = ::chroma::et;\n\n";
       if (!dnnl_sites_.empty()) {
         o << "int conv_dnnl_site(int site, const et::ConvGeom& g, int d, const float* x, const float* w, float* y, bool const_w,\n"
-             "                   const et::ConvPostOp* ops, int nops, ::chroma::rt::ThreadPool* pool);\n\n";
+             "                   const et::ConvPostOp* ops, int nops, const et::ConvEpilogue* epi, ::chroma::rt::ThreadPool* pool);\n\n";
       }
       for (size_t gi : files[f]) {
         for (size_t j : groups[gi]) {
@@ -738,9 +785,10 @@ class Emitter {
            "extern const int kNumDnnlSites;  // program.cpp\n\n"
            "// One primitive cache per call site.\n"
            "int conv_dnnl_site(int site, const ::chroma::et::ConvGeom& g, int d, const float* x, const float* w, float* y,\n"
-           "                   bool const_w, const ::chroma::et::ConvPostOp* ops, int nops, ::chroma::rt::ThreadPool* pool) {\n"
+           "                   bool const_w, const ::chroma::et::ConvPostOp* ops, int nops, const ::chroma::et::ConvEpilogue* epi,\n"
+           "                   ::chroma::rt::ThreadPool* pool) {\n"
            "  static const std::unique_ptr<::chroma::et::DnnlCache[]> caches(new ::chroma::et::DnnlCache[kNumDnnlSites]);\n"
-           "  ::chroma::et::conv_dnnl(caches[site], g, d, x, w, y, const_w, ops, nops, pool,\n"
+           "  ::chroma::et::conv_dnnl(caches[site], g, d, x, w, y, const_w, ops, nops, epi, pool,\n"
            "      [pool](int64_t m, int64_t n, int64_t kk, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,\n"
            "             int64_t ldc) { ::chroma::et::sgemm(pool, false, false, m, n, kk, A, lda, B, ldb, C, ldc); });\n"
            "  return 0;\n}\n\n}  // namespace chroma_gen\n";
