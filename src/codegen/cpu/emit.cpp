@@ -488,8 +488,8 @@ class Emitter {
           o << (i ? ",\n      " : "") << "{et::ConvPostOp::" << kKinds[q.kind] << ", " << float_lit(q.a) << ", "
             << float_lit(q.b) << ", ";
           if (q.input >= 0) {
-            const Expr& c = k.inputs[static_cast<size_t>(q.input)];
-            o << "static_cast<const float*>(" << ptr(c.buffer, false) << ") + " << c.layout.offset;
+            const Expr& vec = k.inputs[static_cast<size_t>(q.input)];
+            o << "static_cast<const float*>(" << ptr(vec.buffer, false) << ") + " << vec.layout.offset;
           } else {
             o << "nullptr";
           }
