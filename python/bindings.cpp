@@ -11,7 +11,8 @@ namespace nb = nanobind;
 namespace {
 
 chroma::CompileOptions options(const std::string& target, bool blas, const std::string& include_dir,
-                               const std::string& python_include, const std::string& cache_dir, int jobs, int max_depth) {
+                               const std::string& python_include, const std::string& cache_dir, int jobs, int max_depth,
+                               const std::string& golden = "") {
   chroma::CompileOptions o;
   o.target = target;
   o.blas = blas;
@@ -20,6 +21,7 @@ chroma::CompileOptions options(const std::string& target, bool blas, const std::
   o.cache_dir = cache_dir;
   o.jobs = jobs;
   o.max_expression_depth = max_depth;
+  o.golden_path = golden;
   return o;
 }
 
@@ -32,14 +34,16 @@ NB_MODULE(_compiler, m) {
       "compile_graph",
       [](const std::string& graph, const std::string& out, const std::string& target, bool blas,
          const std::string& include_dir, const std::string& python_include, const std::string& cache_dir, int jobs,
-         int max_depth) {
-        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth);
+         int max_depth, const std::string& golden) {
+        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth, golden);
         nb::gil_scoped_release release;
         return chroma::compile_graph_file(graph, out, o);
       },
       nb::arg("graph"), nb::arg("out"), nb::arg("target") = "cpu", nb::arg("blas") = true, nb::arg("include_dir"),
       nb::arg("python_include") = "", nb::arg("cache_dir") = "", nb::arg("jobs") = 0, nb::arg("max_depth") = 32,
-      "Compiles a .cgraph file into an artifact directory; returns the manifest JSON text.");
+      nb::arg("golden") = "",
+      "Compiles a .cgraph file into an artifact directory (target 'webgpu': also <out>.chroma-web, with the golden "
+      "data described by the JSON file `golden`); returns the manifest JSON text.");
   m.def(
       "compile_graphs",
       [](const std::vector<std::string>& names, const std::vector<std::string>& graphs, const std::string& out,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ unit tests (GoogleTest) and the Python tests against PyTorch.
+# Runs every test: the C++ unit tests (GoogleTest), the JS WebGPU runtime's tests (Node's test
+# runner on Dawn) and the Python tests against PyTorch (CPU and WebGPU targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -9,4 +10,5 @@ export CHROMA_VERIFY=1   # run the IR verifier after every pass
 cmake -S . -B build/tests -G Ninja -DCHROMA_BUILD_TESTS=ON -DCHROMA_WERROR=ON >/dev/null
 cmake --build build/tests -j 2 --target chroma_tests chroma_run
 ./build/tests/chroma_tests
+(cd web && npm test --silent)   # the JS WebGPU runtime, on Dawn + SwiftShader
 .venv/bin/python -m pytest tests/python -q -n 2 "$@"

@@ -1,6 +1,7 @@
-// The compiler pipeline, as one linear script (pipeline.cpp):
-//   import -> fold constants -> DCE -> CSE -> DCE -> lower (fusion, kernels, arena plan)
-//   -> lay out weights -> generate C++ -> build the library -> write the manifest.
+// The compiler pipeline, as one linear script for every target (pipeline.cpp):
+//   import -> fold constants -> DCE -> CSE -> DCE -> lower with the target's options (fusion,
+//   kernels, arena plan) -> the target's writer (artifact/targets.h): lay out weights and
+//   state (shared), generate code (CPU C++ / GPU kernels), build or package, write the manifest.
 // CHROMA_DUMP_IR=1 prints the IR after every pass.
 #pragma once
 
@@ -19,6 +20,9 @@ struct CompileOptions {
   std::string cache_dir;       // build cache ("" = none)
   int jobs = 0;
   int max_expression_depth = 32;
+  // GPU targets: a JSON file describing the golden inputs and outputs to store in the
+  // package for its self-check ("" = none; docs/webgpu_package.md, "Golden data").
+  std::string golden_path;
 };
 
 // The optimizing passes, in order.

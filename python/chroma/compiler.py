@@ -29,16 +29,57 @@ def default_cache_dir() -> str:
     return os.environ.get("CHROMA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "chroma")
 
 
+TARGETS = ("cpu", "webgpu")
+
+
 def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                cache_dir: Optional[str] = None, max_depth: int = 32) -> None:
-    """Compiles a .cgraph file (from chroma.export) into the artifact directory `out`."""
+                cache_dir: Optional[str] = None, max_depth: int = 32, golden: str = "") -> None:
+    """Compiles a .cgraph file (from chroma.export) into the artifact directory `out`
+    (target "webgpu": also the package `<out>.chroma-web`, with the golden data `golden`
+    describes, see _write_golden)."""
     from . import _compiler
 
     os.makedirs(out, exist_ok=True)
     _compiler.compile_graph(
         graph_path, out, target=target, blas=blas, include_dir=include_dir(),
         python_include=sysconfig.get_paths()["include"],
-        cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth)
+        cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth,
+        golden=golden)
+
+
+# Tolerance stored with a package's golden outputs: |y - golden| <= atol + rtol |golden|, with
+# atol relative to the output's largest magnitude (a GPU's exp, log and sums differ from the
+# CPU's in the last bits, and deep models carry that forward).
+GOLDEN_RTOL = 1e-3
+GOLDEN_ATOL = 1e-4
+
+
+def _write_golden(fn: Any, example_inputs: tuple, input_names: list, directory: str) -> str:
+    """Runs `fn` eagerly on the example inputs and writes the inputs and outputs for a GPU
+    package's self-check: returns the path of the JSON description ("" when the model
+    updates state in place, whose eager run would change the model)."""
+    import numpy as np
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    with torch.no_grad():
+        outputs = tree_flatten(fn(*example_inputs))[0]
+    scale = max([float(np.max(np.abs(o.detach().numpy()))) for o in outputs
+                 if o.is_floating_point() and o.numel() and bool(torch.isfinite(o).all())] + [1.0])
+    desc: Dict[str, Any] = {"inputs": [], "outputs": [],
+                            "tolerance": {"atol": GOLDEN_ATOL * scale, "rtol": GOLDEN_RTOL}}
+    for kind, tensors in (("inputs", example_inputs), ("outputs", outputs)):
+        for i, t in enumerate(tensors):
+            a = np.ascontiguousarray(t.detach().numpy())
+            path = os.path.join(directory, f"golden_{kind}_{i}.bin")
+            a.tofile(path)
+            name = input_names[i] if kind == "inputs" else f"output{i}"
+            desc[kind].append({"name": name, "dtype": str(a.dtype) if a.dtype != np.bool_ else "bool",
+                               "shape": list(a.shape), "file": path})
+    path = os.path.join(directory, "golden.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(desc, f)
+    return path
 
 
 def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
@@ -226,7 +267,7 @@ def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs
     return result
 
 
-def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Program:
+def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Any:
     t0 = time.perf_counter()
     prog = load(out, threads=threads)
     timings["load"] = time.perf_counter() - t0
@@ -299,7 +340,9 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
 
     out:       artifact directory (a new temporary directory when None)
-    target:    "cpu"
+    target:    "cpu", or "webgpu": writes the package `<out>.chroma-web` (docs/webgpu_package.md)
+               with golden inputs and outputs from an eager run, and returns a
+               chroma.webgpu.WebGPUProgram that runs it through the `wgpu` package
     blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
     jobs:      parallel compiler processes (0: one per core)
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it). Besides
@@ -313,6 +356,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     """
     from .exporter import export
 
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
     example_inputs = _example_inputs(example_inputs)
     if out is None:
         out = tempfile.mkdtemp(prefix="chroma-")
@@ -323,12 +368,18 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         with _graph_dir(out, keep_graph) as gdir:
             gpath = os.path.join(gdir, "graph.cgraph")
             _timed(timings, "graph_write", graph.write, gpath)
+            golden = ""
+            if target != "cpu" and not graph.json.get("state_updates"):
+                golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
+                                [i["name"] for i in graph.json["inputs"]], gdir)
             _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
-                   cache_dir=cache_dir, max_depth=max_depth)
+                   cache_dir=cache_dir, max_depth=max_depth, golden=golden)
             return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
+    if target != "cpu":  # the package lies beside the directory the model cache stores
+        return build({"model_cache": f"off (target {target})"})
     options = dict(target=target, blas=blas, max_depth=max_depth)
     return _through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
                                 threads, build)

@@ -264,6 +264,17 @@ def _load_module(path: str):
     return module
 
 
+def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
+    """A WebGPU artifact: its manifest names the package beside the directory."""
+    from .webgpu import WebGPUProgram
+
+    rel = _field(manifest, "package.file", mpath)
+    path = os.path.normpath(os.path.join(directory, rel))
+    if not os.path.isfile(path):
+        raise ArtifactError(f"{mpath}: the package {path} it names (field package.file) is missing")
+    return WebGPUProgram(path)
+
+
 def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None) -> Program:
     """Loads an artifact directory written by chroma.compile.
 
@@ -289,6 +300,8 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     version = manifest.get("version")
     if version != ARTIFACT_VERSION:
         raise ArtifactError(f"{mpath}: artifact format version {version} is not supported (this runtime reads version {ARTIFACT_VERSION})")
+    if manifest.get("target") == "webgpu":
+        return _load_webgpu(directory, manifest, mpath)
     abi = _field(manifest, "abi_version", mpath)
     if abi != ABI_VERSION:
         raise ArtifactError(f"{mpath}: ABI version {abi} does not match this runtime's {ABI_VERSION}")

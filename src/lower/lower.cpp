@@ -1162,12 +1162,12 @@ class Lowerer {
         buf.last = std::max(buf.last, t);
       }
     }
-    memory::ArenaPlanner planner(64);
+    memory::ArenaPlanner planner(opts_.arena_alignment);
     std::vector<int32_t> ids;
     for (size_t i = 0; i < p_.buffers.size(); ++i) {
       const Buffer& b = p_.buffers[i];
       if (b.region != Region::kArena) continue;
-      planner.add_buffer(b.type.nbytes(), b.first, b.last);
+      planner.add_buffer(opts_.element_bytes > 0 ? opts_.element_bytes * b.type.numel() : b.type.nbytes(), b.first, b.last);
       ids.push_back(static_cast<int32_t>(i));
     }
     planner.plan();

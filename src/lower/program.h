@@ -107,6 +107,12 @@ struct LowerOptions {
   // are kept channels-last between them (see lower.cpp), the layout oneDNN's direct kernels
   // read and write without reorders.
   bool channels_last = false;
+  // Every arena offset is a multiple of this (GPU targets: 256, WebGPU's
+  // minStorageBufferOffsetAlignment).
+  int arena_alignment = 64;
+  // Bytes each element takes in the arena; 0: its dtype's size. GPU targets store every
+  // element as one 32-bit word (4).
+  int element_bytes = 0;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

@@ -1,0 +1,239 @@
+#include "artifact/common.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "artifact/build.h"
+#include "chroma/detail/sha256.h"
+
+namespace chroma {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+int64_t WeightsLayout::add(const ConstantData& c, const std::string& name) {
+  const std::vector<uint8_t> converted = storage_ ? storage_(c, name) : std::vector<uint8_t>{};
+  const uint8_t* data = storage_ ? converted.data() : c.data();
+  const auto nb = storage_ ? converted.size() : static_cast<size_t>(c.type.nbytes());
+  const std::string key = chroma::detail::sha256_hex(data, nb) + c.type.str();
+  int64_t off;
+  auto d = by_digest_.find(key);
+  if (d != by_digest_.end()) {
+    off = d->second;
+  } else {
+    off = static_cast<int64_t>((bytes.size() + align_ - 1) / align_ * align_);
+    if (shards.empty()) shards.emplace_back(0, 0);
+    if (shard_limit_ > 0 && static_cast<int64_t>(nb) > shard_limit_) {
+      throw CompileError("weight '" + name + "' is " + std::to_string(nb) + " bytes, more than one binding may hold (" +
+                         std::to_string(shard_limit_) + ")");
+    }
+    if (shard_limit_ > 0 && off + static_cast<int64_t>(nb) - shards.back().first > shard_limit_) {
+      shards.emplace_back(off, off);  // a new shard starts here
+    }
+    bytes.resize(static_cast<size_t>(off), 0);
+    bytes.insert(bytes.end(), data, data + nb);
+    shards.back().second = static_cast<int64_t>(bytes.size());
+    by_digest_[key] = off;
+  }
+  tensors.push_back({{"name", name}, {"dtype", dtype_name(c.type.dtype)}, {"shape", c.type.shape}, {"offset", off}, {"nbytes", nb}});
+  return off;
+}
+
+int WeightsLayout::shard_of(int64_t offset) const {
+  for (size_t i = shards.size(); i-- > 0;) {
+    if (offset >= shards[i].first) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+void WeightsLayout::add_program(Program& p) {
+  std::map<int32_t, int64_t> slot_offset;
+  std::vector<bool> read(p.buffers.size(), false);
+  auto mark = [&](auto&& self, const Expr& e) -> void {
+    if (e.kind == Expr::kLoad) read[static_cast<size_t>(e.buffer)] = true;
+    for (const Expr& c : e.children) self(self, c);
+  };
+  for (const Kernel& k : p.kernels) {
+    for (const Expr& e : k.inputs) mark(mark, e);
+  }
+  for (Buffer& b : p.buffers) {
+    if (b.region != Region::kConstant || !read[static_cast<size_t>(&b - p.buffers.data())]) continue;
+    auto it = slot_offset.find(b.slot);
+    if (it != slot_offset.end()) {
+      b.offset = it->second;
+      continue;
+    }
+    const ConstantData& c = p.constants[static_cast<size_t>(b.slot)];
+    b.offset = slot_offset[b.slot] = add(c, c.name.empty() ? "folded_" + std::to_string(b.slot) : c.name);
+  }
+}
+
+void WeightsLayout::finish() {
+  bytes.resize((bytes.size() + align_ - 1) / align_ * align_, 0);
+  if (shards.empty()) shards.emplace_back(0, 0);
+  shards.back().second = static_cast<int64_t>(bytes.size());
+  digest = chroma::detail::sha256_tree_hex(bytes.data(), bytes.size(),
+                                           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+StateLayout layout_state(std::vector<CompiledEntry>& entries, WeightsLayout& wl, int64_t align,
+                         const std::function<int64_t(const TensorType&)>& storage_bytes) {
+  StateLayout sl;
+  std::map<std::string, size_t> index;
+  std::vector<TensorType> types;
+  for (CompiledEntry& e : entries) {
+    for (const StateBinding& st : e.program.states) {
+      auto it = index.find(st.name);
+      if (it != index.end()) {
+        if (types[it->second] != st.init.type) {
+          throw CompileError("state '" + st.name + "' is " + st.init.type.str() + " in entry '" + e.name +
+                             "' but has another type in an earlier entry");
+        }
+        continue;
+      }
+      StateLayout::Tensor t;
+      t.name = st.name;
+      t.nbytes = storage_bytes(st.init.type);
+      t.offset = (sl.bytes + align - 1) / align * align;
+      sl.bytes = t.offset + t.nbytes;
+      index[st.name] = sl.tensors.size();
+      sl.tensors.push_back(t);
+      types.push_back(st.init.type);
+      sl.manifest.push_back({{"name", st.name}, {"dtype", dtype_name(st.init.type.dtype)}, {"shape", st.init.type.shape},
+                             {"offset", t.offset}, {"bytes", t.nbytes}});
+    }
+  }
+  for (CompiledEntry& e : entries) {
+    for (Buffer& b : e.program.buffers) {
+      if (b.region == Region::kState) b.offset = sl.tensors[index.at(e.program.states[static_cast<size_t>(b.slot)].name)].offset;
+    }
+    wl.add_program(e.program);
+  }
+  // Initial values of the state live in the weights.
+  std::vector<bool> have_init(sl.tensors.size(), false);
+  for (CompiledEntry& e : entries) {
+    for (const StateBinding& st : e.program.states) {
+      const size_t i = index.at(st.name);
+      if (have_init[i]) continue;
+      have_init[i] = true;
+      sl.tensors[i].init_offset = wl.add(st.init, "state:" + st.name);
+      sl.manifest[i]["init_offset"] = sl.tensors[i].init_offset;
+    }
+  }
+  sl.bytes = (sl.bytes + align - 1) / align * align;
+  return sl;
+}
+
+const char* kernel_kind(Kernel::Kind k) {
+  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
+                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
+                                "conv",   "linalg",   "matmul_gathered"};
+  return names[k];
+}
+
+json describe_entry(const CompiledEntry& e, int64_t weight_bytes, int64_t state_bytes) {
+  const Program& p = e.program;
+  json m;
+  m["name"] = e.name;
+  auto io = [&](const std::vector<int32_t>& ids, bool inputs) {
+    json a = json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
+      a.push_back({{"name", inputs ? p.input_names[i] : "output" + std::to_string(i)},
+                   {"dtype", dtype_name(b.type.dtype)},
+                   {"shape", b.type.shape}});
+    }
+    return a;
+  };
+  m["inputs"] = io(p.inputs, true);
+  m["outputs"] = io(p.outputs, false);
+  m["output_structure"] = p.output_structure;
+  json used = json::array();
+  for (const StateBinding& st : p.states) used.push_back({{"name", st.name}, {"updated", st.output >= 0}});
+  m["state"] = used;
+  json bufs = json::array();
+  int64_t in_bytes = 0, out_bytes = 0;
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const Buffer& b = p.buffers[i];
+    if (b.region == Region::kInput) in_bytes += b.type.nbytes();
+    if (b.region == Region::kOutput) out_bytes += b.type.nbytes();
+    if (b.region != Region::kArena) continue;
+    bufs.push_back({{"id", i}, {"name", b.name}, {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape},
+                    {"offset", b.offset}, {"bytes", b.type.nbytes()}, {"first", b.first}, {"last", b.last}});
+  }
+  m["arena"] = {{"bytes", p.arena_bytes}, {"lower_bound", p.arena_lower_bound}, {"temporaries_bytes", p.temporaries_bytes},
+                {"buffers", bufs}, {"plan", p.plan_description}};
+  json ks = json::array();
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    ks.push_back({{"index", i}, {"kind", kernel_kind(k.kind)}, {"label", k.label}, {"node", k.name}, {"source", k.source}});
+  }
+  m["kernels"] = ks;
+  m["stats"] = {{"kernels", p.kernels.size()},
+                {"fused_expressions", p.fused_expressions},
+                {"folded_constants", e.graph.folded_constants},
+                {"ir_nodes_imported", e.imported_nodes},
+                {"ir_nodes_optimized", e.graph.size()},
+                {"arena_bytes", p.arena_bytes},
+                {"temporaries_bytes", p.temporaries_bytes},
+                {"weight_bytes", weight_bytes},
+                {"state_bytes", state_bytes},
+                {"input_bytes", in_bytes},
+                {"output_bytes", out_bytes}};
+  return m;
+}
+
+void write_file(const std::string& path, const void* data, size_t n) {
+  const fs::path p(path);
+  const fs::path tmp = p.string() + unique_suffix();
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    if (!f) throw CompileError("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, p);
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> buf(1 << 20);
+  chroma::detail::Sha256 h;
+  while (f) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h.update(buf.data(), static_cast<size_t>(f.gcount()));
+  }
+  return h.hex_digest();
+}
+
+}  // namespace chroma
+
+namespace chroma {
+
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+PhaseTimer::PhaseTimer() : start_(now_s()), last_(start_) {}
+
+void PhaseTimer::lap(const char* name) {
+  const double t = now_s(), sec = t - last_;
+  last_ = t;
+  for (auto& [n, v] : phases_) {
+    if (n == name) {
+      v += sec;
+      return;
+    }
+  }
+  phases_.emplace_back(name, sec);
+}
+
+double PhaseTimer::total() const { return now_s() - start_; }
+
+nlohmann::json PhaseTimer::json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [n, v] : phases_) j[n] = v;
+  return j;
+}
+
+}  // namespace chroma

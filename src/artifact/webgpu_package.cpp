@@ -1,0 +1,349 @@
+// The WebGPU target: WGSL kernels from the GPU generator, the schedule that replays them, the
+// memory plan, weights shards and golden data in one `.chroma-web` file
+// (docs/webgpu_package.md), plus the artifact directory's manifest.json.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "artifact/targets.h"
+#include "chroma/chroma.h"
+#include "chroma/detail/sha256.h"
+#include "codegen/gpu/gpu_codegen.h"
+
+namespace chroma {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t kAlign = 256;                   // minStorageBufferOffsetAlignment, minUniformBufferOffsetAlignment
+constexpr int64_t kShardLimit = 128ll << 20;      // the default maxStorageBufferBindingSize
+constexpr int kFormatVersion = 1;
+
+int64_t align_up(int64_t v, int64_t a = kAlign) { return (v + a - 1) / a * a; }
+
+// Bytes a tensor of `dtype` takes per element on the device (docs: "Storage is in 32-bit words").
+void check_gpu_dtype(DType t, const std::string& what) {
+  if (t == DType::kF64) throw CompileError(what + " is float64, which WebGPU cannot store (WGSL has no f64): use float32");
+}
+
+// A constant as the device stores it: 32-bit words (int64 narrowed when every value fits).
+std::vector<uint8_t> to_words(const ConstantData& c, const std::string& name) {
+  check_gpu_dtype(c.type.dtype, "weight '" + name + "'");
+  const int64_t n = c.type.numel();
+  std::vector<uint8_t> out(static_cast<size_t>(4 * n));
+  const uint8_t* src = c.data();
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t w = 0;
+    switch (c.type.dtype) {
+      case DType::kF32:
+      case DType::kI32: std::memcpy(&w, src + 4 * i, 4); break;
+      case DType::kI64: {
+        int64_t v;
+        std::memcpy(&v, src + 8 * i, 8);
+        if (v < INT32_MIN || v > INT32_MAX) {
+          throw CompileError("weight '" + name + "' (int64) holds " + std::to_string(v) + " at element " + std::to_string(i) +
+                             ", which does not fit in the GPU's 32-bit integers");
+        }
+        w = static_cast<int32_t>(v);
+        break;
+      }
+      case DType::kI16: {
+        int16_t v;
+        std::memcpy(&v, src + 2 * i, 2);
+        w = v;
+        break;
+      }
+      case DType::kI8: w = static_cast<int8_t>(src[i]); break;
+      case DType::kU8:
+      case DType::kBool: w = src[i]; break;
+      case DType::kF64: break;
+    }
+    std::memcpy(out.data() + 4 * i, &w, 4);
+  }
+  return out;
+}
+
+struct GoldenTensor {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+};
+
+struct Golden {
+  std::vector<GoldenTensor> inputs, outputs;
+  double atol = 0, rtol = 0;
+};
+
+Golden read_golden(const std::string& path) {
+  Golden g;
+  if (path.empty()) return g;
+  std::ifstream f(path);
+  if (!f) throw CompileError("cannot read the golden data description " + path);
+  const json j = json::parse(f);
+  auto read = [&](const json& list, std::vector<GoldenTensor>* out) {
+    for (const json& t : list) {
+      GoldenTensor gt;
+      gt.name = t.at("name").get<std::string>();
+      gt.dtype = t.at("dtype").get<std::string>();
+      gt.shape = t.at("shape").get<std::vector<int64_t>>();
+      std::ifstream b(t.at("file").get<std::string>(), std::ios::binary);
+      gt.bytes.assign(std::istreambuf_iterator<char>(b), std::istreambuf_iterator<char>());
+      out->push_back(std::move(gt));
+    }
+  };
+  read(j.at("inputs"), &g.inputs);
+  read(j.at("outputs"), &g.outputs);
+  g.atol = j.at("tolerance").at("atol").get<double>();
+  g.rtol = j.at("tolerance").at("rtol").get<double>();
+  return g;
+}
+
+std::string storage_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kBool:
+    case DType::kU8: return "u32";
+    default: return "i32";
+  }
+}
+
+}  // namespace
+
+std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,
+                                 PhaseTimer& timer) {
+  if (entries.size() != 1) throw CompileError("a WebGPU package holds one entry point (this compile has " + std::to_string(entries.size()) + ")");
+  CompiledEntry& e = entries[0];
+  Program& p = e.program;
+
+  // Weights and state as 32-bit words, shards within the default binding limit.
+  WeightsLayout wl(kAlign, kShardLimit, to_words);
+  const StateLayout sl = layout_state(entries, wl, kAlign, [](const TensorType& t) {
+    check_gpu_dtype(t.dtype, "state tensor");
+    return 4 * t.numel();
+  });
+  wl.finish();
+  timer.lap("weights");
+
+  // The device arena: the status block, the inputs, the outputs, then the planned temporaries.
+  int64_t at = kAlign;
+  json inputs = json::array(), outputs = json::array();
+  std::vector<int64_t> input_at(p.inputs.size()), output_at(p.outputs.size());
+  auto io = [&](const std::vector<int32_t>& ids, std::vector<int64_t>* where, json* list, bool is_input) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
+      check_gpu_dtype(b.type.dtype, std::string(is_input ? "input '" + p.input_names[i] : "output " + std::to_string(i)) + "'");
+      (*where)[i] = at;
+      const int64_t bytes = 4 * b.type.numel();
+      list->push_back({{"name", is_input ? p.input_names[i] : "output" + std::to_string(i)},
+                       {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape}, {"storage", storage_name(b.type.dtype)},
+                       {"offset", at}, {"bytes", bytes}});
+      at = align_up(at + std::max<int64_t>(bytes, 4));
+    }
+  };
+  io(p.inputs, &input_at, &inputs, true);
+  io(p.outputs, &output_at, &outputs, false);
+  const int64_t temps_at = at;
+  // Temporaries were planned at one word per element (lower_options in pipeline.cpp).
+  for (const Buffer& b : p.buffers) {
+    if (b.region == Region::kArena) check_gpu_dtype(b.type.dtype, "temporary '" + b.name + "'");
+  }
+  const int64_t arena_bytes = align_up(temps_at + p.arena_bytes);
+
+  auto place = [&](int32_t id) {
+    const Buffer& b = p.buffers[static_cast<size_t>(id)];
+    gpu::Placement pl;
+    switch (b.region) {
+      case Region::kInput: pl.word = input_at[static_cast<size_t>(b.slot)] / 4; break;
+      case Region::kOutput: pl.word = output_at[static_cast<size_t>(b.slot)] / 4; break;
+      case Region::kArena: pl.word = (temps_at + b.offset) / 4; break;
+      case Region::kState:
+        pl.where = gpu::Placement::kState;
+        pl.word = b.offset / 4;
+        break;
+      case Region::kConstant: {
+        pl.where = gpu::Placement::kWeights;
+        pl.shard = wl.shard_of(b.offset);
+        pl.word = (b.offset - wl.shards[static_cast<size_t>(pl.shard)].first) / 4;
+        break;
+      }
+    }
+    return pl;
+  };
+  gpu::Capabilities caps;  // WebGPU's default limits: every package runs on a default device
+  const gpu::Generated gen = gpu::generate(p, place, caps, gpu::wgsl_dialect());
+  timer.lap("codegen");
+
+  // Payload: params, weights shards, golden data; each section 256-byte aligned.
+  std::vector<uint8_t> payload;
+  auto section = [&](const void* data, size_t n) {
+    const int64_t off = align_up(static_cast<int64_t>(payload.size()));
+    payload.resize(static_cast<size_t>(off), 0);
+    const auto* b = static_cast<const uint8_t*>(data);
+    payload.insert(payload.end(), b, b + n);
+    return off;
+  };
+  std::vector<uint8_t> params;
+  json dispatches = json::array();
+  for (const gpu::Dispatch& d : gen.dispatches) {
+    const int64_t off = align_up(static_cast<int64_t>(params.size()));
+    params.resize(static_cast<size_t>(off), 0);
+    const auto* pb = reinterpret_cast<const uint8_t*>(d.params.data());
+    params.insert(params.end(), pb, pb + 4 * d.params.size());
+    json bindings = json::array();
+    for (size_t s = 0; s < d.slots.size(); ++s) {
+      json bnd = {{"binding", s + 1}};
+      switch (d.slots[s].where) {
+        case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
+        case gpu::Placement::kState: bnd["buffer"] = "state"; break;
+        case gpu::Placement::kWeights:
+          bnd["buffer"] = "weights";
+          bnd["shard"] = d.slots[s].shard;
+          break;
+      }
+      bindings.push_back(bnd);
+    }
+    dispatches.push_back({{"kernel", d.module}, {"grid", {d.grid_x, d.grid_y, 1}}, {"params", off}, {"bindings", bindings},
+                          {"label", d.label}, {"node", d.node}, {"source", d.source}});
+  }
+  params.resize(static_cast<size_t>(align_up(std::max<int64_t>(static_cast<int64_t>(params.size()), 16))), 0);
+  const int64_t params_at = section(params.data(), params.size());
+  json shards = json::array();
+  int64_t largest_shard = 0;
+  const int64_t weights_at = align_up(static_cast<int64_t>(payload.size()));
+  section(wl.bytes.data(), wl.bytes.size());
+  for (const auto& [s0, s1] : wl.shards) {
+    shards.push_back({{"offset", weights_at + s0}, {"bytes", std::max<int64_t>(s1 - s0, 4)}});
+    largest_shard = std::max(largest_shard, s1 - s0);
+  }
+  json tensors = json::array();  // shard-relative, in the device's storage (4 bytes per element)
+  for (const json& t : wl.tensors) {
+    const int64_t off = t.at("offset").get<int64_t>();
+    const int shard = wl.shard_of(off);
+    tensors.push_back({{"name", t.at("name")}, {"dtype", t.at("dtype")}, {"shape", t.at("shape")}, {"shard", shard},
+                       {"offset", off - wl.shards[static_cast<size_t>(shard)].first}, {"bytes", t.at("nbytes")}});
+  }
+  json state = {{"bytes", sl.bytes}, {"tensors", json::array()}};
+  for (const StateLayout::Tensor& t : sl.tensors) {
+    state["tensors"].push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.nbytes}, {"init", weights_at + t.init_offset}});
+  }
+  const Golden golden = read_golden(opts.golden_path);
+  json gj = {{"inputs", json::array()}, {"outputs", json::array()}, {"tolerance", {{"atol", golden.atol}, {"rtol", golden.rtol}}}};
+  for (const auto* list : {&golden.inputs, &golden.outputs}) {
+    for (const GoldenTensor& t : *list) {
+      const int64_t off = section(t.bytes.data(), t.bytes.size());
+      gj[list == &golden.inputs ? "inputs" : "outputs"].push_back(
+          {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"offset", off}, {"bytes", t.bytes.size()}});
+    }
+  }
+  payload.resize(static_cast<size_t>(align_up(static_cast<int64_t>(payload.size()))), 0);
+
+  json kernels = json::array();
+  int64_t max_params = 16;
+  for (const gpu::Module& m : gen.modules) {
+    json b = json::array();
+    const int64_t pbytes = align_up(4 * m.params, 16);
+    max_params = std::max(max_params, pbytes);
+    b.push_back({{"binding", 0}, {"type", "uniform"}, {"bytes", pbytes}});
+    for (size_t s = 0; s < m.slot_writable.size(); ++s) {
+      b.push_back({{"binding", s + 1}, {"type", m.slot_writable[s] ? "storage" : "read-only-storage"}});
+    }
+    kernels.push_back({{"name", m.name}, {"code", m.code}, {"entry", "main"}, {"workgroup_size", {m.workgroup_size, 1, 1}},
+                       {"bindings", b}, {"features", json::array()}});
+  }
+  // Limits the package needs, never below WebGPU's defaults (a device is requested with them).
+  const int64_t binding = std::max({arena_bytes, sl.bytes, largest_shard});
+  json limits = {
+      {"maxStorageBuffersPerShaderStage", std::max(gen.max_slots, 8)},
+      {"maxStorageBufferBindingSize", std::max<int64_t>(binding, 134217728)},
+      {"maxBufferSize", std::max<int64_t>(binding, 268435456)},
+      {"maxComputeWorkgroupStorageSize", std::max<int64_t>(gen.max_shared_bytes, 16384)},
+      {"maxComputeInvocationsPerWorkgroup", std::max(gen.max_workgroup_size, 256)},
+      {"maxComputeWorkgroupSizeX", std::max(gen.max_workgroup_size, 256)},
+      {"maxComputeWorkgroupsPerDimension", std::max<int64_t>(gen.max_grid, 65535)},
+      {"maxUniformBufferBindingSize", std::max<int64_t>(max_params, 65536)},
+      {"maxBindingsPerBindGroup", std::max(gen.max_slots + 1, 1000)},
+  };
+  const int cpu_kernels = static_cast<int>(lower(e.graph, LowerOptions{}).kernels.size());
+  json stats = {{"kernels", p.kernels.size()}, {"dispatches", gen.dispatches.size()}, {"pipelines", gen.modules.size()},
+                {"cpu_kernels", cpu_kernels}, {"arena_bytes", arena_bytes}, {"temporaries_bytes", p.temporaries_bytes},
+                {"weight_bytes", wl.bytes.size()}, {"state_bytes", sl.bytes}, {"fused_expressions", p.fused_expressions}};
+  json m = {{"format", "chroma.webgpu"},
+            {"version", kFormatVersion},
+            {"compiler_version", CHROMA_VERSION},
+            {"requirements", {{"features", json::array()}, {"limits", limits}}},
+            {"inputs", inputs},
+            {"outputs", outputs},
+            {"output_structure", p.output_structure},
+            {"arena", {{"bytes", arena_bytes}, {"status_offset", 0}}},
+            {"state", state},
+            {"params", {{"offset", params_at}, {"bytes", params.size()}}},
+            {"weights", {{"shards", shards}, {"tensors", tensors}}},
+            {"kernels", kernels},
+            {"dispatches", dispatches},
+            {"golden", gj},
+            {"stats", stats}};
+  // The content hash covers the manifest (without it) and the payload.
+  auto pack = [&](const std::string& manifest_text, std::vector<uint8_t>* file) {
+    const int64_t manifest_at = 96;
+    const int64_t payload_at = align_up(manifest_at + static_cast<int64_t>(manifest_text.size()));
+    file->assign(static_cast<size_t>(payload_at), 0);
+    std::memcpy(file->data() + manifest_at, manifest_text.data(), manifest_text.size());
+    file->insert(file->end(), payload.begin(), payload.end());
+    std::memcpy(file->data(), "CHROMAWB", 8);
+    const uint32_t version = kFormatVersion, header = 96;
+    const uint64_t mo = static_cast<uint64_t>(manifest_at), ms = manifest_text.size(), po = static_cast<uint64_t>(payload_at),
+                   ps = payload.size();
+    std::memcpy(file->data() + 8, &version, 4);
+    std::memcpy(file->data() + 12, &header, 4);
+    std::memcpy(file->data() + 16, &mo, 8);
+    std::memcpy(file->data() + 24, &ms, 8);
+    std::memcpy(file->data() + 32, &po, 8);
+    std::memcpy(file->data() + 40, &ps, 8);
+  };
+  // The header's digest covers the manifest and the payload; the manifest repeats it as
+  // content_hash, so it is computed with 64 ASCII '0' in that place, then filled in.
+  m["content_hash"] = std::string(64, '0');
+  const std::string manifest_text = m.dump();
+  std::vector<uint8_t> file;
+  pack(manifest_text, &file);
+  const std::string digest_hex = chroma::detail::sha256_hex(file.data() + 96, file.size() - 96);
+  const size_t hash_at = manifest_text.find("\"content_hash\":\"" + std::string(64, '0') + "\"");
+  std::memcpy(file.data() + 96 + hash_at + 16, digest_hex.data(), 64);
+  for (size_t i = 0; i < 32; ++i) file[48 + i] = static_cast<uint8_t>(std::stoi(digest_hex.substr(2 * i, 2), nullptr, 16));
+  timer.lap("package");
+
+  fs::path out(out_dir);
+  fs::create_directories(out);
+  std::string stem = out.filename().string();
+  if (stem.empty()) stem = out.parent_path().filename().string();
+  const fs::path package = out.parent_path() / (stem + ".chroma-web");
+  write_file(package.string(), file.data(), file.size());
+
+  // The artifact directory's manifest: the same description as a CPU artifact's, plus the
+  // package's name and digest.
+  json am;
+  am["format"] = "chroma.artifact";
+  am["version"] = 3;
+  am["compiler_version"] = CHROMA_VERSION;
+  am["target"] = "webgpu";
+  am["options"] = {{"max_expression_depth", std::min(opts.max_expression_depth, 24)}};
+  json es = json::array();
+  for (const CompiledEntry& ce : entries) es.push_back(describe_entry(ce, static_cast<int64_t>(wl.bytes.size()), sl.bytes));
+  for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) am[key] = es[0][key];
+  am["stats"]["dispatches"] = gen.dispatches.size();
+  am["stats"]["pipelines"] = gen.modules.size();
+  am["stats"]["cpu_kernels"] = cpu_kernels;
+  am["stats"]["package_bytes"] = file.size();
+  am["entries"] = es;
+  am["state"] = sl.manifest;
+  am["package"] = {{"file", "../" + package.filename().string()}, {"bytes", file.size()}, {"sha256", digest_hex},
+                   {"format_version", kFormatVersion}};
+  am["build"] = {{"compile_seconds", timer.total()}, {"phases", timer.json()}};
+  const std::string text = am.dump(2);
+  write_file((out / "manifest.json").string(), text.data(), text.size());
+  return text;
+}
+
+}  // namespace chroma

@@ -1,0 +1,68 @@
+// CUDA C++: the dialect table. Params are kernel arguments; shared arrays live in the body.
+#include "codegen/gpu/printer.h"
+
+namespace chroma::gpu {
+
+const Dialect& cuda_dialect() {
+  static const Dialect d = [] {
+    Dialect x;
+    x.name = "cuda";
+    x.types[0] = "float";
+    x.types[1] = "int";
+    x.types[2] = "unsigned";
+    x.types[3] = "bool";
+    x.let = "const {type} {name} = {value};";
+    x.var = "{type} {name} = {value};";
+    x.var_zero = "{type} {name} = {type}();";
+    x.array = "{type} {name}[{count}];";
+    x.assign = "{name} = {value};";
+    x.assign_elem = "{name}[{index}] = {value};";
+    x.for_open = "for (int {name} = {begin}; {name} < {end}; {name} += {step}) {";
+    x.if_open = "if ({cond}) {";
+    x.else_open = "} else {";
+    x.close = "}";
+    x.barrier = "__syncthreads();";
+    x.brk = "break;";
+    x.ret = "return;";
+    x.convert = "(({type})({0}))";
+    x.bitcast = "chroma_bitcast<{type}>({0})";
+    x.int_lit = "{0}";
+    x.uint_lit = "{0}u";
+    x.float_lit = "{0}f";
+    x.nonfinite_float = "chroma_bitcast<float>({0})";
+    x.load_global = "s{slot}[{0}]";
+    x.store_global = "s{slot}[{0}] = {1};";
+    x.param = "((int)p{0})";
+    x.shift_amount = "((unsigned)({0}))";
+    x.builtins = {
+        {"select", "(({2}) ? ({1}) : ({0}))"},
+        {"exp", "expf({0})"}, {"exp2", "exp2f({0})"}, {"log", "logf({0})"}, {"log2", "log2f({0})"},
+        {"sqrt", "sqrtf({0})"}, {"rsqrt", "rsqrtf({0})"}, {"sin", "sinf({0})"}, {"cos", "cosf({0})"},
+        {"tan", "tanf({0})"}, {"asin", "asinf({0})"}, {"acos", "acosf({0})"}, {"atan", "atanf({0})"},
+        {"atan2", "atan2f({0}, {1})"}, {"sinh", "sinhf({0})"}, {"cosh", "coshf({0})"}, {"tanh", "tanhf({0})"},
+        {"asinh", "asinhf({0})"}, {"acosh", "acoshf({0})"}, {"atanh", "atanhf({0})"}, {"floor", "floorf({0})"},
+        {"ceil", "ceilf({0})"}, {"round", "rintf({0})"}, {"trunc", "truncf({0})"}, {"fma", "fmaf({0}, {1}, {2})"},
+        {"pow", "powf({0}, {1})"}, {"abs", "chroma_abs({0})"}, {"min", "chroma_min({0}, {1})"},
+        {"max", "chroma_max({0}, {1})"},
+    };
+    x.binding_params = "";
+    x.params_field = "unsigned p{0}";
+    x.binding_rw = "unsigned* __restrict__ s{slot}";
+    x.binding_ro = "const unsigned* __restrict__ s{slot}";
+    x.arg_separator = ", ";
+    x.shared_decl = "__shared__ {type} {name}[{count}];";
+    x.shared_in_body = true;
+    x.kernel_open = "extern \"C\" __global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
+    x.prologue = "  const int lid = (int)threadIdx.x;\n  const int wg = (int)(blockIdx.x + blockIdx.y * {grid_x}u);\n";
+    x.prelude =
+        "template <class T, class F> __device__ __forceinline__ T chroma_bitcast(F f) { "
+        "static_assert(sizeof(T) == sizeof(F)); T t; memcpy(&t, &f, sizeof t); return t; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_abs(T a) { return a < T(0) ? -a : a; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_min(T a, T b) { return b < a ? b : a; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_max(T a, T b) { return a < b ? b : a; }\n";
+    return x;
+  }();
+  return d;
+}
+
+}  // namespace chroma::gpu

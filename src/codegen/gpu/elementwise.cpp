@@ -1,0 +1,286 @@
+// The lowered program's fused expression trees, inline in GPU kernels: every elementwise.def
+// operation as kernel-IR arithmetic, with PyTorch's semantics where the dialects' builtins
+// differ (NaN propagation through maximum/minimum, pow of negative bases, floor division and
+// remainder rounding toward negative infinity, expm1/log1p near zero). NaN tests are bit
+// tests (DESIGN.md layer C): WGSL lets an implementation assume no NaN in float comparisons.
+#include "codegen/gpu/elementwise.h"
+
+#include <cmath>
+#include <limits>
+
+namespace chroma::gpu {
+
+namespace {
+
+Ex bits(const Ex& x) { return bitcast(Ty::kU32, x); }
+Ex is_nan(const Ex& x) { return bin(">", bin("&", bits(x), lit_u(0x7fffffffu)), lit_u(0x7f800000u)); }
+Ex is_inf(const Ex& x) { return bin("==", bin("&", bits(x), lit_u(0x7fffffffu)), lit_u(0x7f800000u)); }
+Ex f(double v) { return lit_f(v); }
+Ex fcall(const char* fn, std::vector<Ex> a) { return call(fn, Ty::kF32, std::move(a)); }
+Ex fma(Ex a, Ex b, Ex c) { return fcall("fma", {std::move(a), std::move(b), std::move(c)}); }
+
+// x != 0 as a bool, for any compute type.
+Ex truthy(const Ex& x) {
+  if (x->ty == Ty::kBool) return x;
+  return bin("!=", x, lit(x->ty, 0));
+}
+
+// erf in float32: the same polynomial and branch points as the CPU's erf_f32 (scalar.h).
+Ex erf_f32(Block& b, const Ex& x) {
+  const Ex a = b.let(fcall("abs", {x}));
+  const Ex s = b.let(bin("*", a, a));
+  Ex p = fma(f(-5.99085295e-4), s, f(4.99318028e-3));
+  for (double c : {-2.67666169e-2, 1.12818159e-1, -3.76124948e-1, 1.28379151e-1}) p = fma(b.let(p), s, f(c));
+  const Ex small = b.let(fma(b.let(p), a, a));
+  const Ex t = b.let(select(a, f(4.0), bin(">", a, f(4.0))));
+  Ex q = fma(f(1.95720786e-4), t, f(-3.04109394e-3));
+  for (double c : {2.22184546e-2, -1.03914030e-1, 3.62797737e-1, -1.12766373e+0, -1.98554044e-4}) q = fma(b.let(q), t, f(c));
+  const Ex big = b.let(bin("-", f(1.0), fcall("exp", {fma(un("-", t), t, b.let(q))})));
+  const Ex mag = b.let(select(big, small, bin("<", a, f(0.921875))));
+  // with the sign of x
+  const Ex r = bitcast(Ty::kF32, bin("|", bits(mag), bin("&", bits(x), lit_u(0x80000000u))));
+  return select(r, x, is_nan(x));
+}
+
+Ex maximum_f(const Ex& a, const Ex& b, bool max) {
+  const Ex pick = select(b, a, bin(max ? ">" : "<", a, b));
+  return select(pick, bin("+", a, b), bin("||", is_nan(a), is_nan(b)));
+}
+
+// a ** b for float32 with C's pow semantics on negative bases and special values.
+Ex pow_f(Block& bl, const Ex& a, const Ex& b, const Expr& exponent) {
+  if (exponent.kind == Expr::kLiteral) {
+    const double e = exponent.literal.as_double();
+    if (e == 1) return a;
+    if (e == 2) return bin("*", a, a);
+    if (e == 3) return bin("*", bl.let(bin("*", a, a)), a);
+    if (e == -1) return bin("/", f(1.0), a);
+    if (e == -2) return bin("/", f(1.0), bin("*", a, a));
+    if (e == 0.5) return fcall("sqrt", {a});
+  }
+  const Ex r0 = bl.let(fcall("pow", {fcall("abs", {a}), b}));
+  const Ex integral = bl.let(bin("&&", bin("==", b, fcall("floor", {b})), bin("<", fcall("abs", {b}), f(16777216.0))));
+  const Ex odd = bin("&&", integral, bin("!=", bin("&", convert(Ty::kI32, b), lit_i(1)), lit_i(0)));
+  const Ex neg = bl.let(bin("<", a, f(0.0)));
+  Ex r = select(r0, un("-", r0), bin("&&", neg, odd));
+  r = select(r, f(std::nan("")), bin("&&", neg, un("!", integral)));
+  r = select(r, f(1.0), bin("||", bin("==", b, f(0.0)), bin("==", a, f(1.0))));
+  return r;
+}
+
+// Integer a ** b by squaring (a negative exponent gives 0 unless |a| == 1, as integer pow).
+Ex pow_i(Block& bl, const Ex& a, const Ex& b) {
+  const Ex r = bl.mut(Ty::kI32, lit_i(1), "pw");
+  const Ex base = bl.mut(Ty::kI32, a, "pb");
+  const Ex e = bl.mut(Ty::kI32, select(b, lit_i(0), bin("<", b, lit_i(0))), "pe");
+  bl.loop("pi", lit_i(0), lit_i(32), lit_i(1), [&](Block& in, const Ex&) {
+    in.if_(bin("!=", bin("&", e, lit_i(1)), lit_i(0)), [&](Block& t) { t.assign(r, bin("*", r, base)); });
+    in.assign(base, bin("*", base, base));
+    in.assign(e, bin(">>", e, lit_i(1)));
+  });
+  // negative exponents: 1 for a == 1, +-1 for a == -1, else 0
+  const Ex negexp = bin("<", b, lit_i(0));
+  Ex neg_result = select(lit_i(0), lit_i(1), bin("==", a, lit_i(1)));
+  neg_result = select(neg_result, select(lit_i(-1), lit_i(1), bin("==", bin("&", b, lit_i(1)), lit_i(0))), bin("==", a, lit_i(-1)));
+  return select(r, neg_result, negexp);
+}
+
+}  // namespace
+
+Ty compute_type(DType t) {
+  switch (t) {
+    case DType::kF32: return Ty::kF32;
+    case DType::kBool: return Ty::kBool;
+    case DType::kI64:
+    case DType::kI32:
+    case DType::kI16:
+    case DType::kI8:
+    case DType::kU8: return Ty::kI32;
+    case DType::kF64: break;
+  }
+  throw Unsupported("float64 has no GPU type (WGSL has no f64): compute in float32 (model.float())");
+}
+
+Ex wrap_to(DType t, Ex v) {
+  switch (t) {
+    case DType::kU8: return bin("&", v, lit_i(255));
+    case DType::kI8: return bin(">>", bin("<<", v, lit_i(24)), lit_i(24));
+    case DType::kI16: return bin(">>", bin("<<", v, lit_i(16)), lit_i(16));
+    default: return v;
+  }
+}
+
+Ex cast_value(Ex v, DType from, DType to) {
+  const Ty ft = compute_type(from), tt = compute_type(to);
+  if (tt == Ty::kBool) return truthy(v);
+  if (ft == Ty::kBool) return convert(tt, v);
+  if (ft == Ty::kF32 && tt == Ty::kI32) {
+    // float -> integer: truncation toward zero; narrow types wrap like a C cast through int.
+    return wrap_to(to, convert(Ty::kI32, v));
+  }
+  return wrap_to(to, convert(tt, v));
+}
+
+Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_types, const std::vector<Ex>& x,
+          const std::vector<const Expr*>& operands) {
+  const Ty t = x.empty() ? compute_type(result) : x[0]->ty;
+  const bool fl = t == Ty::kF32, bo = t == Ty::kBool;
+  const Ex& a = x[0];
+  auto need_float = [&](const char* what) {
+    if (!fl) throw Unsupported(std::string(what) + " of a non-float operand");
+  };
+  switch (op) {
+    case EwOp::k_neg: return bo ? un("!", a) : un("-", a);
+    case EwOp::k_abs: return bo ? a : call("abs", t, {a});
+    case EwOp::k_exp: need_float("exp"); return fcall("exp", {a});
+    case EwOp::k_exp2: need_float("exp2"); return fcall("exp2", {a});
+    case EwOp::k_expm1: {
+      need_float("expm1");
+      const Ex u = b.let(fcall("exp", {a}));
+      const Ex um1 = b.let(bin("-", u, f(1.0)));
+      Ex r = bin("/", bin("*", um1, a), fcall("log", {u}));
+      r = select(r, a, bin("==", u, f(1.0)));
+      r = select(r, f(-1.0), bin("==", um1, f(-1.0)));
+      return select(r, u, is_inf(u));
+    }
+    case EwOp::k_log: need_float("log"); return fcall("log", {a});
+    case EwOp::k_log2: need_float("log2"); return fcall("log2", {a});
+    case EwOp::k_log10: need_float("log10"); return bin("*", fcall("log2", {a}), f(0.30102999566398120));
+    case EwOp::k_log1p: {
+      need_float("log1p");
+      const Ex u = b.let(bin("+", f(1.0), a));
+      const Ex lu = b.let(fcall("log", {u}));
+      Ex r = bin("/", bin("*", lu, a), bin("-", u, f(1.0)));
+      r = select(r, a, bin("==", u, f(1.0)));
+      return select(r, lu, is_inf(u));
+    }
+    case EwOp::k_sqrt: need_float("sqrt"); return fcall("sqrt", {a});
+    case EwOp::k_rsqrt: need_float("rsqrt"); return bin("/", f(1.0), fcall("sqrt", {a}));
+    case EwOp::k_reciprocal: need_float("reciprocal"); return bin("/", f(1.0), a);
+    case EwOp::k_sin: need_float("sin"); return fcall("sin", {a});
+    case EwOp::k_cos: need_float("cos"); return fcall("cos", {a});
+    case EwOp::k_tan: need_float("tan"); return fcall("tan", {a});
+    case EwOp::k_asin: need_float("asin"); return fcall("asin", {a});
+    case EwOp::k_acos: need_float("acos"); return fcall("acos", {a});
+    case EwOp::k_atan: need_float("atan"); return fcall("atan", {a});
+    case EwOp::k_sinh: need_float("sinh"); return fcall("sinh", {a});
+    case EwOp::k_cosh: need_float("cosh"); return fcall("cosh", {a});
+    case EwOp::k_asinh: need_float("asinh"); return fcall("asinh", {a});
+    case EwOp::k_acosh: need_float("acosh"); return fcall("acosh", {a});
+    case EwOp::k_atanh: need_float("atanh"); return fcall("atanh", {a});
+    case EwOp::k_tanh: {
+      // tanh(+-9) rounds to +-1 in float32; clamping keeps a sinh/cosh-based builtin finite.
+      need_float("tanh");
+      const Ex c = fcall("tanh", {select(select(a, f(-9.0), bin("<", a, f(-9.0))), f(9.0), bin(">", a, f(9.0)))});
+      return select(c, a, is_nan(a));
+    }
+    case EwOp::k_sigmoid: need_float("sigmoid"); return bin("/", f(1.0), bin("+", f(1.0), fcall("exp", {un("-", a)})));
+    case EwOp::k_erf: need_float("erf"); return erf_f32(b, a);
+    case EwOp::k_ceil: return fl ? fcall("ceil", {a}) : a;
+    case EwOp::k_floor: return fl ? fcall("floor", {a}) : a;
+    case EwOp::k_round: return fl ? fcall("round", {a}) : a;
+    case EwOp::k_trunc: return fl ? fcall("trunc", {a}) : a;
+    case EwOp::k_sign: {
+      if (bo) return a;
+      const Ex s = select(select(lit(t, 0), lit(t, -1), bin("<", a, lit(t, 0))), lit(t, 1), bin(">", a, lit(t, 0)));
+      return fl ? select(s, a, is_nan(a)) : s;
+    }
+    case EwOp::k_relu:
+      if (bo) return a;
+      return select(a, lit(t, 0), bin("<", a, lit(t, 0)));
+    case EwOp::k_logical_not: return un("!", truthy(a));
+    case EwOp::k_bitwise_not: return bo ? un("!", a) : un("~", a);
+    case EwOp::k_isnan: return fl ? is_nan(a) : lit_b(false);
+    case EwOp::k_isinf: return fl ? is_inf(a) : lit_b(false);
+    case EwOp::k_signbit: return fl ? bin("!=", bin(">>", bits(a), lit_u(31)), lit_u(0)) : bo ? lit_b(false) : bin("<", a, lit_i(0));
+    case EwOp::k_angle: {
+      need_float("angle");
+      return select(select(f(0.0), f(3.14159265358979323846), bin("<", a, f(0.0))), a, is_nan(a));
+    }
+    case EwOp::k_add: return bo ? bin("||", a, x[1]) : bin("+", a, x[1]);
+    case EwOp::k_sub: return bin("-", a, x[1]);
+    case EwOp::k_mul: return bo ? bin("&&", a, x[1]) : bin("*", a, x[1]);
+    case EwOp::k_div: need_float("div"); return bin("/", a, x[1]);
+    case EwOp::k_floor_divide: {
+      if (bo) throw Unsupported("floor_divide of bool");
+      const Ex& d = x[1];
+      if (!fl) {
+        const Ex r = b.let(bin("%", a, d));
+        const Ex adjust = bin("&&", bin("!=", r, lit_i(0)), bin("!=", bin("<", r, lit_i(0)), bin("<", d, lit_i(0))));
+        return bin("-", bin("/", a, d), select(lit_i(0), lit_i(1), adjust));
+      }
+      // PyTorch's div_floor: (a - fmod(a, b)) / b, corrected toward negative infinity
+      const Ex mod = b.let(bin("%", a, d));
+      const Ex fix = bin("&&", bin("!=", mod, f(0.0)), bin("!=", bin("<", d, f(0.0)), bin("<", mod, f(0.0))));
+      const Ex div = b.let(bin("-", bin("/", bin("-", a, mod), d), select(f(0.0), f(1.0), fix)));
+      const Ex fd = b.let(fcall("floor", {div}));
+      const Ex rounded = select(fd, bin("+", fd, f(1.0)), bin(">", bin("-", div, fd), f(0.5)));
+      const Ex zero = bitcast(Ty::kF32, bin("&", bits(bin("/", a, d)), lit_u(0x80000000u)));
+      const Ex r = select(zero, rounded, bin("!=", div, f(0.0)));
+      return select(r, bin("/", a, d), bin("==", d, f(0.0)));
+    }
+    case EwOp::k_remainder: {
+      if (bo) throw Unsupported("remainder of bool");
+      const Ex& d = x[1];
+      const Ex r = b.let(bin("%", a, d));
+      const Ex zero = lit(t, 0);
+      const Ex fix = bin("&&", bin("!=", r, zero), bin("!=", bin("<", r, zero), bin("<", d, zero)));
+      return select(r, bin("+", r, d), fix);
+    }
+    case EwOp::k_fmod:
+      if (bo) throw Unsupported("fmod of bool");
+      return bin("%", a, x[1]);
+    case EwOp::k_pow:
+      if (bo) throw Unsupported("pow of bool");
+      return fl ? pow_f(b, a, x[1], *operands[1]) : pow_i(b, a, x[1]);
+    case EwOp::k_atan2: need_float("atan2"); return fcall("atan2", {a, x[1]});
+    case EwOp::k_hypot: {
+      need_float("hypot");
+      const Ex m = b.let(fcall("max", {fcall("abs", {a}), fcall("abs", {x[1]})}));
+      const Ex p = bin("/", a, m), q = bin("/", x[1], m);
+      Ex r = select(bin("*", m, fcall("sqrt", {bin("+", bin("*", p, p), bin("*", q, q))})), f(0.0), bin("==", m, f(0.0)));
+      r = select(r, bin("+", a, x[1]), bin("||", is_nan(a), is_nan(x[1])));
+      return select(r, f(INFINITY), bin("||", is_inf(a), is_inf(x[1])));
+    }
+    case EwOp::k_maximum:
+    case EwOp::k_minimum: {
+      const bool mx = op == EwOp::k_maximum;
+      if (bo) return bin(mx ? "||" : "&&", a, x[1]);
+      if (!fl) return call(mx ? "max" : "min", t, {a, x[1]});
+      return maximum_f(a, x[1], mx);
+    }
+    case EwOp::k_eq: return bin("==", a, x[1]);
+    case EwOp::k_ne: return bin("!=", a, x[1]);
+    case EwOp::k_lt:
+    case EwOp::k_le:
+    case EwOp::k_gt:
+    case EwOp::k_ge: {
+      static const char* ops[] = {"<", "<=", ">", ">="};
+      const char* o = ops[static_cast<int>(op) - static_cast<int>(EwOp::k_lt)];
+      if (bo) return bin(o, convert(Ty::kI32, a), convert(Ty::kI32, x[1]));
+      return bin(o, a, x[1]);
+    }
+    case EwOp::k_logical_and: return bin("&&", truthy(a), truthy(x[1]));
+    case EwOp::k_logical_or: return bin("||", truthy(a), truthy(x[1]));
+    case EwOp::k_logical_xor: return bin("!=", truthy(a), truthy(x[1]));
+    case EwOp::k_bitwise_and: return bin(bo ? "&&" : "&", a, x[1]);
+    case EwOp::k_bitwise_or: return bin(bo ? "||" : "|", a, x[1]);
+    case EwOp::k_bitwise_xor: return bin(bo ? "!=" : "^", a, x[1]);
+    case EwOp::k_bitwise_left_shift:
+    case EwOp::k_bitwise_right_shift: {
+      if (t != Ty::kI32) throw Unsupported("shift of a non-integer operand");
+      const bool left = op == EwOp::k_bitwise_left_shift;
+      const Ex& s = x[1];
+      const Ex in_range = bin("&&", bin(">=", s, lit_i(0)), bin("<", s, lit_i(32)));
+      const Ex shifted = bin(left ? "<<" : ">>", a, select(lit_i(0), s, in_range));
+      const Ex overflow = left ? lit_i(0) : select(lit_i(0), lit_i(-1), bin("<", a, lit_i(0)));
+      return select(overflow, shifted, in_range);
+    }
+    case EwOp::k_where: return select(x[2], x[1], truthy(a));
+    default: break;
+  }
+  (void)operand_types;
+  throw Unsupported("elementwise '" + std::string(ew_info(op).name) + "' has no GPU implementation yet");
+}
+
+}  // namespace chroma::gpu

@@ -1,0 +1,32 @@
+// Elementwise arithmetic of the lowered program's expression trees as kernel IR.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codegen/gpu/kir.h"
+#include "lower/program.h"
+
+namespace chroma::gpu {
+
+// Something a GPU target cannot compile (yet); the generator adds the kernel's node and
+// source line and reports every such kernel of the model at once.
+class Unsupported : public std::runtime_error {
+ public:
+  explicit Unsupported(const std::string& what) : std::runtime_error(what) {}
+};
+
+// The type a value of dtype t is computed in: float32 -> f32, every integer type -> i32
+// (narrow types wrapped after each operation, int64 narrowed: see legalize.cpp), bool -> bool.
+Ty compute_type(DType t);
+// An i32 value wrapped to the range of a narrow integer type (uint8, int8, int16).
+Ex wrap_to(DType t, Ex v);
+// A value of dtype `from` converted to dtype `to` (PyTorch's cast semantics).
+Ex cast_value(Ex v, DType from, DType to);
+// One elementwise.def operation on operands already in their compute types; `operands` are
+// the expression nodes they came from (a literal exponent of pow is specialised).
+Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_types, const std::vector<Ex>& x,
+          const std::vector<const Expr*>& operands);
+
+}  // namespace chroma::gpu

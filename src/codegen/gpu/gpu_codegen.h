@@ -1,0 +1,76 @@
+// The GPU generator's entry point: a lowered Program -> kernel modules in one dialect and the
+// schedule that replays them (DESIGN.md "The GPU generator"). Target-neutral: the WebGPU
+// package writer (artifact/webgpu_package.cpp) is its first user; the CUDA and Metal
+// targets add a dialect table and a host runtime.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codegen/gpu/kir.h"
+#include "codegen/gpu/printer.h"
+#include "lower/program.h"
+
+namespace chroma::gpu {
+
+// What the device offers; the templates and legalization read nothing else about it.
+struct Capabilities {
+  int subgroup_size = 0;                 // 0: no subgroup operations
+  int max_workgroup_size = 256;          // maxComputeInvocationsPerWorkgroup
+  int64_t max_shared_bytes = 16384;      // maxComputeWorkgroupStorageSize
+  int max_storage_buffers = 8;           // maxStorageBuffersPerShaderStage
+  int64_t max_grid = 65535;              // maxComputeWorkgroupsPerDimension
+  int64_t max_binding_bytes = 128ll << 20;  // maxStorageBufferBindingSize
+  bool has_f16 = false;
+};
+
+// Where a program buffer lives on the device: a word offset in the arena, the state buffer,
+// or one weights shard.
+struct Placement {
+  enum Where : uint8_t { kArena, kState, kWeights } where = kArena;
+  int shard = 0;
+  int64_t word = 0;
+  bool operator==(const Placement& o) const { return where == o.where && shard == o.shard; }
+};
+
+struct Module {
+  std::string name;   // e.g. "k3_reduce_sum"
+  std::string code;   // the dialect's text
+  int workgroup_size = 0;
+  int params = 0;
+  std::vector<bool> slot_writable;
+  int64_t shared_bytes = 0;
+};
+
+struct Dispatch {
+  int module = 0;
+  int64_t grid_x = 1, grid_y = 1;
+  std::vector<uint32_t> params;
+  std::vector<Placement> slots;  // which buffer each storage slot is (word ignored)
+  int lowered_kernel = 0;        // Program::kernels index
+  std::string label, node, source;
+};
+
+struct Generated {
+  std::vector<Module> modules;   // each distinct text once
+  std::vector<Dispatch> dispatches;
+  int max_slots = 0;
+  int max_workgroup_size = 0;
+  int64_t max_shared_bytes = 0;
+  int64_t max_grid = 0;
+};
+
+// Generates every kernel of the program. `place` says where each buffer lives. Every kernel
+// the target cannot compile is reported at once in one CompileError (op, node, source line).
+Generated generate(const Program& p, const std::function<Placement(int32_t)>& place, const Capabilities& caps,
+                   const Dialect& d);
+
+// Legalization (layer C), run on each kernel before printing: folds the grid to the
+// per-dimension limit, checks workgroup size, shared memory and storage bindings against
+// the capabilities, and checks that every barrier is in uniform control flow. Throws
+// Unsupported naming the limit.
+void legalize(Kernel& k, const Capabilities& caps);
+
+}  // namespace chroma::gpu

@@ -1,0 +1,204 @@
+#include "codegen/gpu/kir.h"
+
+#include <cstring>
+
+namespace chroma::gpu {
+
+namespace {
+Ex make(Node n) { return std::make_shared<const Node>(std::move(n)); }
+bool is_comparison(const char* op) {
+  for (const char* c : {"==", "!=", "<", "<=", ">", ">=", "&&", "||"}) {
+    if (std::strcmp(op, c) == 0) return true;
+  }
+  return false;
+}
+}  // namespace
+
+Ex var(const std::string& name, Ty ty) {
+  Node n;
+  n.kind = Node::kVar;
+  n.ty = ty;
+  n.op = name;
+  return make(std::move(n));
+}
+Ex lit_f(double v) {
+  Node n;
+  n.ty = Ty::kF32;
+  n.f = v;
+  return make(std::move(n));
+}
+Ex lit_i(int64_t v) {
+  Node n;
+  n.ty = Ty::kI32;
+  n.i = v;
+  return make(std::move(n));
+}
+Ex lit_u(uint64_t v) {
+  Node n;
+  n.ty = Ty::kU32;
+  n.i = static_cast<int64_t>(v);
+  return make(std::move(n));
+}
+Ex lit_b(bool v) {
+  Node n;
+  n.ty = Ty::kBool;
+  n.i = v ? 1 : 0;
+  return make(std::move(n));
+}
+Ex lit(Ty ty, double v) {
+  switch (ty) {
+    case Ty::kF32: return lit_f(v);
+    case Ty::kI32: return lit_i(static_cast<int64_t>(v));
+    case Ty::kU32: return lit_u(static_cast<uint64_t>(v));
+    case Ty::kBool: return lit_b(v != 0);
+  }
+  return lit_f(v);
+}
+Ex param(int index) {
+  Node n;
+  n.kind = Node::kParam;
+  n.ty = Ty::kU32;
+  n.slot = index;
+  return make(std::move(n));
+}
+Ex un(const char* op, Ex a) {
+  Node n;
+  n.kind = Node::kUnary;
+  n.ty = std::strcmp(op, "!") == 0 ? Ty::kBool : a->ty;
+  n.op = op;
+  n.args = {std::move(a)};
+  return make(std::move(n));
+}
+Ex bin(const char* op, Ex a, Ex b) {
+  Node n;
+  n.kind = Node::kBinary;
+  n.ty = is_comparison(op) ? Ty::kBool : a->ty;
+  n.op = op;
+  n.args = {std::move(a), std::move(b)};
+  return make(std::move(n));
+}
+Ex call(const char* fn, Ty ty, std::vector<Ex> args) {
+  Node n;
+  n.kind = Node::kCall;
+  n.ty = ty;
+  n.op = fn;
+  n.args = std::move(args);
+  return make(std::move(n));
+}
+Ex select(Ex if_false, Ex if_true, Ex cond) {
+  const Ty t = if_true->ty;
+  return call("select", t, {std::move(if_false), std::move(if_true), std::move(cond)});
+}
+Ex convert(Ty ty, Ex a) {
+  if (a->ty == ty) return a;
+  Node n;
+  n.kind = Node::kConvert;
+  n.ty = ty;
+  n.args = {std::move(a)};
+  return make(std::move(n));
+}
+Ex bitcast(Ty ty, Ex a) {
+  if (a->ty == ty) return a;
+  Node n;
+  n.kind = Node::kBitcast;
+  n.ty = ty;
+  n.args = {std::move(a)};
+  return make(std::move(n));
+}
+Ex load_word(int slot, Ex index) {
+  Node n;
+  n.kind = Node::kLoad;
+  n.ty = Ty::kU32;
+  n.slot = slot;
+  n.space = Space::kGlobal;
+  n.args = {std::move(index)};
+  return make(std::move(n));
+}
+Ex load_array(Space space, const std::string& name, Ty ty, Ex index) {
+  Node n;
+  n.kind = Node::kLoad;
+  n.ty = ty;
+  n.op = name;
+  n.space = space;
+  n.args = {std::move(index)};
+  return make(std::move(n));
+}
+bool is_lit(const Ex& e, int64_t v) { return e->kind == Node::kLit && e->ty != Ty::kF32 && e->i == v; }
+
+std::string Block::fresh(const char* hint) { return std::string(hint) + std::to_string((*counter_)++); }
+
+Ex Block::let(Ex e, const char* hint) {
+  if (e->kind == Node::kLit || e->kind == Node::kVar || e->kind == Node::kParam) return e;
+  Stmt s;
+  s.kind = Stmt::kLet;
+  s.name = fresh(hint);
+  s.ty = e->ty;
+  s.value = std::move(e);
+  out_->push_back(s);
+  return var(s.name, s.ty);
+}
+Ex Block::mut(Ty ty, Ex init, const char* hint) {
+  Stmt s;
+  s.kind = Stmt::kVar;
+  s.name = fresh(hint);
+  s.ty = ty;
+  s.value = std::move(init);
+  out_->push_back(s);
+  return var(s.name, ty);
+}
+void Block::assign(const Ex& v, Ex value) {
+  Stmt s;
+  s.kind = Stmt::kAssign;
+  s.name = v->op;
+  s.value = std::move(value);
+  out_->push_back(std::move(s));
+}
+void Block::array(const std::string& name, Ty ty, int64_t count) {
+  Stmt s;
+  s.kind = Stmt::kArray;
+  s.name = name;
+  s.ty = ty;
+  s.count = count;
+  out_->push_back(std::move(s));
+}
+void Block::assign_elem(const std::string& name, Ex index, Ex value) {
+  Stmt s;
+  s.kind = Stmt::kAssign;
+  s.name = name;
+  s.index = std::move(index);
+  s.value = std::move(value);
+  out_->push_back(std::move(s));
+}
+void Block::store(int slot, Ex index, Ex word) {
+  Stmt s;
+  s.kind = Stmt::kStore;
+  s.slot = slot;
+  s.index = std::move(index);
+  s.value = std::move(word);
+  out_->push_back(std::move(s));
+}
+void Block::shared_store(const std::string& name, Ex index, Ex value) {
+  Stmt s;
+  s.kind = Stmt::kSharedStore;
+  s.name = name;
+  s.index = std::move(index);
+  s.value = std::move(value);
+  out_->push_back(std::move(s));
+}
+void Block::barrier() {
+  Stmt s;
+  s.kind = Stmt::kBarrier;
+  out_->push_back(std::move(s));
+}
+void Block::brk() {
+  Stmt s;
+  s.kind = Stmt::kBreak;
+  out_->push_back(std::move(s));
+}
+void Block::ret() {
+  Stmt s;
+  s.kind = Stmt::kReturn;
+  out_->push_back(std::move(s));
+}
+
+}  // namespace chroma::gpu

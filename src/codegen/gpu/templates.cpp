@@ -1,0 +1,851 @@
+// Kernel templates (DESIGN.md "The GPU generator", layer B): one per lowered kernel kind,
+// written once over the kernel IR. Each reads the lowered kernel's fused expressions through
+// `eval` (so any fused tree, view or broadcast is read in place) and writes through the
+// output layouts; none knows the dialect.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "codegen/gpu/elementwise.h"
+#include "codegen/gpu/gpu_codegen.h"
+
+namespace chroma::gpu {
+
+namespace {
+
+int64_t pow2_at_least(int64_t n, int64_t lo, int64_t hi) {
+  int64_t p = lo;
+  while (p < n && p < hi) p *= 2;
+  return p;
+}
+
+// One dispatch under construction: the kernel IR plus the per-dispatch values its params and
+// slots stand for.
+class KB {
+ public:
+  KB(const Program& p, const std::function<Placement(int32_t)>& place, std::string name, int wg, int dispatch_index)
+      : p_(p), place_(place), dispatch_index_(dispatch_index) {
+    k.name = std::move(name);
+    k.workgroup_size = wg;
+  }
+
+  Kernel k;
+  std::vector<uint32_t> params;
+  std::vector<Placement> slots;
+
+  Block body() { return Block(&k.body, &counter_); }
+
+  int slot(const Placement& pl, bool write) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i] == pl) {
+        k.slots[i].writable = k.slots[i].writable || write;
+        return static_cast<int>(i);
+      }
+    }
+    slots.push_back(pl);
+    k.slots.push_back(Slot{write});
+    return static_cast<int>(slots.size() - 1);
+  }
+
+  Ex add_param(int64_t value) {
+    if (value < 0 || value > 0xffffffffll) throw Unsupported("a buffer offset does not fit in 32 bits");
+    params.push_back(static_cast<uint32_t>(value));
+    k.params = static_cast<int>(params.size());
+    return param(k.params - 1);
+  }
+
+  // (slot, base word) of a buffer at an element offset; one param per (site, buffer).
+  std::pair<int, Ex> base(const void* site, int32_t buffer, int64_t elem_offset, bool write) {
+    const Placement pl = place_(buffer);
+    const int s = slot(pl, write);
+    const auto key = std::make_pair(site, buffer);
+    auto it = bases_.find(key);
+    if (it != bases_.end()) return {s, it->second};
+    Ex b = add_param(pl.word + elem_offset);
+    bases_[key] = b;
+    return {s, b};
+  }
+
+  const Buffer& buffer(int32_t id) const { return p_.buffers[static_cast<size_t>(id)]; }
+
+  // Element address: base + sum coords * strides (unit and zero strides folded away).
+  static Ex address(const Ex& base, const std::vector<int64_t>& strides, const std::vector<Ex>& coords) {
+    Ex a = base;
+    for (size_t d = 0; d < strides.size() && d < coords.size(); ++d) {
+      if (strides[d] == 0 || is_lit(coords[d], 0)) continue;
+      a = add(a, strides[d] == 1 ? coords[d] : mul(coords[d], lit_i(strides[d])));
+    }
+    return a;
+  }
+
+  static Ex from_word(DType t, const Ex& w) {
+    switch (compute_type(t)) {
+      case Ty::kF32: return bitcast(Ty::kF32, w);
+      case Ty::kBool: return bin("!=", w, lit_u(0));
+      default: return bitcast(Ty::kI32, w);
+    }
+  }
+  static Ex to_word(DType t, const Ex& v) {
+    if (v->ty == Ty::kBool) return convert(Ty::kU32, v);
+    (void)t;
+    return bitcast(Ty::kU32, v);
+  }
+
+  // The value of a fused expression at `coords` (one coordinate per dimension of its shape),
+  // in its compute type.
+  Ex eval(Block& b, const Expr& e, const std::vector<Ex>& coords) {
+    switch (e.kind) {
+      case Expr::kLoad: {
+        auto [s, base_ex] = base(&e, e.buffer, e.layout.offset, false);
+        return from_word(e.dtype, load_word(s, address(base_ex, e.layout.strides, coords)));
+      }
+      case Expr::kLiteral: {
+        const Ty t = compute_type(e.dtype);
+        if (t == Ty::kI32) {
+          const int64_t v = e.literal.is_int ? e.literal.i : static_cast<int64_t>(e.literal.f);
+          if (v < INT32_MIN || v > INT32_MAX) {
+            throw Unsupported("the " + std::string(dtype_name(e.dtype)) + " literal " + std::to_string(v) +
+                              " does not fit in 32 bits (GPU integers are narrowed to i32)");
+          }
+          return lit_i(v);
+        }
+        return lit(t, e.literal.as_double());
+      }
+      case Expr::kIota: {
+        const Ty t = compute_type(e.dtype);
+        if (t == Ty::kF32) {
+          Ex v = lit_f(e.iota_base.as_double() + e.affine.offset);
+          for (size_t d = 0; d < e.affine.strides.size() && d < coords.size(); ++d) {
+            if (e.affine.strides[d] == 0) continue;
+            v = add(v, mul(convert(Ty::kF32, coords[d]), lit_f(e.affine.strides[d])));
+          }
+          return b.let(v);
+        }
+        const int64_t base_v = (e.iota_base.is_int ? e.iota_base.i : static_cast<int64_t>(e.iota_base.f)) +
+                               static_cast<int64_t>(e.affine.offset);
+        std::vector<int64_t> st;
+        for (double c : e.affine.strides) st.push_back(static_cast<int64_t>(c));
+        Ex v = address(lit_i(base_v), st, coords);
+        return t == Ty::kBool ? bin("!=", v, lit_i(0)) : b.let(wrap_to(e.dtype, v));
+      }
+      case Expr::kCast: {
+        const Expr& c = e.children[0];
+        return b.let(cast_value(eval(b, c, coords), c.dtype, e.dtype));
+      }
+      case Expr::kMap: {
+        std::vector<Ex> xs;
+        std::vector<DType> ts;
+        std::vector<const Expr*> ops;
+        for (const Expr& c : e.children) {
+          xs.push_back(b.let(eval(b, c, coords)));
+          ts.push_back(c.dtype);
+          ops.push_back(&c);
+        }
+        Ex r = map_op(b, e.ew, e.dtype, ts, xs, ops);
+        if (compute_type(e.dtype) == Ty::kI32) r = wrap_to(e.dtype, r);
+        return b.let(r);
+      }
+    }
+    throw Unsupported("unknown expression kind");
+  }
+
+  void store(Block& b, const void* site, int32_t buffer, const Layout& l, const std::vector<Ex>& coords, Ex v) {
+    auto [s, base_ex] = base(site, buffer, l.offset, true);
+    const DType t = this->buffer(buffer).type.dtype;
+    b.store(s, address(base_ex, l.strides, coords), to_word(t, v));
+  }
+
+  // Sets the status block (arena words 0-2) when `bad`: the dispatch's index and the value.
+  void flag_bad_index(Block& b, const Ex& bad, const Ex& value) {
+    Placement arena;
+    arena.where = Placement::kArena;
+    const int s = slot(arena, true);
+    if (!dispatch_param_) dispatch_param_ = add_param(dispatch_index_ + 1);
+    b.if_(bad, [&](Block& t) {
+      t.store(s, lit_i(0), lit_u(1));
+      t.store(s, lit_i(1), bitcast(Ty::kU32, dispatch_param_));
+      t.store(s, lit_i(2), bitcast(Ty::kU32, value));
+    });
+  }
+
+  // Row-major coordinates of `linear` in `shape` (extent-1 dimensions are 0).
+  static std::vector<Ex> coords_of(Block& b, const Ex& linear, const Shape& shape) {
+    std::vector<Ex> c(shape.size());
+    size_t outer = shape.size();
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] != 1) {
+        outer = d;
+        break;
+      }
+    }
+    int64_t suffix = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] == 1) {
+        c[d] = lit_i(0);
+        continue;
+      }
+      Ex q = suffix == 1 ? linear : bin("/", linear, lit_i(suffix));
+      c[d] = b.let(d == outer ? q : bin("%", q, lit_i(shape[d])), "c");
+      suffix *= shape[d];
+    }
+    return c;
+  }
+
+  // The invocation's linear index over `total` elements, `wg * W + lid`; the body runs when it
+  // is in range.
+  template <class F> void per_element(int64_t total, F body_fn) {
+    if (total >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
+    k.workgroups = std::max<int64_t>(1, (total + k.workgroup_size - 1) / k.workgroup_size);
+    Block b = body();
+    const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(k.workgroup_size)), var("lid", Ty::kI32)), "i");
+    b.if_(bin("<", i, lit_i(total)), [&](Block& in) { body_fn(in, i); });
+  }
+
+  // Combines every invocation's `v` over the workgroup through shared memory; returns the
+  // result, the same in every invocation.
+  Ex tree(Block& b, const Ex& v, const std::string& name, const std::function<Ex(Block&, Ex, Ex)>& combine) {
+    const int w = k.workgroup_size;
+    add_shared(name, v->ty, w);
+    b.shared_store(name, var("lid", Ty::kI32), v);
+    b.barrier();
+    for (int s = w / 2; s > 0; s /= 2) {
+      b.if_(bin("<", var("lid", Ty::kI32), lit_i(s)), [&](Block& t) {
+        const Ex x = t.let(load_array(Space::kShared, name, v->ty, var("lid", Ty::kI32)));
+        const Ex y = t.let(load_array(Space::kShared, name, v->ty, add(var("lid", Ty::kI32), lit_i(s))));
+        t.shared_store(name, var("lid", Ty::kI32), combine(t, x, y));
+      });
+      b.barrier();
+    }
+    const Ex r = b.let(load_array(Space::kShared, name, v->ty, lit_i(0)), "r");
+    b.barrier();  // the array may be reused after this
+    return r;
+  }
+
+  void add_shared(const std::string& name, Ty t, int64_t count) {
+    for (const SharedArray& a : k.shared) {
+      if (a.name == name) return;
+    }
+    k.shared.push_back(SharedArray{name, t, count});
+  }
+
+ private:
+  const Program& p_;
+  const std::function<Placement(int32_t)>& place_;
+  int dispatch_index_;
+  int counter_ = 0;
+  std::map<std::pair<const void*, int32_t>, Ex> bases_;
+  Ex dispatch_param_;
+};
+
+// The split of an iteration space into kept (output) and reduced dimensions.
+struct Split {
+  Shape kept, reduced;
+  std::vector<size_t> kept_dims, reduced_dims;
+  size_t rank = 0;
+  int64_t outputs() const { return numel(kept); }
+  int64_t extent() const { return numel(reduced); }
+};
+
+Split split(const Shape& shape, const std::vector<bool>& mask) {
+  Split s;
+  s.rank = shape.size();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (mask[d]) {
+      s.reduced.push_back(shape[d]);
+      s.reduced_dims.push_back(d);
+    } else {
+      s.kept.push_back(shape[d]);
+      s.kept_dims.push_back(d);
+    }
+  }
+  return s;
+}
+
+std::vector<Ex> merge(Block& b, const Split& s, const Ex& o, const Ex& r) {
+  std::vector<Ex> c(s.rank);
+  const std::vector<Ex> ko = KB::coords_of(b, o, s.kept), kr = KB::coords_of(b, r, s.reduced);
+  for (size_t i = 0; i < s.kept_dims.size(); ++i) c[s.kept_dims[i]] = ko[i];
+  for (size_t i = 0; i < s.reduced_dims.size(); ++i) c[s.reduced_dims[i]] = kr[i];
+  return c;
+}
+
+EwOp combine_op(ReduceKind r) {
+  switch (r) {
+    case ReduceKind::kSum: return EwOp::k_add;
+    case ReduceKind::kProd: return EwOp::k_mul;
+    case ReduceKind::kMax: return EwOp::k_maximum;
+    case ReduceKind::kMin: return EwOp::k_minimum;
+  }
+  return EwOp::k_add;
+}
+
+Ex identity(ReduceKind r, Ty t) {
+  const double inf = std::numeric_limits<double>::infinity();
+  switch (r) {
+    case ReduceKind::kSum: return lit(t, 0);
+    case ReduceKind::kProd: return lit(t, 1);
+    case ReduceKind::kMax: return t == Ty::kF32 ? lit_f(-inf) : t == Ty::kBool ? lit_b(false) : lit_i(INT32_MIN);
+    case ReduceKind::kMin: return t == Ty::kF32 ? lit_f(inf) : t == Ty::kBool ? lit_b(true) : lit_i(INT32_MAX);
+  }
+  return lit(t, 0);
+}
+
+std::function<Ex(Block&, Ex, Ex)> combiner(ReduceKind r, DType t) {
+  return [r, t](Block& b, Ex x, Ex y) {
+    Ex v = map_op(b, combine_op(r), t, {t, t}, {x, y}, {nullptr, nullptr});
+    return compute_type(t) == Ty::kI32 ? wrap_to(t, v) : v;
+  };
+}
+
+// ---- templates ---------------------------------------------------------------------------
+
+void t_assign(KB& kb, const chroma::Kernel& lk) {
+  const Expr& e = lk.inputs[0];
+  kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> c = KB::coords_of(b, i, lk.shape);
+    kb.store(b, &lk.out_layouts[0], lk.outputs[0], lk.out_layouts[0], c, kb.eval(b, e, c));
+  });
+}
+
+void t_concat(KB& kb, const chroma::Kernel& lk) {
+  int64_t total = 0;
+  std::vector<int64_t> ends;
+  for (const Layout& l : lk.out_layouts) ends.push_back(total += numel(l.shape));
+  kb.per_element(total, [&](Block& b, const Ex& i) {
+    // if (i < end0) part 0 else if (i < end1) part 1 ...
+    std::function<void(Block&, size_t)> part = [&](Block& bb, size_t p) {
+      if (p >= lk.inputs.size()) return;
+      if (numel(lk.out_layouts[p].shape) == 0) return part(bb, p + 1);
+      const int64_t start = ends[p] - numel(lk.out_layouts[p].shape);
+      auto body = [&](Block& in) {
+        const Ex local = in.let(start ? bin("-", i, lit_i(start)) : i);
+        const std::vector<Ex> c = KB::coords_of(in, local, lk.out_layouts[p].shape);
+        kb.store(in, &lk.out_layouts[p], lk.outputs[p], lk.out_layouts[p], c, kb.eval(in, lk.inputs[p], c));
+      };
+      if (p + 1 == lk.inputs.size()) return body(bb);
+      bb.if_else(bin("<", i, lit_i(ends[p])), body, [&](Block& rest) { part(rest, p + 1); });
+    };
+    part(b, 0);
+  });
+}
+
+std::vector<bool> reduced_mask(const chroma::Kernel& lk) {
+  std::vector<bool> mask(lk.shape.size(), false);
+  if (lk.kind == chroma::Kernel::kReduce) {
+    for (int64_t a : lk.attrs.ints) mask[static_cast<size_t>(a)] = true;
+  } else {
+    mask[static_cast<size_t>(lk.attrs.axis)] = true;
+  }
+  return mask;
+}
+
+void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
+  const Split s = split(lk.shape, reduced_mask(lk));
+  const DType ot = p.buffers[static_cast<size_t>(lk.outputs[0])].type.dtype;
+  const Ty t = compute_type(ot);
+  const Expr& e = lk.inputs[0];
+  const auto comb = combiner(lk.attrs.reduce, ot);
+  const int64_t R = s.extent();
+  if (R <= 32) {  // one invocation per output: a short loop
+    kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
+      const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
+      b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
+        const Ex v = in.let(cast_value(kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
+        in.assign(acc, comb(in, acc, v));
+      });
+      kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], merge(b, s, o, lit_i(0)), acc);
+    });
+    return;
+  }
+  // one workgroup per output: strided partials, then a tree
+  kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
+  kb.k.workgroups = s.outputs();
+  Block b = kb.body();
+  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
+  b.loop("r", lid, lit_i(R), lit_i(kb.k.workgroup_size), [&](Block& in, const Ex& r) {
+    const Ex v = in.let(cast_value(kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
+    in.assign(acc, comb(in, acc, v));
+  });
+  const Ex total = kb.tree(b, acc, "red", comb);
+  b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
+    kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), total);
+  });
+}
+
+void t_softmax(KB& kb, const chroma::Kernel& lk) {
+  std::vector<bool> mask(lk.shape.size(), false);
+  mask[static_cast<size_t>(lk.attrs.axis)] = true;
+  const Split s = split(lk.shape, mask);
+  const Expr& e = lk.inputs[0];
+  if (compute_type(e.dtype) != Ty::kF32) throw Unsupported("softmax of a non-float32 tensor");
+  const int64_t R = s.extent();
+  kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
+  kb.k.workgroups = s.outputs();
+  const int W = kb.k.workgroup_size;
+  Block b = kb.body();
+  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const auto mx = combiner(ReduceKind::kMax, DType::kF32), sum = combiner(ReduceKind::kSum, DType::kF32);
+  const Ex m0 = b.mut(Ty::kF32, identity(ReduceKind::kMax, Ty::kF32), "m");
+  b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
+    in.assign(m0, mx(in, m0, kb.eval(in, e, merge(in, s, o, r))));
+  });
+  const Ex m = kb.tree(b, m0, "red", mx);
+  const Ex s0 = b.mut(Ty::kF32, lit_f(0), "s");
+  b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
+    in.assign(s0, add(s0, call("exp", Ty::kF32, {bin("-", kb.eval(in, e, merge(in, s, o, r)), m)})));
+  });
+  const Ex total = kb.tree(b, s0, "red", sum);
+  const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
+  b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
+    const std::vector<Ex> c = merge(in, s, o, r);
+    const Ex x = in.let(bin("-", kb.eval(in, e, c), m));
+    kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c,
+             lk.attrs.log ? bin("-", x, logsum) : bin("/", call("exp", Ty::kF32, {x}), total));
+  });
+}
+
+// Index of the first maximum (minimum); NaN counts as the extreme (PyTorch's argmax).
+void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
+  const Split s = split(lk.shape, reduced_mask(lk));
+  const Expr& e = lk.inputs[0];
+  const Ty t = compute_type(e.dtype);
+  const bool is_max = lk.attrs.reduce == ReduceKind::kMax;
+  const int64_t R = s.extent();
+  // (a, ai) then (b, bi): does b win? Entries with index R are empty.
+  auto wins = [&](Block& b, const Ex& av, const Ex& ai, const Ex& bv, const Ex& bi) {
+    Ex better = bin(is_max ? ">" : "<", convert(t == Ty::kBool ? Ty::kI32 : t, bv), convert(t == Ty::kBool ? Ty::kI32 : t, av));
+    const Ex tie = bin("&&", bin("==", bv, av), bin("<", bi, ai));
+    Ex w = bin("||", better, tie);
+    if (t == Ty::kF32) {
+      const auto nan = [](const Ex& x) {
+        return bin(">", bin("&", bitcast(Ty::kU32, x), lit_u(0x7fffffffu)), lit_u(0x7f800000u));
+      };
+      const Ex an = b.let(nan(av)), bn = b.let(nan(bv));
+      w = select(bin("&&", un("!", an), w), select(lit_b(false), bin("<", bi, ai), an), bn);
+    }
+    return b.let(bin("&&", bin("<", bi, lit_i(R)), bin("||", bin(">=", ai, lit_i(R)), w)));
+  };
+  kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
+  kb.k.workgroups = s.outputs();
+  const int W = kb.k.workgroup_size;
+  Block b = kb.body();
+  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex bv = b.mut(t, lit(t, 0), "bv");
+  const Ex bi = b.mut(Ty::kI32, lit_i(R), "bi");
+  b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
+    const Ex v = in.let(kb.eval(in, e, merge(in, s, o, r)));
+    in.if_(wins(in, bv, bi, v, r), [&](Block& tb) {
+      tb.assign(bv, v);
+      tb.assign(bi, r);
+    });
+  });
+  kb.add_shared("sv", t, W);
+  kb.add_shared("si", Ty::kI32, W);
+  b.shared_store("sv", lid, bv);
+  b.shared_store("si", lid, bi);
+  b.barrier();
+  for (int st = W / 2; st > 0; st /= 2) {
+    b.if_(bin("<", lid, lit_i(st)), [&](Block& in) {
+      const Ex j = add(lid, lit_i(st));
+      const Ex av = in.let(load_array(Space::kShared, "sv", t, lid)), ai = in.let(load_array(Space::kShared, "si", Ty::kI32, lid));
+      const Ex v2 = in.let(load_array(Space::kShared, "sv", t, j)), i2 = in.let(load_array(Space::kShared, "si", Ty::kI32, j));
+      in.if_(wins(in, av, ai, v2, i2), [&](Block& tb) {
+        tb.shared_store("sv", lid, v2);
+        tb.shared_store("si", lid, i2);
+      });
+    });
+    b.barrier();
+  }
+  b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
+    kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), load_array(Space::kShared, "si", Ty::kI32, lit_i(0)));
+  });
+}
+
+// C = A B over batch dimensions. Few rows: one invocation per column keeps every row's sum in
+// registers (memory-bound: each B element is read once). Otherwise 16 x 16 tiles staged in
+// workgroup memory.
+void t_matmul(KB& kb, const chroma::Kernel& lk) {
+  const Expr& A = lk.inputs[0];
+  const Expr& B = lk.inputs[1];
+  if (compute_type(A.dtype) != Ty::kF32 || compute_type(B.dtype) != Ty::kF32) {
+    throw Unsupported("matrix products of " + std::string(dtype_name(A.dtype)) + " (GPU products are float32)");
+  }
+  const size_t r = lk.shape.size();
+  const int64_t M = lk.shape[r - 2], N = lk.shape[r - 1], K = A.shape()[r - 1];
+  const Shape batch(lk.shape.begin(), lk.shape.end() - 2);
+  const int64_t nb = numel(batch);
+  auto coords = [&](Block& b, const std::vector<Ex>& bc, const Ex& i, const Ex& j) {
+    std::vector<Ex> c = bc;
+    c.push_back(i);
+    c.push_back(j);
+    return c;
+  };
+  if (M <= 8) {
+    kb.per_element(nb * N, [&](Block& b, const Ex& i) {
+      const Ex bt = b.let(bin("/", i, lit_i(N))), n = b.let(bin("%", i, lit_i(N)));
+      const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
+      std::vector<Ex> acc;
+      for (int64_t m = 0; m < M; ++m) acc.push_back(b.mut(Ty::kF32, lit_f(0), "acc"));
+      b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
+        const Ex bv = in.let(kb.eval(in, B, coords(in, bc, k, n)));
+        for (int64_t m = 0; m < M; ++m) {
+          in.assign(acc[static_cast<size_t>(m)], add(acc[static_cast<size_t>(m)], mul(kb.eval(in, A, coords(in, bc, lit_i(m), k)), bv)));
+        }
+      });
+      for (int64_t m = 0; m < M; ++m) {
+        kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], coords(b, bc, lit_i(m), n), acc[static_cast<size_t>(m)]);
+      }
+    });
+    return;
+  }
+  constexpr int T = 16;
+  const int64_t tm = (M + T - 1) / T, tn = (N + T - 1) / T;
+  kb.k.workgroup_size = T * T;
+  kb.k.workgroups = nb * tm * tn;
+  kb.add_shared("ta", Ty::kF32, T * T);
+  kb.add_shared("tb", Ty::kF32, T * T);
+  Block b = kb.body();
+  const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex bt = b.let(bin("/", wg, lit_i(tm * tn)));
+  const Ex tile = b.let(bin("%", wg, lit_i(tm * tn)));
+  const Ex ty = b.let(bin("/", lid, lit_i(T))), tx = b.let(bin("%", lid, lit_i(T)));
+  const Ex row = b.let(add(mul(bin("/", tile, lit_i(tn)), lit_i(T)), ty));
+  const Ex col = b.let(add(mul(bin("%", tile, lit_i(tn)), lit_i(T)), tx));
+  const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
+  const Ex acc = b.mut(Ty::kF32, lit_f(0), "acc");
+  b.loop("k0", lit_i(0), lit_i(K), lit_i(T), [&](Block& in, const Ex& k0) {
+    const Ex av = in.mut(Ty::kF32, lit_f(0), "av");
+    const Ex ka = in.let(add(k0, tx));
+    in.if_(bin("&&", bin("<", row, lit_i(M)), bin("<", ka, lit_i(K))),
+           [&](Block& t) { t.assign(av, kb.eval(t, A, coords(t, bc, row, ka))); });
+    in.shared_store("ta", lid, av);
+    const Ex bv = in.mut(Ty::kF32, lit_f(0), "bv");
+    const Ex kbi = in.let(add(k0, ty));
+    in.if_(bin("&&", bin("<", kbi, lit_i(K)), bin("<", col, lit_i(N))),
+           [&](Block& t) { t.assign(bv, kb.eval(t, B, coords(t, bc, kbi, col))); });
+    in.shared_store("tb", lid, bv);
+    in.barrier();
+    for (int kk = 0; kk < T; ++kk) {
+      in.assign(acc, add(acc, mul(load_array(Space::kShared, "ta", Ty::kF32, add(mul(ty, lit_i(T)), lit_i(kk))),
+                                  load_array(Space::kShared, "tb", Ty::kF32, add(lit_i(kk * T), tx)))));
+    }
+    in.barrier();
+  });
+  b.if_(bin("&&", bin("<", row, lit_i(M)), bin("<", col, lit_i(N))), [&](Block& in) {
+    kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], coords(in, bc, row, col), acc);
+  });
+}
+
+// torch.index_select / embedding (kGather) and torch.gather (kGatherElements); an index
+// outside its dimension sets the status block and reads element 0 instead.
+void t_gather(KB& kb, const chroma::Kernel& lk) {
+  const Expr& src = lk.inputs[0];
+  const Expr& idx = lk.inputs[1];
+  const Shape ss = src.shape();
+  const size_t axis = static_cast<size_t>(lk.attrs.axis);
+  const int64_t dim = ss[axis];
+  const size_t ir = idx.shape().size();
+  kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
+    std::vector<Ex> ic, sc;
+    if (lk.kind == chroma::Kernel::kGather) {
+      ic.assign(o.begin() + static_cast<long>(axis), o.begin() + static_cast<long>(axis + ir));
+    } else {
+      ic = o;
+    }
+    const Ex v = b.let(kb.eval(b, idx, ic), "ix");
+    const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
+    kb.flag_bad_index(b, bad, v);
+    const Ex safe = b.let(select(v, lit_i(0), bad));
+    if (lk.kind == chroma::Kernel::kGather) {
+      // src coordinates: the output's before the axis, the index, the output's after the
+      // index dimensions (a scalar index has none)
+      sc.assign(o.begin(), o.begin() + static_cast<long>(axis));
+      sc.push_back(safe);
+      sc.insert(sc.end(), o.begin() + static_cast<long>(axis + ir), o.end());
+    } else {
+      sc = o;
+      sc[axis] = safe;
+    }
+    kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], o, kb.eval(b, src, sc));
+  });
+}
+
+// An order key: larger keys come first. Floats map to a monotone u32 (NaN first when
+// largest, last when smallest, as the CPU's top-k); integers flip the sign bit.
+Ex order_key(Block& b, const Ex& v, bool largest) {
+  Ex key;
+  if (v->ty == Ty::kF32) {
+    const Ex u = b.let(bitcast(Ty::kU32, v));
+    const Ex nan = bin(">", bin("&", u, lit_u(0x7fffffffu)), lit_u(0x7f800000u));
+    const Ex mono = select(bin("|", u, lit_u(0x80000000u)), un("~", u), bin("!=", bin(">>", u, lit_u(31)), lit_u(0)));
+    key = largest ? select(mono, lit_u(0xffffffffu), nan) : select(un("~", mono), lit_u(0), nan);
+    return b.let(key);
+  }
+  const Ex u = bin("^", bitcast(Ty::kU32, convert(Ty::kI32, v)), lit_u(0x80000000u));
+  return b.let(largest ? u : un("~", u));
+}
+
+// Top-k (and sort, k = n) along an axis: one invocation per row picks the k best in order,
+// each pass the best entry strictly after the previous pick (ties go to the lower index).
+void t_topk(KB& kb, const chroma::Kernel& lk) {
+  std::vector<bool> mask(lk.shape.size(), false);
+  mask[static_cast<size_t>(lk.attrs.axis)] = true;
+  const Split s = split(lk.shape, mask);
+  const Expr& e = lk.inputs[0];
+  const int64_t R = s.extent(), K = lk.attrs.k;
+  const Ty t = compute_type(e.dtype);
+  kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
+    const Ex pk = b.mut(Ty::kU32, lit_u(0xffffffffu), "pk");
+    const Ex pi = b.mut(Ty::kI32, lit_i(-1), "pi");
+    b.loop("j", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& j) {
+      const Ex bk = in.mut(Ty::kU32, lit_u(0), "bk");
+      const Ex bi = in.mut(Ty::kI32, lit_i(-1), "bi");
+      const Ex bv = in.mut(t, lit(t, 0), "bv");
+      in.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& l, const Ex& r) {
+        const Ex v = l.let(kb.eval(l, e, merge(l, s, o, r)));
+        const Ex key = order_key(l, v, lk.attrs.largest);
+        const Ex after = bin("||", bin("<", key, pk), bin("&&", bin("==", key, pk), bin(">", r, pi)));
+        const Ex better = bin("||", bin("<", bi, lit_i(0)), bin("||", bin(">", key, bk), bin("&&", bin("==", key, bk), bin("<", r, bi))));
+        l.if_(bin("&&", after, better), [&](Block& tb) {
+          tb.assign(bk, key);
+          tb.assign(bi, r);
+          tb.assign(bv, v);
+        });
+      });
+      const std::vector<Ex> c = merge(in, s, o, j);
+      kb.store(in, &lk.out_layouts[0], lk.outputs[0], lk.out_layouts[0], c, bv);
+      kb.store(in, &lk.out_layouts[1], lk.outputs[1], lk.out_layouts[1], c, bi);
+      in.assign(pk, bk);
+      in.assign(pi, bi);
+    });
+  });
+}
+
+// Inclusive scan along an axis: one invocation per row, in order (cumsum, cumprod, cummax,
+// cummin, logcumsumexp).
+void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
+  std::vector<bool> mask(lk.shape.size(), false);
+  mask[static_cast<size_t>(lk.attrs.axis)] = true;
+  const Split s = split(lk.shape, mask);
+  const Expr& e = lk.inputs[0];
+  const DType ot = p.buffers[static_cast<size_t>(lk.outputs[0])].type.dtype;
+  const Ty t = compute_type(ot);
+  kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
+    const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
+    b.loop("r", lit_i(0), lit_i(s.extent()), lit_i(1), [&](Block& in, const Ex& r) {
+      const std::vector<Ex> c = merge(in, s, o, r);
+      const Ex v = in.let(cast_value(kb.eval(in, e, c), e.dtype, ot));
+      if (lk.attrs.log) {  // log(exp(acc) + exp(v)), exact at infinities
+        if (t != Ty::kF32) throw Unsupported("logcumsumexp of a non-float tensor");
+        const Ex m = in.let(map_op(in, EwOp::k_maximum, ot, {ot, ot}, {acc, v}, {nullptr, nullptr}));
+        const Ex lo = in.let(map_op(in, EwOp::k_minimum, ot, {ot, ot}, {acc, v}, {nullptr, nullptr}));
+        const Ex l1 = map_op(in, EwOp::k_log1p, ot, {ot}, {in.let(call("exp", Ty::kF32, {bin("-", lo, m)}))}, {nullptr});
+        const Ex first = bin("==", r, lit_i(0));
+        in.assign(acc, select(select(add(m, l1), m, bin("==", lo, m)), v, first));
+      } else {
+        in.assign(acc, select(combiner(lk.attrs.reduce, ot)(in, acc, v), v, bin("==", r, lit_i(0))));
+      }
+      kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, acc);
+    });
+  });
+}
+
+// Direct convolution: one invocation per output element, zero padding by bounds tests.
+void t_conv(KB& kb, const chroma::Kernel& lk) {
+  const Expr& x = lk.inputs[0];
+  const Expr& w = lk.inputs[1];
+  if (compute_type(x.dtype) != Ty::kF32) throw Unsupported("convolution of a non-float32 tensor");
+  if (!lk.post_ops.empty() || lk.epilogue >= 0) throw Unsupported("convolution epilogues (a CPU lowering choice)");
+  const Shape xs = x.shape(), ws = w.shape();
+  const size_t d = xs.size() - 2;
+  const int64_t groups = lk.attrs.k, cout = ws[0], cin_g = ws[1], cout_g = cout / groups;
+  kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
+    const Ex g = b.let(bin("/", o[1], lit_i(cout_g)));
+    const Ex acc = b.mut(Ty::kF32, lit_f(0), "acc");
+    b.loop("ci", lit_i(0), lit_i(cin_g), lit_i(1), [&](Block& in, const Ex& ci) {
+      const Ex cx = in.let(add(mul(g, lit_i(cin_g)), ci));
+      std::function<void(Block&, size_t, std::vector<Ex>, std::vector<Ex>, Ex)> win =
+          [&](Block& bb, size_t dim, std::vector<Ex> xc, std::vector<Ex> wc, Ex ok) {
+            if (dim == d) {
+              bb.if_(ok, [&](Block& t) { t.assign(acc, add(acc, mul(kb.eval(t, x, xc), kb.eval(t, w, wc)))); });
+              return;
+            }
+            const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
+            bb.loop("kw", lit_i(0), lit_i(ws[2 + dim]), lit_i(1), [&](Block& l, const Ex& kw) {
+              const Ex pos = l.let(add(bin("-", mul(o[2 + dim], lit_i(st)), lit_i(pd)), mul(kw, lit_i(dl))));
+              std::vector<Ex> xc2 = xc, wc2 = wc;
+              xc2.push_back(pos);
+              wc2.push_back(kw);
+              const Ex inside = bin("&&", bin(">=", pos, lit_i(0)), bin("<", pos, lit_i(xs[2 + dim])));
+              win(l, dim + 1, xc2, wc2, l.let(ok ? bin("&&", ok, inside) : inside));
+            });
+          };
+      win(in, 0, {o[0], cx}, {o[1], ci}, nullptr);
+    });
+    kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], o, acc);
+  });
+}
+
+// index_put / index_copy / scatter along an axis: dst[o with o[axis] = idx[o[axis]]] = vals[o].
+// Plain writes: one invocation per value. Accumulating writes are deterministic without
+// atomics: one invocation per destination element folds the values whose index names it,
+// in index order (the CPU's order).
+void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
+  const Expr& idx = lk.inputs[1];
+  const Expr& vals = lk.inputs[2];
+  const Buffer& ob = p.buffers[static_cast<size_t>(lk.outputs[0])];
+  const size_t axis = static_cast<size_t>(lk.attrs.axis);
+  const int64_t dim = ob.type.shape[axis];
+  const DType ot = ob.type.dtype;
+  if (!lk.attrs.accumulate) {
+    kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
+      std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
+      const Ex v = b.let(kb.eval(b, idx, {o[axis]}), "ix");
+      const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
+      kb.flag_bad_index(b, bad, v);
+      const Ex val = b.let(cast_value(kb.eval(b, vals, o), vals.dtype, ot));
+      b.if_(un("!", bad), [&](Block& t) {
+        std::vector<Ex> dc = o;
+        dc[axis] = v;
+        kb.store(t, &lk, lk.outputs[0], lk.out_layouts[0], dc, val);
+      });
+    });
+    return;
+  }
+  Shape ds = lk.shape;
+  ds[axis] = dim;
+  const int64_t n = lk.shape[axis];
+  const auto comb = combiner(lk.attrs.reduce, ot);
+  Expr current;  // the destination's value before this kernel
+  current.kind = Expr::kLoad;
+  current.dtype = ot;
+  current.buffer = lk.outputs[0];
+  current.layout = lk.out_layouts[0];
+  kb.per_element(numel(ds), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> dc = KB::coords_of(b, i, ds);
+    const Ex acc = b.mut(compute_type(ot), kb.eval(b, current, dc), "acc");
+    b.loop("j", lit_i(0), lit_i(n), lit_i(1), [&](Block& in, const Ex& j) {
+      const Ex v = in.let(kb.eval(in, idx, {j}), "ix");
+      const Ex bad = in.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
+      kb.flag_bad_index(in, bad, v);
+      in.if_(bin("==", v, dc[axis]), [&](Block& t) {
+        std::vector<Ex> vc = dc;
+        vc[axis] = j;
+        t.assign(acc, comb(t, acc, t.let(cast_value(kb.eval(t, vals, vc), vals.dtype, ot))));
+      });
+    });
+    kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], dc, acc);
+  });
+}
+
+const char* kind_name(chroma::Kernel::Kind k) {
+  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
+                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
+                                "conv",   "linalg",   "matmul_gathered"};
+  return names[k];
+}
+
+}  // namespace
+
+Generated generate(const Program& p, const std::function<Placement(int32_t)>& place, const Capabilities& caps,
+                   const Dialect& d) {
+  Generated out;
+  std::map<std::string, int> module_of;  // text -> module
+  std::vector<std::string> errors;
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    const chroma::Kernel& lk = p.kernels[ki];
+    try {
+      std::vector<KB> parts;
+      auto make = [&](const char* what) -> KB& {
+        parts.emplace_back(p, place, std::string(kind_name(lk.kind)) + what, 256,
+                           static_cast<int>(out.dispatches.size() + parts.size()));
+        return parts.back();
+      };
+      switch (lk.kind) {
+        case chroma::Kernel::kAssign: t_assign(make(""), lk); break;
+        case chroma::Kernel::kConcat: t_concat(make(""), lk); break;
+        case chroma::Kernel::kReduce: t_reduce(make(""), lk, p); break;
+        case chroma::Kernel::kSoftmax: t_softmax(make(""), lk); break;
+        case chroma::Kernel::kArgReduce: t_arg_reduce(make(""), lk); break;
+        case chroma::Kernel::kMatMul: t_matmul(make(""), lk); break;
+        case chroma::Kernel::kGather:
+        case chroma::Kernel::kGatherElements: t_gather(make(""), lk); break;
+        case chroma::Kernel::kTopK: t_topk(make(""), lk); break;
+        case chroma::Kernel::kScan: t_scan(make(""), lk, p); break;
+        case chroma::Kernel::kConv: t_conv(make(""), lk); break;
+        case chroma::Kernel::kIndexPut: {
+          const Buffer& ob = p.buffers[static_cast<size_t>(lk.outputs[0])];
+          if (!lk.in_place && numel(ob.type.shape) > 0) {  // the base first, as an assign
+            chroma::Kernel copy;
+            copy.kind = chroma::Kernel::kAssign;
+            copy.shape = ob.type.shape;
+            copy.inputs = {lk.inputs[0]};
+            copy.outputs = lk.outputs;
+            copy.out_layouts = lk.out_layouts;
+            t_assign(make("_base"), copy);
+          }
+          if (numel(lk.shape) > 0) t_index_put(make(""), lk, p);
+          break;
+        }
+        case chroma::Kernel::kLinalg:
+          throw Unsupported("linear-algebra factorizations (LAPACK) are not available on GPU targets");
+        case chroma::Kernel::kMatMulPacked:
+        case chroma::Kernel::kMatMulGathered:
+          throw Unsupported("internal: a CPU-only product kind reached the GPU generator");
+      }
+      for (KB& kb : parts) {
+        if (kb.k.body.empty()) continue;
+        legalize(kb.k, caps);
+        Dispatch dp;
+        dp.grid_x = kb.k.grid_x;
+        dp.grid_y = kb.k.grid_y;
+        dp.params = kb.params;
+        dp.slots = kb.slots;
+        dp.lowered_kernel = static_cast<int>(ki);
+        dp.label = lk.label;
+        dp.node = lk.name;
+        dp.source = lk.source;
+        const std::string code = print_kernel(kb.k, d);
+        auto it = module_of.find(code);
+        if (it == module_of.end()) {
+          Module m;
+          m.name = "k" + std::to_string(out.modules.size()) + "_" + kb.k.name;
+          m.code = code;
+          m.workgroup_size = kb.k.workgroup_size;
+          m.params = kb.k.params;
+          for (const Slot& s : kb.k.slots) m.slot_writable.push_back(s.writable);
+          for (const SharedArray& a : kb.k.shared) m.shared_bytes += 4 * a.count;
+          it = module_of.emplace(code, static_cast<int>(out.modules.size())).first;
+          out.modules.push_back(std::move(m));
+        }
+        dp.module = it->second;
+        const Module& m = out.modules[static_cast<size_t>(dp.module)];
+        out.max_slots = std::max(out.max_slots, static_cast<int>(m.slot_writable.size()));
+        out.max_workgroup_size = std::max(out.max_workgroup_size, m.workgroup_size);
+        out.max_shared_bytes = std::max(out.max_shared_bytes, m.shared_bytes);
+        out.max_grid = std::max({out.max_grid, dp.grid_x, dp.grid_y});
+        out.dispatches.push_back(std::move(dp));
+      }
+    } catch (const Unsupported& e) {
+      std::ostringstream msg;
+      msg << "  " << kind_name(lk.kind) << " '" << lk.label << "' (node " << (lk.name.empty() ? "?" : lk.name)
+          << (lk.source.empty() ? "" : ", " + lk.source) << "): " << e.what();
+      errors.push_back(msg.str());
+    } catch (const CompileError& e) {
+      errors.push_back("  " + std::string(kind_name(lk.kind)) + " '" + lk.label + "' (node " + lk.name + "): " + e.what());
+    }
+  }
+  if (!errors.empty()) {
+    std::string all = "target '" + d.name + "': " + std::to_string(errors.size()) + " kernel(s) cannot be compiled:\n";
+    for (const std::string& e : errors) all += e + "\n";
+    throw CompileError(all);
+  }
+  return out;
+}
+
+}  // namespace chroma::gpu

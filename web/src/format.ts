@@ -1,0 +1,181 @@
+// The `.chroma-web` format, version 1 (docs/webgpu_package.md): constants and the manifest's
+// types. The manifest types describe a manifest that `parsePackage` has already checked.
+
+export const MAGIC = 'CHROMAWB';
+export const FORMAT_VERSION = 1;
+export const HEADER_SIZE = 96;
+/** Payload sections, the params offsets and the arena's tensors are aligned to this. */
+export const ALIGNMENT = 256;
+/** Size of the status block at the start of the arena. */
+export const STATUS_BYTES = 256;
+
+/** The tensor types of format version 1. */
+export type DType = 'float32' | 'int32' | 'int64' | 'bool' | 'uint8';
+/** How a tensor is stored on the GPU: one 32-bit word per element. */
+export type Storage = 'f32' | 'i32' | 'u32';
+
+export interface DTypeInfo {
+  /** The storage the format requires for this dtype in the arena. */
+  storage: Storage;
+  /** Bytes per element in golden data (the dtype's own size). */
+  goldenBytes: number;
+  /** The typed array a caller passes and gets back. */
+  arrayName: 'Float32Array' | 'Int32Array' | 'BigInt64Array' | 'Uint8Array';
+  float: boolean;
+}
+
+export const DTYPES: Readonly<Record<DType, DTypeInfo>> = {
+  float32: { storage: 'f32', goldenBytes: 4, arrayName: 'Float32Array', float: true },
+  int32: { storage: 'i32', goldenBytes: 4, arrayName: 'Int32Array', float: false },
+  int64: { storage: 'i32', goldenBytes: 8, arrayName: 'BigInt64Array', float: false },
+  bool: { storage: 'u32', goldenBytes: 1, arrayName: 'Uint8Array', float: false },
+  uint8: { storage: 'u32', goldenBytes: 1, arrayName: 'Uint8Array', float: false },
+};
+
+/** The typed arrays the runtime takes as inputs and returns as outputs. */
+export type TensorData = Float32Array | Int32Array | BigInt64Array | Uint8Array;
+
+/**
+ * WebGPU's default limits for the ones that matter to a package: a package that does not
+ * raise a limit in `requirements.limits` must fit within these (checked at parse time).
+ */
+export const DEFAULT_LIMITS: Readonly<Record<string, number>> = {
+  maxStorageBufferBindingSize: 134217728,
+  maxBufferSize: 268435456,
+  maxUniformBufferBindingSize: 65536,
+  maxStorageBuffersPerShaderStage: 8,
+  maxUniformBuffersPerShaderStage: 12,
+  maxBindingsPerBindGroup: 1000,
+  maxComputeWorkgroupsPerDimension: 65535,
+};
+
+export interface Requirements {
+  features: string[];
+  limits: Record<string, number>;
+}
+
+/** An input or output of a call: where it lives in the arena. */
+export interface IOTensor {
+  name: string;
+  dtype: DType;
+  shape: number[];
+  storage: Storage;
+  /** Byte offset in the arena. */
+  offset: number;
+  /** Bytes in the arena: 4 per element. */
+  bytes: number;
+}
+
+export interface StateTensor {
+  name: string;
+  /** Byte offset in the state buffer. */
+  offset: number;
+  bytes: number;
+  /** Offset of its initial bytes in the payload. */
+  init: number;
+}
+
+export interface Shard {
+  /** Offset in the payload. */
+  offset: number;
+  bytes: number;
+}
+
+export interface WeightTensor {
+  name: string;
+  dtype: string;
+  shape: number[];
+  shard: number;
+  /** Byte offset inside the shard. */
+  offset: number;
+  bytes: number;
+}
+
+export type BindingType = 'uniform' | 'storage' | 'read-only-storage';
+
+export interface KernelBinding {
+  binding: number;
+  type: BindingType;
+  /** Size of the uniform block (uniform bindings only). */
+  bytes?: number;
+}
+
+export interface Kernel {
+  name: string;
+  code: string;
+  entry: string;
+  workgroup_size: [number, number, number];
+  bindings: KernelBinding[];
+  features: string[];
+}
+
+export interface DispatchBinding {
+  binding: number;
+  buffer: 'arena' | 'state' | 'weights';
+  /** Shard index (weights only). */
+  shard?: number;
+}
+
+export interface Dispatch {
+  kernel: number;
+  grid: [number, number, number];
+  /** Byte offset of the dispatch's uniform values in the params buffer. */
+  params: number;
+  bindings: DispatchBinding[];
+  label: string;
+  node: string;
+  source: string;
+}
+
+/** A golden tensor: in the payload, in its own dtype (int64 as 8 bytes, bool as 1). */
+export interface GoldenTensor {
+  name: string;
+  dtype: DType;
+  shape: number[];
+  /** Offset in the payload. */
+  offset: number;
+  bytes: number;
+}
+
+export interface Tolerance {
+  atol: number;
+  rtol: number;
+}
+
+export interface Manifest {
+  format: 'chroma.webgpu';
+  version: 1;
+  compiler_version: string;
+  content_hash: string;
+  requirements: Requirements;
+  inputs: IOTensor[];
+  outputs: IOTensor[];
+  output_structure?: unknown;
+  arena: { bytes: number; status_offset: number };
+  state: { bytes: number; tensors: StateTensor[] };
+  params: { offset: number; bytes: number };
+  weights: { shards: Shard[]; tensors: WeightTensor[] };
+  kernels: Kernel[];
+  dispatches: Dispatch[];
+  golden: { inputs: GoldenTensor[]; outputs: GoldenTensor[]; tolerance: Tolerance };
+  stats?: Record<string, number>;
+}
+
+/** A package whose header, digest and manifest passed every check of `parsePackage`. */
+export interface ParsedPackage {
+  manifest: Manifest;
+  /** The whole file. */
+  bytes: Uint8Array;
+  /** The payload section of `bytes` (manifest offsets are relative to its start). */
+  payload: Uint8Array;
+  /** Lowercase hex SHA-256 from the header (= `manifest.content_hash`). */
+  contentHash: string;
+  /** Format version from the header. */
+  version: number;
+}
+
+export function numel(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}

@@ -1,0 +1,157 @@
+// Tensors between the caller and the GPU: typed arrays to 32-bit arena words and back, golden
+// tensors from the payload, and the self-check's comparison.
+
+import { PackageError, RunError } from './errors.js';
+import { DTYPES, numel } from './format.js';
+import type { DType, GoldenTensor, IOTensor, ParsedPackage, TensorData, Tolerance } from './format.js';
+
+const ARRAYS = {
+  Float32Array, Int32Array, BigInt64Array, Uint8Array,
+} as const;
+
+const INT32_MIN = -2147483648n;
+const INT32_MAX = 2147483647n;
+
+/** The typed array type that holds a tensor of this dtype, e.g. 'Float32Array'. */
+export function arrayTypeOf(dtype: DType): string {
+  return DTYPES[dtype].arrayName;
+}
+
+/**
+ * Encodes a caller's tensor as the words the arena stores (Float32Array and Int32Array are
+ * passed through; int64 is range-checked and narrowed to i32; bool and uint8 widen to u32).
+ * `what` names the tensor in errors, e.g. 'input "x"'.
+ */
+export function encodeInput(spec: IOTensor, data: unknown, what: string): Float32Array | Int32Array | Uint32Array {
+  const want = DTYPES[spec.dtype].arrayName;
+  if (!(data instanceof ARRAYS[want])) {
+    const got = data === null || data === undefined ? String(data) : (data as object).constructor?.name ?? typeof data;
+    throw new RunError(`${what} must be a ${want} (${spec.dtype}), got ${got}`);
+  }
+  const n = numel(spec.shape);
+  if (data.length !== n) {
+    throw new RunError(`${what} has ${data.length} elements, expected ${n} (shape [${spec.shape}])`);
+  }
+  if (data instanceof Float32Array || data instanceof Int32Array) return data;
+  if (data instanceof BigInt64Array) {
+    const out = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = data[i]!;
+      if (v < INT32_MIN || v > INT32_MAX) {
+        throw new RunError(
+          `${what} (int64) element ${i} is ${v}, outside the int32 range this package stores int64 in`);
+      }
+      out[i] = Number(v);
+    }
+    return out;
+  }
+  const out = new Uint32Array(n);
+  if (spec.dtype === 'bool') for (let i = 0; i < n; i++) out[i] = data[i] ? 1 : 0;
+  else out.set(data as Uint8Array);
+  return out;
+}
+
+/** Decodes a tensor's arena words (a copy of them) into the caller's typed array. */
+export function decodeOutput(spec: IOTensor, words: ArrayBuffer): TensorData {
+  const n = numel(spec.shape);
+  switch (spec.dtype) {
+    case 'float32':
+      return new Float32Array(words, 0, n);
+    case 'int32':
+      return new Int32Array(words, 0, n);
+    case 'int64': {
+      const src = new Int32Array(words, 0, n);
+      const out = new BigInt64Array(n);
+      for (let i = 0; i < n; i++) out[i] = BigInt(src[i]!);
+      return out;
+    }
+    case 'bool':
+    case 'uint8': {
+      const src = new Uint32Array(words, 0, n);
+      const out = new Uint8Array(n);
+      const mask = spec.dtype === 'bool' ? 1 : 0xff;
+      for (let i = 0; i < n; i++) out[i] = src[i]! & mask;
+      return out;
+    }
+  }
+}
+
+/** A golden tensor of the package, copied out of the payload into its own typed array. */
+export function readGolden(pkg: ParsedPackage, t: GoldenTensor): TensorData {
+  const bytes = new Uint8Array(pkg.payload.subarray(t.offset, t.offset + t.bytes)); // a copy, aligned
+  const n = numel(t.shape);
+  switch (t.dtype) {
+    case 'float32': return new Float32Array(bytes.buffer, 0, n);
+    case 'int32': return new Int32Array(bytes.buffer, 0, n);
+    case 'int64': return new BigInt64Array(bytes.buffer, 0, n);
+    case 'bool':
+    case 'uint8': return bytes;
+  }
+}
+
+/** The golden inputs by name, ready to pass to `Model.run`. */
+export function goldenInputs(pkg: ParsedPackage): Record<string, TensorData> {
+  const out: Record<string, TensorData> = {};
+  for (const t of pkg.manifest.golden.inputs) out[t.name] = readGolden(pkg, t);
+  return out;
+}
+
+/** The golden outputs by name. */
+export function goldenOutputs(pkg: ParsedPackage): Record<string, TensorData> {
+  const out: Record<string, TensorData> = {};
+  for (const t of pkg.manifest.golden.outputs) out[t.name] = readGolden(pkg, t);
+  return out;
+}
+
+/** How one output compares with its golden values. */
+export interface OutputCheck {
+  name: string;
+  dtype: DType;
+  ok: boolean;
+  /** Largest |y - golden| (Infinity where a NaN or an infinity does not match). */
+  maxError: number;
+  /** Number of elements outside the tolerance (or unequal, for integers and bools). */
+  mismatches: number;
+  /** The first element that failed, if any. */
+  first: { index: number; got: number | bigint; expected: number | bigint } | null;
+}
+
+/**
+ * Compares an output with its golden values. Floats pass when |y - g| <= atol + rtol * |g|,
+ * with NaN matching NaN and infinities matching by sign; integers and bools must be equal.
+ */
+export function compareOutput(name: string, dtype: DType, got: TensorData, expected: TensorData, tol: Tolerance): OutputCheck {
+  if (got.length !== expected.length) {
+    throw new PackageError(`output "${name}" has ${got.length} elements, its golden value ${expected.length}`);
+  }
+  let maxError = 0;
+  let mismatches = 0;
+  let first: OutputCheck['first'] = null;
+  const float = DTYPES[dtype].float;
+  for (let i = 0; i < got.length; i++) {
+    const y = got[i]!;
+    const g = expected[i]!;
+    let err: number;
+    let ok: boolean;
+    if (float) {
+      const yf = y as number;
+      const gf = g as number;
+      if (Number.isNaN(yf) || Number.isNaN(gf) || !Number.isFinite(yf) || !Number.isFinite(gf)) {
+        ok = yf === gf || (Number.isNaN(yf) && Number.isNaN(gf));
+        err = ok ? 0 : Infinity;
+      } else {
+        err = Math.abs(yf - gf);
+        ok = err <= tol.atol + tol.rtol * Math.abs(gf);
+      }
+    } else {
+      ok = y === g;
+      err = typeof y === 'bigint' ? Math.abs(Number(y - (g as bigint))) : Math.abs((y as number) - (g as number));
+    }
+    if (err > maxError) maxError = err;
+    if (!ok) {
+      mismatches++;
+      if (first === null) first = { index: i, got: y, expected: g };
+    }
+  }
+  return { name, dtype, ok: mismatches === 0, maxError, mismatches, first };
+}
