@@ -12,3 +12,6 @@ cmake --build build/tests -j 2 --target chroma_tests chroma_run
 ./build/tests/chroma_tests
 (cd web && npm test --silent)   # the JS WebGPU runtime, on Dawn + SwiftShader
 .venv/bin/python -m pytest tests/python -q -n 2 "$@"
+# Every op on every backend: the shared op suite again, compiled for WebGPU and run on a
+# software adapter (tests/python/conftest.py; skips with reasons in webgpu_skips.py).
+CHROMA_TEST_TARGET=webgpu .venv/bin/python -m pytest tests/python -q -n 2 "$@"

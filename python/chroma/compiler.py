@@ -70,7 +70,7 @@ def _write_golden(fn: Any, example_inputs: tuple, input_names: list, directory: 
                             "tolerance": {"atol": GOLDEN_ATOL * scale, "rtol": GOLDEN_RTOL}}
     for kind, tensors in (("inputs", example_inputs), ("outputs", outputs)):
         for i, t in enumerate(tensors):
-            a = np.ascontiguousarray(t.detach().numpy())
+            a = t.detach().contiguous().numpy()  # (np.ascontiguousarray makes 0-d arrays 1-d)
             path = os.path.join(directory, f"golden_{kind}_{i}.bin")
             a.tofile(path)
             name = input_names[i] if kind == "inputs" else f"output{i}"

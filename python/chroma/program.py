@@ -272,7 +272,9 @@ def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
     path = os.path.normpath(os.path.join(directory, rel))
     if not os.path.isfile(path):
         raise ArtifactError(f"{mpath}: the package {path} it names (field package.file) is missing")
-    return WebGPUProgram(path)
+    prog = WebGPUProgram(path)
+    prog.manifest = manifest  # the artifact's description: the lowered kernels, the plan
+    return prog
 
 
 def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None) -> Program:

@@ -37,8 +37,9 @@ ALIGN = 256          # payload sections, arena tensors and uniform offsets
 STATUS_BYTES = 256   # the status block at arena.status_offset
 _HEADER = struct.Struct("<8sIIQQQQ32s16s")
 
-_DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "bool": np.bool_, "uint8": np.uint8}
-_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "bool": "u32", "uint8": "u32"}
+_DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "int16": np.int16, "int8": np.int8,
+           "bool": np.bool_, "uint8": np.uint8}
+_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "int16": "i32", "int8": "i32", "bool": "u32", "uint8": "u32"}
 _WORD = {"f32": np.dtype("<f4"), "i32": np.dtype("<i4"), "u32": np.dtype("<u4")}
 _BINDING_TYPES = ("uniform", "storage", "read-only-storage")
 _I32 = np.iinfo(np.int32)
@@ -52,6 +53,24 @@ class PackageError(ArtifactError):
 class RunError(RuntimeError):
     """The GPU cannot run the package (a missing feature or limit), or a call failed (a bad
     index a kernel reported, a lost device)."""
+
+
+def _load_triton_first() -> None:
+    """Loads Triton's native library before a Vulkan driver, when Triton is installed (torch
+    brings it): loaded after lavapipe or SwiftShader, it crashes the process (a segmentation
+    fault in its module initialisation, seen with torch 2.14's Triton), and torch.export
+    imports it, so a process that compiles another model after running a package would die."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:
+        try:
+            import triton._C.libtriton  # noqa: F401
+        except ImportError:
+            pass
+
+
+class IndexOutOfRange(RunError, IndexError):
+    """A gather or index write met an index outside its dimension (the status block)."""
 
 
 def _uint(v: Any) -> bool:
@@ -368,6 +387,8 @@ class WebGPUProgram:
     def __init__(self, package: Union[Package, str, os.PathLike, bytes], adapter: Any = None):
         import wgpu  # only here: read_package and `import chroma` work without it
 
+        _load_triton_first()
+
         t0 = time.perf_counter()
         self._wgpu = wgpu
         self.package = p = package if isinstance(package, Package) else read_package(package)
@@ -590,18 +611,19 @@ class WebGPUProgram:
                 self._lost = self._lost or f"a call failed on the GPU: {e}"
                 raise RunError(f"{p.where}: {self._lost}") from None
             self._calls += 1
-        status = np.frombuffer(data, "<u4", 3)
+        status = np.frombuffer(data, "<u4", 5)
         if status[0]:
-            raise RunError(self._bad_index(int(status[1]) - 1, int(status[2].view(np.int32))))
+            raise IndexOutOfRange(self._bad_index(int(status[1]) - 1, int(status[2].view(np.int32)), int(status[3]),
+                                                  int(status[4])))
         outs = [t.decode(data[at:at + t.nbytes]) for t, at in zip(self.outputs, self._out_at)]
         return outs[0] if self._single else tuple(outs)
 
-    def _bad_index(self, i: int, index: int) -> str:
+    def _bad_index(self, i: int, index: int, size: int, axis: int) -> str:
+        what = f"index {index} is out of range for dimension {axis} of size {size}"
         if not 0 <= i < len(self.package.dispatches):
-            return f"{self.package.where}: a kernel reported index {index} out of range (unknown dispatch {i})"
+            return f"{self.package.where}: a kernel reported that {what} (unknown dispatch {i})"
         d = self.package.dispatches[i]
-        return (f"{self.package.where}: dispatch {i} ({d['label']}, node {d['node'] or '?'}, at {d['source'] or '?'}): "
-                f"index {index} is out of range")
+        return f"{self.package.where}: dispatch {i} ({d['label']}, node {d['node'] or '?'}, at {d['source'] or '?'}): {what}"
 
     def self_check(self) -> Dict[str, Any]:
         """Runs the package on its golden inputs and compares with the golden outputs PyTorch

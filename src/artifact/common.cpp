@@ -29,6 +29,7 @@ int64_t WeightsLayout::add(const ConstantData& c, const std::string& name) {
                          std::to_string(shard_limit_) + ")");
     }
     if (shard_limit_ > 0 && off + static_cast<int64_t>(nb) - shards.back().first > shard_limit_) {
+      off = (off + shard_align_ - 1) / shard_align_ * shard_align_;
       shards.emplace_back(off, off);  // a new shard starts here
     }
     bytes.resize(static_cast<size_t>(off), 0);

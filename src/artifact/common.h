@@ -26,12 +26,13 @@ struct CompiledEntry {
 // order; identical contents are stored once (across entries too). A target whose device
 // stores tensors differently gives `storage` (the bytes to store for a constant, e.g. int64
 // narrowed to 32-bit words on a GPU). With `shard_limit` > 0 the blob is cut into shards of
-// at most that many bytes, no tensor straddling two (GPU binding limits).
+// at most that many bytes, each starting at a multiple of `shard_align`, no tensor straddling
+// two (GPU binding limits).
 class WeightsLayout {
  public:
   using Storage = std::function<std::vector<uint8_t>(const ConstantData&, const std::string& name)>;
-  explicit WeightsLayout(int64_t align = 64, int64_t shard_limit = 0, Storage storage = nullptr)
-      : align_(align), shard_limit_(shard_limit), storage_(std::move(storage)) {}
+  explicit WeightsLayout(int64_t align = 64, int64_t shard_limit = 0, Storage storage = nullptr, int64_t shard_align = 256)
+      : align_(align), shard_align_(shard_align), shard_limit_(shard_limit), storage_(std::move(storage)) {}
 
   // Returns the constant's byte offset in the blob.
   int64_t add(const ConstantData& c, const std::string& name);
@@ -49,7 +50,7 @@ class WeightsLayout {
   int shard_of(int64_t offset) const;
 
  private:
-  int64_t align_, shard_limit_;
+  int64_t align_, shard_align_, shard_limit_;
   Storage storage_;
   std::map<std::string, int64_t> by_digest_;
 };

@@ -8,6 +8,7 @@
 #include "artifact/targets.h"
 #include "chroma/chroma.h"
 #include "chroma/detail/sha256.h"
+#include "codegen/gpu/elementwise.h"
 #include "codegen/gpu/gpu_codegen.h"
 
 namespace chroma {
@@ -41,6 +42,7 @@ std::vector<uint8_t> to_words(const ConstantData& c, const std::string& name) {
       case DType::kI64: {
         int64_t v;
         std::memcpy(&v, src + 8 * i, 8);
+        v = gpu::narrow_int64(v);
         if (v < INT32_MIN || v > INT32_MAX) {
           throw CompileError("weight '" + name + "' (int64) holds " + std::to_string(v) + " at element " + std::to_string(i) +
                              ", which does not fit in the GPU's 32-bit integers");
@@ -117,13 +119,18 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   CompiledEntry& e = entries[0];
   Program& p = e.program;
 
-  // Weights and state as 32-bit words, shards within the default binding limit.
-  WeightsLayout wl(kAlign, kShardLimit, to_words);
+  // Weights and state as 32-bit words, shards within the default binding limit. Kernels
+  // address a tensor by its word offset in its shard, so tensors need only word alignment;
+  // shards start on 256 bytes (payload sections).
+  WeightsLayout wl(4, kShardLimit, to_words, kAlign);
   const StateLayout sl = layout_state(entries, wl, kAlign, [](const TensorType& t) {
     check_gpu_dtype(t.dtype, "state tensor");
     return 4 * t.numel();
   });
   wl.finish();
+  const int64_t weight_bytes = static_cast<int64_t>(wl.bytes.size());  // the tensors' words, without padding
+  wl.bytes.resize(static_cast<size_t>(align_up(static_cast<int64_t>(wl.bytes.size()))), 0);
+  wl.shards.back().second = static_cast<int64_t>(wl.bytes.size());
   timer.lap("weights");
 
   // The device arena: the status block, the inputs, the outputs, then the planned temporaries.
@@ -133,7 +140,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   auto io = [&](const std::vector<int32_t>& ids, std::vector<int64_t>* where, json* list, bool is_input) {
     for (size_t i = 0; i < ids.size(); ++i) {
       const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
-      check_gpu_dtype(b.type.dtype, std::string(is_input ? "input '" + p.input_names[i] : "output " + std::to_string(i)) + "'");
+      check_gpu_dtype(b.type.dtype, is_input ? "input '" + p.input_names[i] + "'" : "output " + std::to_string(i));
       (*where)[i] = at;
       const int64_t bytes = 4 * b.type.numel();
       list->push_back({{"name", is_input ? p.input_names[i] : "output" + std::to_string(i)},
@@ -266,9 +273,16 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
       {"maxBindingsPerBindGroup", std::max(gen.max_slots + 1, 1000)},
   };
   const int cpu_kernels = static_cast<int>(lower(e.graph, LowerOptions{}).kernels.size());
+  auto io_bytes = [&](const std::vector<int32_t>& ids) {
+    int64_t n = 0;
+    for (int32_t id : ids) n += p.buffers[static_cast<size_t>(id)].type.nbytes();
+    return n;
+  };
   json stats = {{"kernels", p.kernels.size()}, {"dispatches", gen.dispatches.size()}, {"pipelines", gen.modules.size()},
-                {"cpu_kernels", cpu_kernels}, {"arena_bytes", arena_bytes}, {"temporaries_bytes", p.temporaries_bytes},
-                {"weight_bytes", wl.bytes.size()}, {"state_bytes", sl.bytes}, {"fused_expressions", p.fused_expressions}};
+                {"cpu_kernels", cpu_kernels}, {"arena_bytes", p.arena_bytes}, {"device_arena_bytes", arena_bytes},
+                {"temporaries_bytes", p.temporaries_bytes}, {"folded_constants", e.graph.folded_constants},
+                {"weight_bytes", weight_bytes}, {"state_bytes", sl.bytes}, {"fused_expressions", p.fused_expressions},
+                {"input_bytes", io_bytes(p.inputs)}, {"output_bytes", io_bytes(p.outputs)}};
   json m = {{"format", "chroma.webgpu"},
             {"version", kFormatVersion},
             {"compiler_version", CHROMA_VERSION},
@@ -330,7 +344,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   am["target"] = "webgpu";
   am["options"] = {{"max_expression_depth", std::min(opts.max_expression_depth, 24)}};
   json es = json::array();
-  for (const CompiledEntry& ce : entries) es.push_back(describe_entry(ce, static_cast<int64_t>(wl.bytes.size()), sl.bytes));
+  for (const CompiledEntry& ce : entries) es.push_back(describe_entry(ce, weight_bytes, sl.bytes));
   for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) am[key] = es[0][key];
   am["stats"]["dispatches"] = gen.dispatches.size();
   am["stats"]["pipelines"] = gen.modules.size();

@@ -5,6 +5,14 @@
 program on the inputs converted to NumPy, compares every output with torch eager
 (dtype and shape exactly, values with np.testing.assert_allclose; integer and bool
 outputs must match exactly) and returns the Program.
+
+Every op on every backend (ggml's test-backend-ops idea): with CHROMA_TEST_TARGET=webgpu,
+the tests that compile through `check` compile for that target instead and run on a software
+WebGPU adapter (Mesa's lavapipe through the `wgpu` package); the other tests, which test the
+CPU target itself, are deselected, and the tests in webgpu_skips.py are skipped with their
+stated reasons. Float tolerances are widened to at least GPU_RTOL / GPU_ATOL there: WGSL's
+exp, log, sin, ... may differ from the CPU's libm in the last bits (the WGSL spec allows
+several ulp), and reductions add in a tree rather than in order.
 """
 
 import itertools
@@ -18,6 +26,31 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 import chroma  # noqa: E402
+
+TARGET = os.environ.get("CHROMA_TEST_TARGET", "cpu")
+GPU_RTOL, GPU_ATOL = 1e-4, 1e-5
+if TARGET == "webgpu":
+    os.environ.setdefault("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
+
+
+def pytest_collection_modifyitems(config, items):
+    if TARGET == "cpu":
+        return
+    from webgpu_skips import SKIPS
+
+    keep, drop = [], []
+    for item in items:
+        if "check" not in getattr(item, "fixturenames", ()):
+            drop.append(item)
+            continue
+        for pattern, reason in SKIPS.items():
+            if all(p in item.nodeid for p in ((pattern,) if isinstance(pattern, str) else pattern)):
+                item.add_marker(pytest.mark.skip(reason=f"{TARGET}: {reason}"))
+                break
+        keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 _TORCH_TO_NP = {
     torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64, torch.int32: np.int32,
@@ -68,6 +101,9 @@ def check(tmp_path):
 
     def _check(fn, *inputs, rtol=1e-5, atol=1e-5, **options):
         out = str(tmp_path / f"prog{next(_counter)}")
+        if TARGET != "cpu":
+            options["target"] = TARGET
+            rtol, atol = max(rtol, GPU_RTOL), max(atol, GPU_ATOL)
         prog = chroma.compile(fn, tuple(inputs), out=out, **options)
         with torch.no_grad():
             want = fn(*inputs)

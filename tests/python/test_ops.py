@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import compare, randint, randn
+from conftest import TARGET, compare, randint, randn
 
 import chroma
 
@@ -821,7 +821,9 @@ def test_transformer_block(check, blas):
     assert 0 < st["arena_bytes"] <= st["temporaries_bytes"], st
     # weights may be deduplicated (ln1/ln2 start identical), but the four matrices must all be there
     mats = sum(m.weight.numel() * 4 for m in (model.qkv, model.proj, model.fc1, model.fc2))
-    assert mats <= st["weight_bytes"] <= sum(p.numel() * 4 for p in model.parameters()) + 64, st
+    # slack: the CPU's 64-byte alignment; on a GPU target the folded scalars stay small words
+    slack = 64 if TARGET == "cpu" else 256
+    assert mats <= st["weight_bytes"] <= sum(p.numel() * 4 for p in model.parameters()) + slack, st
     # another input still matches (nothing input-dependent was folded)
     x2 = randn(2, 7, 16, seed=9)
     with torch.no_grad():

@@ -18,12 +18,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 import webgpu_fixture as fx  # noqa: E402
 
 from chroma.program import ArtifactError  # noqa: E402
+from chroma import webgpu  # noqa: E402
 from chroma.webgpu import PackageError, RunError, WebGPUProgram, read_package  # noqa: E402
 
 wgpu = pytest.importorskip("wgpu")
 
 
 def _vulkan_adapter():
+    webgpu._load_triton_first()  # before the Vulkan driver: other tests in this process export with torch
     try:
         a = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
     except RuntimeError:

@@ -10,7 +10,7 @@ export const ALIGNMENT = 256;
 export const STATUS_BYTES = 256;
 
 /** The tensor types of format version 1. */
-export type DType = 'float32' | 'int32' | 'int64' | 'bool' | 'uint8';
+export type DType = 'float32' | 'int32' | 'int64' | 'int16' | 'int8' | 'bool' | 'uint8';
 /** How a tensor is stored on the GPU: one 32-bit word per element. */
 export type Storage = 'f32' | 'i32' | 'u32';
 
@@ -20,7 +20,7 @@ export interface DTypeInfo {
   /** Bytes per element in golden data (the dtype's own size). */
   goldenBytes: number;
   /** The typed array a caller passes and gets back. */
-  arrayName: 'Float32Array' | 'Int32Array' | 'BigInt64Array' | 'Uint8Array';
+  arrayName: 'Float32Array' | 'Int32Array' | 'BigInt64Array' | 'Int16Array' | 'Int8Array' | 'Uint8Array';
   float: boolean;
 }
 
@@ -28,12 +28,14 @@ export const DTYPES: Readonly<Record<DType, DTypeInfo>> = {
   float32: { storage: 'f32', goldenBytes: 4, arrayName: 'Float32Array', float: true },
   int32: { storage: 'i32', goldenBytes: 4, arrayName: 'Int32Array', float: false },
   int64: { storage: 'i32', goldenBytes: 8, arrayName: 'BigInt64Array', float: false },
+  int16: { storage: 'i32', goldenBytes: 2, arrayName: 'Int16Array', float: false },
+  int8: { storage: 'i32', goldenBytes: 1, arrayName: 'Int8Array', float: false },
   bool: { storage: 'u32', goldenBytes: 1, arrayName: 'Uint8Array', float: false },
   uint8: { storage: 'u32', goldenBytes: 1, arrayName: 'Uint8Array', float: false },
 };
 
 /** The typed arrays the runtime takes as inputs and returns as outputs. */
-export type TensorData = Float32Array | Int32Array | BigInt64Array | Uint8Array;
+export type TensorData = Float32Array | Int32Array | BigInt64Array | Int16Array | Int8Array | Uint8Array;
 
 /**
  * WebGPU's default limits for the ones that matter to a package: a package that does not

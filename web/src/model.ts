@@ -342,7 +342,8 @@ export class Model {
     });
   }
 
-  /** Status block: word 0 nonzero = an index was out of range; word 1 = dispatch + 1; word 2 = index. */
+  /** Status block: word 0 nonzero = an index was out of range; word 1 = dispatch + 1; word 2 = index;
+   * word 3 = the size of the dimension it indexes; word 4 = that dimension. */
   #checkStatus(status: Uint32Array): void {
     if (status[0] === 0) return;
     const index = status[1]! - 1;
@@ -353,7 +354,7 @@ export class Model {
     }
     const site: DispatchSite = { index, label: d.label, node: d.node, source: d.source };
     const where = [d.label && `"${d.label}"`, d.node && `node ${d.node}`, d.source && `at ${d.source}`].filter(Boolean).join(', ');
-    throw new RunError(`index ${badIndex} is out of range in dispatch ${index}${where ? ` (${where})` : ''}`, { dispatch: site, badIndex });
+    throw new RunError(`index ${badIndex} is out of range for dimension ${status[4]} of size ${status[3]} in dispatch ${index}${where ? ` (${where})` : ''}`, { dispatch: site, badIndex });
   }
 }
 

@@ -6,7 +6,7 @@ import { DTYPES, numel } from './format.js';
 import type { DType, GoldenTensor, IOTensor, ParsedPackage, TensorData, Tolerance } from './format.js';
 
 const ARRAYS = {
-  Float32Array, Int32Array, BigInt64Array, Uint8Array,
+  Float32Array, Int32Array, BigInt64Array, Int16Array, Int8Array, Uint8Array,
 } as const;
 
 const INT32_MIN = -2147483648n;
@@ -19,7 +19,8 @@ export function arrayTypeOf(dtype: DType): string {
 
 /**
  * Encodes a caller's tensor as the words the arena stores (Float32Array and Int32Array are
- * passed through; int64 is range-checked and narrowed to i32; bool and uint8 widen to u32).
+ * passed through; int64 is range-checked and narrowed to i32; int16 and int8 widen to i32, bool
+ * and uint8 to u32).
  * `what` names the tensor in errors, e.g. 'input "x"'.
  */
 export function encodeInput(spec: IOTensor, data: unknown, what: string): Float32Array | Int32Array | Uint32Array {
@@ -45,6 +46,7 @@ export function encodeInput(spec: IOTensor, data: unknown, what: string): Float3
     }
     return out;
   }
+  if (data instanceof Int16Array || data instanceof Int8Array) return Int32Array.from(data);
   const out = new Uint32Array(n);
   if (spec.dtype === 'bool') for (let i = 0; i < n; i++) out[i] = data[i] ? 1 : 0;
   else out.set(data as Uint8Array);
@@ -65,6 +67,10 @@ export function decodeOutput(spec: IOTensor, words: ArrayBuffer): TensorData {
       for (let i = 0; i < n; i++) out[i] = BigInt(src[i]!);
       return out;
     }
+    case 'int16':
+      return Int16Array.from(new Int32Array(words, 0, n));
+    case 'int8':
+      return Int8Array.from(new Int32Array(words, 0, n));
     case 'bool':
     case 'uint8': {
       const src = new Uint32Array(words, 0, n);
@@ -84,6 +90,8 @@ export function readGolden(pkg: ParsedPackage, t: GoldenTensor): TensorData {
     case 'float32': return new Float32Array(bytes.buffer, 0, n);
     case 'int32': return new Int32Array(bytes.buffer, 0, n);
     case 'int64': return new BigInt64Array(bytes.buffer, 0, n);
+    case 'int16': return new Int16Array(bytes.buffer, 0, n);
+    case 'int8': return new Int8Array(bytes.buffer, 0, n);
     case 'bool':
     case 'uint8': return bytes;
   }

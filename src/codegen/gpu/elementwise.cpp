@@ -19,9 +19,10 @@ Ex f(double v) { return lit_f(v); }
 Ex fcall(const char* fn, std::vector<Ex> a) { return call(fn, Ty::kF32, std::move(a)); }
 Ex fma(Ex a, Ex b, Ex c) { return fcall("fma", {std::move(a), std::move(b), std::move(c)}); }
 
-// x != 0 as a bool, for any compute type.
+// x != 0 as a bool, for any compute type (NaN is true: a bit test, not a float comparison).
 Ex truthy(const Ex& x) {
   if (x->ty == Ty::kBool) return x;
+  if (x->ty == Ty::kF32) return bin("!=", bin("&", bits(x), lit_u(0x7fffffffu)), lit_u(0));
   return bin("!=", x, lit(x->ty, 0));
 }
 
@@ -40,6 +41,16 @@ Ex erf_f32(Block& b, const Ex& x) {
   // with the sign of x
   const Ex r = bitcast(Ty::kF32, bin("|", bits(mag), bin("&", bits(x), lit_u(0x80000000u))));
   return select(r, x, is_nan(x));
+}
+
+// a / b with IEEE results for a zero divisor (WGSL leaves x / 0 to the implementation; Mesa's
+// lavapipe returns a finite value for 0 / 0): +-inf with the sign of a * b, NaN for 0 / 0.
+Ex ieee_div(Block& bl, const Ex& a, const Ex& d) {
+  const Ex sign = bin("&", bin("^", bits(a), bits(d)), lit_u(0x80000000u));
+  const Ex inf = bitcast(Ty::kF32, bin("|", lit_u(0x7f800000u), sign));
+  const Ex zero_num = bin("==", bin("&", bits(a), lit_u(0x7fffffffu)), lit_u(0));
+  const Ex special = select(inf, lit_f(std::nan("")), bin("||", zero_num, is_nan(a)));
+  return select(bin("/", a, d), special, bl.let(bin("==", bin("&", bits(d), lit_u(0x7fffffffu)), lit_u(0))));
 }
 
 Ex maximum_f(const Ex& a, const Ex& b, bool max) {
@@ -155,8 +166,8 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
       return select(r, lu, is_inf(u));
     }
     case EwOp::k_sqrt: need_float("sqrt"); return fcall("sqrt", {a});
-    case EwOp::k_rsqrt: need_float("rsqrt"); return bin("/", f(1.0), fcall("sqrt", {a}));
-    case EwOp::k_reciprocal: need_float("reciprocal"); return bin("/", f(1.0), a);
+    case EwOp::k_rsqrt: need_float("rsqrt"); return ieee_div(b, f(1.0), b.let(fcall("sqrt", {a})));
+    case EwOp::k_reciprocal: need_float("reciprocal"); return ieee_div(b, f(1.0), a);
     case EwOp::k_sin: need_float("sin"); return fcall("sin", {a});
     case EwOp::k_cos: need_float("cos"); return fcall("cos", {a});
     case EwOp::k_tan: need_float("tan"); return fcall("tan", {a});
@@ -182,8 +193,8 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     case EwOp::k_trunc: return fl ? fcall("trunc", {a}) : a;
     case EwOp::k_sign: {
       if (bo) return a;
-      const Ex s = select(select(lit(t, 0), lit(t, -1), bin("<", a, lit(t, 0))), lit(t, 1), bin(">", a, lit(t, 0)));
-      return fl ? select(s, a, is_nan(a)) : s;
+      // sign(NaN) is 0, as PyTorch's
+      return select(select(lit(t, 0), lit(t, -1), bin("<", a, lit(t, 0))), lit(t, 1), bin(">", a, lit(t, 0)));
     }
     case EwOp::k_relu:
       if (bo) return a;
@@ -200,7 +211,7 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     case EwOp::k_add: return bo ? bin("||", a, x[1]) : bin("+", a, x[1]);
     case EwOp::k_sub: return bin("-", a, x[1]);
     case EwOp::k_mul: return bo ? bin("&&", a, x[1]) : bin("*", a, x[1]);
-    case EwOp::k_div: need_float("div"); return bin("/", a, x[1]);
+    case EwOp::k_div: need_float("div"); return ieee_div(b, a, x[1]);
     case EwOp::k_floor_divide: {
       if (bo) throw Unsupported("floor_divide of bool");
       const Ex& d = x[1];
@@ -275,6 +286,19 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
       const Ex shifted = bin(left ? "<<" : ">>", a, select(lit_i(0), s, in_range));
       const Ex overflow = left ? lit_i(0) : select(lit_i(0), lit_i(-1), bin("<", a, lit_i(0)));
       return select(overflow, shifted, in_range);
+    }
+    case EwOp::k_gcd: {  // Euclid on magnitudes; 48 steps cover every pair of 32-bit values
+      if (t != Ty::kI32) throw Unsupported("gcd of a non-integer operand");
+      const Ex u = b.mut(Ty::kI32, call("abs", Ty::kI32, {a}), "gu");
+      const Ex v = b.mut(Ty::kI32, call("abs", Ty::kI32, {x[1]}), "gv");
+      b.loop("gi", lit_i(0), lit_i(48), lit_i(1), [&](Block& in, const Ex&) {
+        in.if_(bin("!=", v, lit_i(0)), [&](Block& t2) {
+          const Ex r = t2.let(bin("%", u, v));
+          t2.assign(u, v);
+          t2.assign(v, r);
+        });
+      });
+      return u;
     }
     case EwOp::k_where: return select(x[2], x[1], truthy(a));
     default: break;

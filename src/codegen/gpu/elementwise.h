@@ -1,6 +1,7 @@
 // Elementwise arithmetic of the lowered program's expression trees as kernel IR.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,6 +21,15 @@ class Unsupported : public std::runtime_error {
 // The type a value of dtype t is computed in: float32 -> f32, every integer type -> i32
 // (narrow types wrapped after each operation, int64 narrowed: see legalize.cpp), bool -> bool.
 Ty compute_type(DType t);
+// int64 values of magnitude 2^62 or more as int32's extremes; other values unchanged. Such
+// values are the sentinels decompositions use as the identity of a min or max over indices
+// (INT64_MAX, INT64_MIN, -INT64_MAX); narrowed to int32's extremes they stay sentinels:
+// every comparison with an in-range value is unchanged.
+inline int64_t narrow_int64(int64_t v) {
+  if (v >= (int64_t{1} << 62)) return INT32_MAX;
+  if (v <= -(int64_t{1} << 62)) return INT32_MIN;
+  return v;
+}
 // An i32 value wrapped to the range of a narrow integer type (uint8, int8, int16).
 Ex wrap_to(DType t, Ex v);
 // A value of dtype `from` converted to dtype `to` (PyTorch's cast semantics).

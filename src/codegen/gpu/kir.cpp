@@ -57,7 +57,7 @@ Ex lit(Ty ty, double v) {
 Ex param(int index) {
   Node n;
   n.kind = Node::kParam;
-  n.ty = Ty::kU32;
+  n.ty = Ty::kI32;
   n.slot = index;
   return make(std::move(n));
 }

@@ -40,7 +40,7 @@ struct Node {
     kLoad,     // args[0] index; space/slot (kGlobal: a word of slot `slot`) or name (shared/private array)
     kConvert,  // value conversion to ty
     kBitcast,  // bit reinterpretation to ty (32-bit types only)
-    kParam,    // the dispatch's u32 param number `slot`
+    kParam,    // the dispatch's param number `slot` (stored as u32, read as i32)
   } kind = kLit;
   Ty ty = Ty::kI32;
   std::string op;  // kUnary / kBinary / kCall: the operation; kVar / kLoad of arrays: the name
@@ -102,7 +102,7 @@ Ex lit_i(int64_t v);
 Ex lit_u(uint64_t v);
 Ex lit_b(bool v);
 Ex lit(Ty ty, double v);  // the value in type ty
-Ex param(int index);      // u32
+Ex param(int index);      // i32 (the uniform's u32, converted)
 Ex un(const char* op, Ex a);
 // Binary operation; comparisons and logical ops are bool, the rest take a's type.
 Ex bin(const char* op, Ex a, Ex b);

@@ -104,7 +104,7 @@ class KB {
       case Expr::kLiteral: {
         const Ty t = compute_type(e.dtype);
         if (t == Ty::kI32) {
-          const int64_t v = e.literal.is_int ? e.literal.i : static_cast<int64_t>(e.literal.f);
+          const int64_t v = narrow_int64(e.literal.is_int ? e.literal.i : static_cast<int64_t>(e.literal.f));
           if (v < INT32_MIN || v > INT32_MAX) {
             throw Unsupported("the " + std::string(dtype_name(e.dtype)) + " literal " + std::to_string(v) +
                               " does not fit in 32 bits (GPU integers are narrowed to i32)");
@@ -157,16 +157,21 @@ class KB {
     b.store(s, address(base_ex, l.strides, coords), to_word(t, v));
   }
 
-  // Sets the status block (arena words 0-2) when `bad`: the dispatch's index and the value.
-  void flag_bad_index(Block& b, const Ex& bad, const Ex& value) {
+  // Sets the status block (arena words 0-4) when `bad`: the dispatch's index, the value, the
+  // size of the dimension it indexes and that dimension.
+  void flag_bad_index(Block& b, const Ex& bad, const Ex& value, int64_t dim_size, int64_t axis) {
     Placement arena;
     arena.where = Placement::kArena;
     const int s = slot(arena, true);
     if (!dispatch_param_) dispatch_param_ = add_param(dispatch_index_ + 1);
-    b.if_(bad, [&](Block& t) {
+    // only the first failing dispatch reports (dispatches run in order; within one, every
+    // writer stores this dispatch's index)
+    b.if_(bin("&&", bad, bin("==", load_word(s, lit_i(0)), lit_u(0))), [&](Block& t) {
       t.store(s, lit_i(0), lit_u(1));
       t.store(s, lit_i(1), bitcast(Ty::kU32, dispatch_param_));
       t.store(s, lit_i(2), bitcast(Ty::kU32, value));
+      t.store(s, lit_i(3), lit_u(static_cast<uint64_t>(dim_size)));
+      t.store(s, lit_i(4), lit_u(static_cast<uint64_t>(axis)));
     });
   }
 
@@ -470,9 +475,8 @@ void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
 void t_matmul(KB& kb, const chroma::Kernel& lk) {
   const Expr& A = lk.inputs[0];
   const Expr& B = lk.inputs[1];
-  if (compute_type(A.dtype) != Ty::kF32 || compute_type(B.dtype) != Ty::kF32) {
-    throw Unsupported("matrix products of " + std::string(dtype_name(A.dtype)) + " (GPU products are float32)");
-  }
+  const Ty t = compute_type(A.dtype);  // float32, or integers in i32 (wrapping as int32 does)
+  if (t == Ty::kBool) throw Unsupported("matrix products of bool");
   const size_t r = lk.shape.size();
   const int64_t M = lk.shape[r - 2], N = lk.shape[r - 1], K = A.shape()[r - 1];
   const Shape batch(lk.shape.begin(), lk.shape.end() - 2);
@@ -488,7 +492,7 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
       const Ex bt = b.let(bin("/", i, lit_i(N))), n = b.let(bin("%", i, lit_i(N)));
       const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
       std::vector<Ex> acc;
-      for (int64_t m = 0; m < M; ++m) acc.push_back(b.mut(Ty::kF32, lit_f(0), "acc"));
+      for (int64_t m = 0; m < M; ++m) acc.push_back(b.mut(t, lit(t, 0), "acc"));
       b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
         const Ex bv = in.let(kb.eval(in, B, coords(in, bc, k, n)));
         for (int64_t m = 0; m < M; ++m) {
@@ -505,8 +509,8 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
   const int64_t tm = (M + T - 1) / T, tn = (N + T - 1) / T;
   kb.k.workgroup_size = T * T;
   kb.k.workgroups = nb * tm * tn;
-  kb.add_shared("ta", Ty::kF32, T * T);
-  kb.add_shared("tb", Ty::kF32, T * T);
+  kb.add_shared("ta", t, T * T);
+  kb.add_shared("tb", t, T * T);
   Block b = kb.body();
   const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
   const Ex bt = b.let(bin("/", wg, lit_i(tm * tn)));
@@ -515,22 +519,22 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
   const Ex row = b.let(add(mul(bin("/", tile, lit_i(tn)), lit_i(T)), ty));
   const Ex col = b.let(add(mul(bin("%", tile, lit_i(tn)), lit_i(T)), tx));
   const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
-  const Ex acc = b.mut(Ty::kF32, lit_f(0), "acc");
+  const Ex acc = b.mut(t, lit(t, 0), "acc");
   b.loop("k0", lit_i(0), lit_i(K), lit_i(T), [&](Block& in, const Ex& k0) {
-    const Ex av = in.mut(Ty::kF32, lit_f(0), "av");
+    const Ex av = in.mut(t, lit(t, 0), "av");
     const Ex ka = in.let(add(k0, tx));
     in.if_(bin("&&", bin("<", row, lit_i(M)), bin("<", ka, lit_i(K))),
            [&](Block& t) { t.assign(av, kb.eval(t, A, coords(t, bc, row, ka))); });
     in.shared_store("ta", lid, av);
-    const Ex bv = in.mut(Ty::kF32, lit_f(0), "bv");
+    const Ex bv = in.mut(t, lit(t, 0), "bv");
     const Ex kbi = in.let(add(k0, ty));
     in.if_(bin("&&", bin("<", kbi, lit_i(K)), bin("<", col, lit_i(N))),
            [&](Block& t) { t.assign(bv, kb.eval(t, B, coords(t, bc, kbi, col))); });
     in.shared_store("tb", lid, bv);
     in.barrier();
     for (int kk = 0; kk < T; ++kk) {
-      in.assign(acc, add(acc, mul(load_array(Space::kShared, "ta", Ty::kF32, add(mul(ty, lit_i(T)), lit_i(kk))),
-                                  load_array(Space::kShared, "tb", Ty::kF32, add(lit_i(kk * T), tx)))));
+      in.assign(acc, add(acc, mul(load_array(Space::kShared, "ta", t, add(mul(ty, lit_i(T)), lit_i(kk))),
+                                  load_array(Space::kShared, "tb", t, add(lit_i(kk * T), tx)))));
     }
     in.barrier();
   });
@@ -558,7 +562,7 @@ void t_gather(KB& kb, const chroma::Kernel& lk) {
     }
     const Ex v = b.let(kb.eval(b, idx, ic), "ix");
     const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
-    kb.flag_bad_index(b, bad, v);
+    kb.flag_bad_index(b, bad, v, dim, lk.attrs.axis);
     const Ex safe = b.let(select(v, lit_i(0), bad));
     if (lk.kind == chroma::Kernel::kGather) {
       // src coordinates: the output's before the axis, the index, the output's after the
@@ -581,7 +585,9 @@ Ex order_key(Block& b, const Ex& v, bool largest) {
   if (v->ty == Ty::kF32) {
     const Ex u = b.let(bitcast(Ty::kU32, v));
     const Ex nan = bin(">", bin("&", u, lit_u(0x7fffffffu)), lit_u(0x7f800000u));
-    const Ex mono = select(bin("|", u, lit_u(0x80000000u)), un("~", u), bin("!=", bin(">>", u, lit_u(31)), lit_u(0)));
+    // -0 and +0 are equal (a tie, decided by index)
+    const Ex z = b.let(select(u, lit_u(0), bin("==", bin("&", u, lit_u(0x7fffffffu)), lit_u(0))));
+    const Ex mono = select(bin("|", z, lit_u(0x80000000u)), un("~", z), bin("!=", bin(">>", z, lit_u(31)), lit_u(0)));
     key = largest ? select(mono, lit_u(0xffffffffu), nan) : select(un("~", mono), lit_u(0), nan);
     return b.let(key);
   }
@@ -707,7 +713,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
       const Ex v = b.let(kb.eval(b, idx, {o[axis]}), "ix");
       const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
-      kb.flag_bad_index(b, bad, v);
+      kb.flag_bad_index(b, bad, v, dim, lk.attrs.axis);
       const Ex val = b.let(cast_value(kb.eval(b, vals, o), vals.dtype, ot));
       b.if_(un("!", bad), [&](Block& t) {
         std::vector<Ex> dc = o;
@@ -732,7 +738,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     b.loop("j", lit_i(0), lit_i(n), lit_i(1), [&](Block& in, const Ex& j) {
       const Ex v = in.let(kb.eval(in, idx, {j}), "ix");
       const Ex bad = in.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
-      kb.flag_bad_index(in, bad, v);
+      kb.flag_bad_index(in, bad, v, dim, lk.attrs.axis);
       in.if_(bin("==", v, dc[axis]), [&](Block& t) {
         std::vector<Ex> vc = dc;
         vc[axis] = j;
