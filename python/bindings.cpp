@@ -74,6 +74,11 @@ NB_MODULE(_compiler, m) {
       },
       nb::arg("text"), nb::arg("passes"), nb::arg("max_depth") = 32,
       "Parses IR text, runs the passes (fold_constants, dce, cse, optimize, lower), returns the result as text.");
+  m.def(
+      "gpu_kernel_sources",
+      [](const std::string& graph, const std::string& dialect) { return chroma::gpu_kernel_sources(graph, dialect); },
+      nb::arg("graph"), nb::arg("dialect") = "wgsl",
+      "The GPU kernels of a .cgraph file in one dialect ('wgsl', 'cuda'): each distinct module's text.");
   m.def("supported_aten_targets", &chroma::supported_aten_targets);
   m.def("refusal", &chroma::refusal, nb::arg("target"),
         "Why an ATen target cannot be compiled by design (random numbers, data-dependent shapes, complex "

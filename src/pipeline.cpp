@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "artifact/targets.h"
+#include "codegen/gpu/gpu_codegen.h"
 #include "import/importer.h"
 #include "lower/program.h"
 #include "passes/cse.h"
@@ -75,6 +76,26 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
   }
   if (opts.target == "webgpu") return write_webgpu_package(entries, out_dir, opts, timer);
   return write_cpu_artifact(entries, out_dir, opts, timer);
+}
+
+std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& dialect) {
+  const gpu::Dialect* d = dialect == "wgsl" ? &gpu::wgsl_dialect() : dialect == "cuda" ? &gpu::cuda_dialect() : nullptr;
+  if (!d) throw CompileError("unknown GPU dialect '" + dialect + "' (wgsl, cuda)");
+  CompileOptions o;
+  o.target = "webgpu";
+  Program p = lower(optimize(import_graph_file(graph_path)), lower_options(o));
+  // Placement does not change a kernel's text (offsets are params); every buffer in one slot
+  // per region, as a package would bind them.
+  auto place = [&](int32_t id) {
+    gpu::Placement pl;
+    const Buffer& b = p.buffers[static_cast<size_t>(id)];
+    if (b.region == Region::kConstant) pl.where = gpu::Placement::kWeights;
+    if (b.region == Region::kState) pl.where = gpu::Placement::kState;
+    return pl;
+  };
+  std::vector<std::string> out;
+  for (const gpu::Module& m : gpu::generate(p, place, gpu::Capabilities{}, *d).modules) out.push_back(m.code);
+  return out;
 }
 
 std::string dump_graph_file(const std::string& graph_path, const std::string& stage, int max_expression_depth) {

@@ -47,6 +47,10 @@ std::string compile_graph_files(const std::vector<EntrySpec>& entries, const std
 // lowered program's kernels and memory plan ("lowered").
 std::string dump_graph_file(const std::string& graph_path, const std::string& stage, int max_expression_depth = 32);
 
+// The GPU kernels of a graph file in one dialect ("wgsl" or "cuda"), each module's text once:
+// the GPU generator without a package (golden tests, `nvcc` checks of the CUDA dialect).
+std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& dialect);
+
 // Parses IR text, runs the named passes in order (fold_constants, dce, cse, optimize,
 // lower) and returns the result in text form (the IR, or the kernels and memory plan after
 // `lower`). Used by golden tests and `chroma opt`.

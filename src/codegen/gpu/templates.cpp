@@ -299,6 +299,8 @@ Ex identity(ReduceKind r, Ty t) {
 
 std::function<Ex(Block&, Ex, Ex)> combiner(ReduceKind r, DType t) {
   return [r, t](Block& b, Ex x, Ex y) {
+    x = b.let(x);  // the NaN-propagating max/min read each operand more than once
+    y = b.let(y);
     Ex v = map_op(b, combine_op(r), t, {t, t}, {x, y}, {nullptr, nullptr});
     return compute_type(t) == Ty::kI32 ? wrap_to(t, v) : v;
   };

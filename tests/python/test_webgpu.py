@@ -1,0 +1,213 @@
+"""The WebGPU target end to end: models against PyTorch in Python (wgpu on lavapipe) and in
+Node (Dawn on SwiftShader, which also validates every module with Tint), the package's
+self-check, expected errors (unsupported ops listed at once with source lines, corrupt
+packages), golden WGSL, and the CUDA dialect of the same generator through nvcc.
+
+The op families themselves run on this target through the shared suite
+(CHROMA_TEST_TARGET=webgpu, conftest.py). Tolerances are stated per test: float32 on a
+software GPU, whose exp/log/tanh differ from the CPU's libm by a few ulp and whose sums run
+in a different order.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from conftest import compare, randint, randn  # noqa: E402
+
+import chroma  # noqa: E402
+from chroma import webgpu  # noqa: E402
+
+os.environ.setdefault("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+NODE_CLI = os.path.join(ROOT, "web", "bin", "chroma-web.mjs")
+GOLDEN = os.path.join(ROOT, "tests", "golden", "wgsl")
+
+
+def _compile(model, inputs, tmp_path, name="m"):
+    with torch.no_grad():
+        return chroma.compile(model, inputs, target="webgpu", out=str(tmp_path / name))
+
+
+def _node_check(package):
+    """Loads the package in Node on Dawn (Tint compiles every module) and runs its self-check."""
+    if shutil.which("node") is None or not os.path.isdir(os.path.join(ROOT, "web", "dist")):
+        pytest.skip("the JS runtime is not built (cd web && npm ci && npm run build)")
+    env = dict(os.environ, VK_ICD_FILENAMES="/usr/lib/chromium/vk_swiftshader_icd.json")  # Dawn rejects lavapipe
+    r = subprocess.run(["node", NODE_CLI, "check", package], capture_output=True, text=True, timeout=600, env=env)
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 0 and report["ok"], report
+    return report
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: layer norm, causal attention, GELU MLP, residuals."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.h = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / (d // self.h) ** 0.5
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def test_transformer_block_python_and_node(tmp_path):
+    torch.manual_seed(0)
+    m, x = Block().eval(), randn(2, 16, 32)
+    prog = _compile(m, (x,), tmp_path)
+    compare(prog(x.numpy()), m(x), rtol=1e-4, atol=1e-5)
+    assert prog.self_check()["ok"]
+    st = prog.stats
+    assert st["dispatches"] <= st["cpu_kernels"] + 2, st  # fused as on the CPU (index_put may take two)
+    report = _node_check(str(tmp_path / "m.chroma-web"))
+    assert report["maxError"] <= 1e-4
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_vision_models(tmp_path, name):
+    import torchvision
+
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(num_classes=10).eval()
+    x = randn(1, 3, 64, 64)
+    prog = _compile(m, (x,), tmp_path, name)
+    with torch.no_grad():
+        want = m(x)
+    # deep float32 networks: errors relative to the output's scale
+    compare(prog(x.numpy()), want, rtol=1e-3, atol=1e-4 * float(want.abs().max()))
+    _node_check(str(tmp_path / f"{name}.chroma-web"))
+
+
+def test_reference_model_logits(tmp_path):
+    """gpt-oss's architecture at the benchmark size (59M parameters, 201,088-token vocabulary):
+    an 8-token call's logits against eager PyTorch."""
+    from chroma.models import gpt_oss
+
+    m = gpt_oss.build().eval()
+    tokens = gpt_oss.sample_tokens(m.cfg if hasattr(m, "cfg") else gpt_oss.BENCHMARK_CONFIG, 8)
+    prog = _compile(m, (tokens,), tmp_path, "gpt")
+    with torch.no_grad():
+        want = m(tokens).numpy()
+    got = prog(tokens.numpy())
+    # twelve layers of float32 on a software GPU: errors relative to the logits' scale
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+    st = prog.stats
+    assert st["dispatches"] < 2 * st["cpu_kernels"], st
+
+
+def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):
+    def f(x):
+        a = torch.lgamma(x)  # a special function without a GPU implementation
+        b = torch.special.zeta(x, 2.0)
+        return a + b
+
+    with pytest.raises(chroma.CompileError) as e:
+        chroma.compile(f, (randn(4).abs() + 1,), target="webgpu", out=str(tmp_path / "u"))
+    msg = str(e.value)
+    assert "2 kernel(s) cannot be compiled" in msg or ("lgamma" in msg and "zeta" in msg), msg
+    assert "lgamma" in msg and "zeta" in msg and "test_webgpu.py" in msg, msg
+
+
+def test_linalg_is_refused_on_gpu(tmp_path):
+    a = randn(4, 4) + 4 * torch.eye(4)
+    with pytest.raises(chroma.CompileError, match="linear-algebra.*GPU"):
+        chroma.compile(lambda a: torch.linalg.inv(a), (a,), target="webgpu", out=str(tmp_path / "l"))
+
+
+def test_float64_is_refused_naming_the_input(tmp_path):
+    with pytest.raises(chroma.CompileError, match="input 'x' is float64"):
+        chroma.compile(lambda x: x * 2, (randn(3).double(),), target="webgpu", out=str(tmp_path / "d"))
+
+
+def test_corrupt_truncated_and_mismatched_packages_are_rejected(tmp_path):
+    prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
+    path = tmp_path / "lin.chroma-web"
+    data = bytearray(path.read_bytes())
+    bad = bytearray(data)
+    bad[len(bad) - 300] ^= 0x40
+    with pytest.raises(webgpu.PackageError, match="corrupt"):
+        webgpu.read_package(bytes(bad))
+    with pytest.raises(webgpu.PackageError, match="truncated|bytes"):
+        webgpu.read_package(bytes(data[:len(data) // 2]))
+    v2 = bytearray(data)
+    v2[8] = 2
+    with pytest.raises(webgpu.PackageError, match="version 2"):
+        webgpu.read_package(bytes(v2))
+    assert prog.self_check()["ok"]
+
+
+def test_index_out_of_range_names_the_node(tmp_path):
+    emb = torch.nn.Embedding(10, 4).eval()
+    idx = torch.tensor([1, 2, 3])
+    prog = _compile(emb, (idx,), tmp_path, "emb")
+    np.testing.assert_allclose(prog(idx.numpy()), emb(idx).detach().numpy(), rtol=1e-6)
+    with pytest.raises(IndexError, match="index 12 is out of range for dimension 0 of size 10"):
+        prog(np.array([1, 12, 3]))
+    np.testing.assert_allclose(prog(idx.numpy()), emb(idx).detach().numpy(), rtol=1e-6)  # the next call is clean
+
+
+def _graph(fn, inputs, tmp_path):
+    g = tmp_path / "g.cgraph"
+    chroma.export(fn, inputs).write(str(g))
+    return str(g)
+
+
+GOLDEN_CASES = {
+    "elementwise": (lambda x: torch.sigmoid(x * 2 + 1), (randn(4, 8),)),
+    "reduce_sum": (lambda x: x.sum(-1), (randn(4, 100),)),
+    "softmax": (lambda x: x.softmax(-1), (randn(4, 64),)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_wgsl_golden(tmp_path, case):
+    """The generated WGSL of a few kernels, text for text (CHROMA_UPDATE_GOLDEN=1 rewrites)."""
+    from chroma import _compiler
+
+    fn, inputs = GOLDEN_CASES[case]
+    text = "\n".join(_compiler.gpu_kernel_sources(_graph(fn, inputs, tmp_path), "wgsl"))
+    path = os.path.join(GOLDEN, f"{case}.wgsl")
+    if os.environ.get("CHROMA_UPDATE_GOLDEN") == "1":
+        os.makedirs(GOLDEN, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    with open(path, encoding="utf-8") as f:
+        assert text == f.read(), f"generated WGSL differs from {path}"
+
+
+def test_cuda_dialect_compiles_with_nvcc(tmp_path):
+    """The same kernels printed by the CUDA dialect table compile with nvcc: the generator is
+    dialect-neutral (the CUDA target itself is a later issue)."""
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc is None:
+        pytest.skip("nvcc is not installed (CUDA toolkit); the CUDA dialect is only compiled where it is")
+    from chroma import _compiler
+
+    m = Block().eval()
+    sources = _compiler.gpu_kernel_sources(_graph(m, (randn(1, 8, 32),), tmp_path), "cuda")
+    assert len(sources) >= 5
+    for i, src in enumerate(sources):
+        cu = tmp_path / f"k{i}.cu"
+        cu.write_text("#include <cstring>\n" + src)
+        r = subprocess.run([nvcc, "-c", "-arch=sm_80", "-o", str(tmp_path / f"k{i}.o"), str(cu)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"kernel {i}:\n{src}\n{r.stderr}"
