@@ -39,6 +39,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
     lo.packed_max_rows = 0;
     lo.arena_alignment = 256;
     lo.element_bytes = 4;
+    lo.row_major_constant_b = true;
   }
   return lo;
 }

@@ -618,6 +618,41 @@ class WebGPUProgram:
         outs = [t.decode(data[at:at + t.nbytes]) for t, at in zip(self.outputs, self._out_at)]
         return outs[0] if self._single else tuple(outs)
 
+    def profile(self, *arrays: Any, iters: int = 5, **named: Any) -> List[Dict[str, Any]]:
+        """Each dispatch's time: the call's inputs are uploaded once, then every dispatch is
+        submitted alone and waited for, `iters` times (the median is kept). Includes each
+        submit's overhead, so the sum exceeds a call's time; it ranks kernels, slowest first:
+        [{'dispatch', 'kernel', 'label', 'node', 'source', 'ms'}]."""
+        import time
+
+        words = self._words(arrays, named)
+        q, p = self.device.queue, self.package
+        with self._lock:
+            for t, w in zip(self.inputs, words):
+                if t.nbytes:
+                    q.write_buffer(self._arena, t.offset, w)
+            samples = [[] for _ in self._schedule]
+            for _ in range(iters):
+                for i, (pipe, group, grid) in enumerate(self._schedule):
+                    enc = self.device.create_command_encoder()
+                    cp = enc.begin_compute_pass()
+                    cp.set_pipeline(pipe)
+                    cp.set_bind_group(0, group)
+                    cp.dispatch_workgroups(*grid)
+                    cp.end()
+                    enc.copy_buffer_to_buffer(self._arena, p.status_offset, self._staging, 0, 4)
+                    t0 = time.perf_counter()
+                    q.submit([enc.finish()])
+                    self._staging.map_sync(self._wgpu.MapMode.READ)  # waits for the dispatch
+                    self._staging.unmap()
+                    samples[i].append((time.perf_counter() - t0) * 1e3)
+        rows = []
+        for i, ms in enumerate(samples):
+            d = p.dispatches[i]
+            rows.append({"dispatch": i, "kernel": p.manifest["kernels"][d["kernel"]]["name"], "label": d["label"],
+                         "node": d["node"], "source": d["source"], "ms": float(np.median(ms))})
+        return sorted(rows, key=lambda r: -r["ms"])
+
     def _bad_index(self, i: int, index: int, size: int, axis: int) -> str:
         what = f"index {index} is out of range for dimension {axis} of size {size}"
         if not 0 <= i < len(self.package.dispatches):

@@ -662,6 +662,63 @@ class Lowerer {
     return static_cast<int32_t>(p_.buffers.size() - 1);
   }
 
+  // A constant matrix operand read transposed (a linear layer's weight [N, K] as B = W^T) is
+  // stored row-major [K, N] instead, a new constant made at compile time (the original is
+  // dropped when nothing else reads it): GPU products then read B rows in consecutive
+  // invocations (LowerOptions::row_major_constant_b). Handles batches of distinct matrices
+  // and one matrix broadcast over every batch; anything else is left as it is.
+  void row_major_constant(Expr* e) {
+    if (e->kind != Expr::kLoad || dtype_size(e->dtype) != 4) return;
+    const Buffer& buf = p_.buffers[static_cast<size_t>(e->buffer)];
+    if (buf.region != Region::kConstant) return;
+    const Layout& l = e->layout;
+    const size_t r = l.shape.size();
+    if (r < 2 || l.strides[r - 1] == 1 || numel(l.shape) == 0) return;
+    const Shape batch(l.shape.begin(), l.shape.end() - 2);
+    bool broadcast = true, distinct = true;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      if (batch[d] == 1) continue;
+      broadcast = broadcast && l.strides[d] == 0;
+      distinct = distinct && l.strides[d] != 0;
+    }
+    if (!broadcast && !distinct) return;
+    const int64_t kk = l.shape[r - 2], nn = l.shape[r - 1];
+    const int64_t nb = broadcast ? 1 : numel(batch);
+    const ConstantData& c = p_.constants[static_cast<size_t>(buf.slot)];
+    const auto* src = reinterpret_cast<const uint32_t*>(c.data());
+    std::vector<float> out(static_cast<size_t>(nb * kk * nn));
+    auto* dst = reinterpret_cast<uint32_t*>(out.data());
+    std::vector<int64_t> idx(batch.size(), 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      int64_t o = l.offset;
+      for (size_t d = 0; d < batch.size(); ++d) o += idx[d] * l.strides[d];
+      for (int64_t q = 0; q < kk; ++q)
+        for (int64_t j = 0; j < nn; ++j) dst[(b * kk + q) * nn + j] = src[o + q * l.strides[r - 2] + j * l.strides[r - 1]];
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+    Shape shape = broadcast ? Shape{kk, nn} : l.shape;
+    const int32_t nbuf = add_packed_constant((c.name.empty() ? "folded" : c.name) + ".row_major", shape, out);
+    p_.buffers[static_cast<size_t>(nbuf)].type.dtype = e->dtype;  // the bits of any 4-byte type
+    p_.constants.back().type.dtype = e->dtype;
+    Layout nl;
+    nl.shape = l.shape;
+    nl.strides.assign(r, 0);
+    nl.strides[r - 1] = 1;
+    nl.strides[r - 2] = nn;
+    if (!broadcast) {
+      int64_t st = kk * nn;
+      for (size_t d = batch.size(); d-- > 0;) {
+        nl.strides[d] = batch[d] == 1 ? 0 : st;
+        st *= batch[d];
+      }
+    }
+    e->buffer = nbuf;
+    e->layout = nl;
+  }
+
   // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
   // at compile time (a new constant; the original is dropped when nothing else reads it)
   // and the product streams each panel once for all rows.
@@ -963,6 +1020,7 @@ class Lowerer {
         Kernel k = start(n, Kernel::kMatMul);
         k.inputs.push_back(matmul_operand(n.inputs[0]));
         k.inputs.push_back(matmul_operand(n.inputs[1]));
+        if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
         push_over_output(std::move(k), n, v);
         return;
       }

@@ -113,6 +113,9 @@ struct LowerOptions {
   // Bytes each element takes in the arena; 0: its dtype's size. GPU targets store every
   // element as one 32-bit word (4).
   int element_bytes = 0;
+  // Constant right operands of matrix products read transposed are stored row-major [K, N]
+  // (GPU targets: consecutive invocations read consecutive columns).
+  bool row_major_constant_b = false;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

@@ -526,12 +526,12 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
     const Ex av = in.mut(t, lit(t, 0), "av");
     const Ex ka = in.let(add(k0, tx));
     in.if_(bin("&&", bin("<", row, lit_i(M)), bin("<", ka, lit_i(K))),
-           [&](Block& t) { t.assign(av, kb.eval(t, A, coords(t, bc, row, ka))); });
+           [&](Block& tb) { tb.assign(av, kb.eval(tb, A, coords(tb, bc, row, ka))); });
     in.shared_store("ta", lid, av);
     const Ex bv = in.mut(t, lit(t, 0), "bv");
     const Ex kbi = in.let(add(k0, ty));
     in.if_(bin("&&", bin("<", kbi, lit_i(K)), bin("<", col, lit_i(N))),
-           [&](Block& t) { t.assign(bv, kb.eval(t, B, coords(t, bc, kbi, col))); });
+           [&](Block& tb) { tb.assign(bv, kb.eval(tb, B, coords(tb, bc, kbi, col))); });
     in.shared_store("tb", lid, bv);
     in.barrier();
     for (int kk = 0; kk < T; ++kk) {

@@ -1,0 +1,140 @@
+// Tests for the GPU generator's kernel IR, legalization and dialect printers
+// (src/codegen/gpu). End-to-end runs of generated kernels are in tests/python/test_webgpu.py.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+
+#include "codegen/gpu/elementwise.h"
+#include "codegen/gpu/gpu_codegen.h"
+#include "codegen/gpu/printer.h"
+
+namespace {
+
+using namespace chroma::gpu;
+
+// y[i] = exp(x[i]) over n elements: slot 0 read, slot 1 written.
+Kernel exp_kernel(int64_t n) {
+  Kernel k;
+  k.name = "exp";
+  k.workgroup_size = 64;
+  k.workgroups = (n + 63) / 64;
+  k.params = 2;
+  k.slots = {Slot{false}, Slot{true}};
+  int counter = 0;
+  Block b(&k.body, &counter);
+  const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(64)), var("lid", Ty::kI32)), "i");
+  b.if_(bin("<", i, lit_i(n)), [&](Block& t) {
+    const Ex x = t.let(bitcast(Ty::kF32, load_word(0, add(param(0), i))));
+    t.store(1, add(param(1), i), bitcast(Ty::kU32, call("exp", Ty::kF32, {x})));
+  });
+  return k;
+}
+
+TEST(GpuPrinter, WgslAndCudaSpellTheSameKernel) {
+  Kernel k = exp_kernel(1000);
+  legalize(k, Capabilities{});
+  const std::string w = print_kernel(k, wgsl_dialect());
+  EXPECT_NE(w.find("@compute @workgroup_size(64)"), std::string::npos) << w;
+  EXPECT_NE(w.find("var<storage, read> s0: array<u32>"), std::string::npos) << w;
+  EXPECT_NE(w.find("var<storage, read_write> s1: array<u32>"), std::string::npos) << w;
+  EXPECT_NE(w.find("bitcast<f32>(s0[(i32(prm.p0) + i0)])"), std::string::npos) << w;
+  EXPECT_NE(w.find("let i0: i32 = ((wg * 64i) + lid);"), std::string::npos) << w;
+  const std::string c = print_kernel(k, cuda_dialect());
+  EXPECT_NE(c.find("__launch_bounds__(64)"), std::string::npos) << c;
+  EXPECT_NE(c.find("const unsigned* __restrict__ s0"), std::string::npos) << c;
+  EXPECT_NE(c.find("expf("), std::string::npos) << c;
+  EXPECT_NE(c.find("unsigned p1"), std::string::npos) << c;
+  EXPECT_EQ(c.find("bitcast<f32>"), std::string::npos) << c;
+}
+
+TEST(GpuPrinter, NonFiniteLiteralsAreNotConstantExpressions) {
+  Kernel k = exp_kernel(4);
+  int counter = 100;
+  Block b(&k.body, &counter);
+  b.mut(Ty::kF32, lit_f(-std::numeric_limits<double>::infinity()), "m");
+  legalize(k, Capabilities{});
+  const std::string w = print_kernel(k, wgsl_dialect());
+  EXPECT_NE(w.find("chroma_f32_bits(4286578688u)"), std::string::npos) << w;  // Tint rejects bitcast<f32>(const)
+}
+
+TEST(GpuLegalize, FoldsLargeGridsAndGuardsTheSurplus) {
+  Kernel k = exp_kernel(64 * 100000);
+  Capabilities caps;
+  caps.max_grid = 65535;
+  legalize(k, caps);
+  EXPECT_EQ(k.grid_x, 65535);
+  EXPECT_EQ(k.grid_y, 2);
+  ASSERT_FALSE(k.body.empty());
+  EXPECT_EQ(k.body.front().kind, Stmt::kIf);  // if (wg >= 100000) return;
+  EXPECT_NE(print_kernel(k, wgsl_dialect()).find("wgid.y * 65535u"), std::string::npos);
+}
+
+TEST(GpuLegalize, ExactGridsNeedNoGuard) {
+  Kernel k = exp_kernel(64 * 10);
+  legalize(k, Capabilities{});
+  EXPECT_EQ(k.grid_x, 10);
+  EXPECT_EQ(k.grid_y, 1);
+  EXPECT_EQ(k.body.front().kind, Stmt::kLet);
+}
+
+TEST(GpuLegalize, RefusesABarrierInDivergentControlFlow) {
+  Kernel k = exp_kernel(64);
+  int counter = 50;
+  Block b(&k.body, &counter);
+  b.if_(bin("<", var("lid", Ty::kI32), lit_i(4)), [](Block& t) { t.barrier(); });
+  EXPECT_THROW(
+      {
+        try {
+          legalize(k, Capabilities{});
+        } catch (const Unsupported& e) {
+          EXPECT_NE(std::string(e.what()).find("non-uniform"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Unsupported);
+}
+
+TEST(GpuLegalize, RefusesABarrierUnderAVariableDerivedFromLid) {
+  Kernel k = exp_kernel(64);
+  int counter = 50;
+  Block b(&k.body, &counter);
+  const Ex half = b.let(bin("/", var("lid", Ty::kI32), lit_i(2)), "h");  // non-uniform through a let
+  b.loop("j", lit_i(0), half, lit_i(1), [](Block& t, const Ex&) { t.barrier(); });
+  EXPECT_THROW(legalize(k, Capabilities{}), Unsupported);
+}
+
+TEST(GpuLegalize, AcceptsBarriersInUniformLoops) {
+  Kernel k = exp_kernel(64);
+  int counter = 50;
+  Block b(&k.body, &counter);
+  b.loop("j", lit_i(0), lit_i(8), lit_i(1), [](Block& t, const Ex&) { t.barrier(); });
+  b.if_(bin("==", var("wg", Ty::kI32), lit_i(0)), [](Block& t) { t.barrier(); });  // wg is uniform
+  EXPECT_NO_THROW(legalize(k, Capabilities{}));
+}
+
+TEST(GpuLegalize, NamesTheLimitsAKernelExceeds) {
+  Kernel k = exp_kernel(64);
+  k.shared.push_back(SharedArray{"big", Ty::kF32, 8192});
+  try {
+    legalize(k, Capabilities{});
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("32768 bytes of workgroup memory"), std::string::npos) << e.what();
+  }
+  Kernel w = exp_kernel(64);
+  w.workgroup_size = 512;
+  EXPECT_THROW(legalize(w, Capabilities{}), Unsupported);
+}
+
+TEST(GpuElementwise, NarrowsInt64SentinelsOnly) {
+  EXPECT_EQ(narrow_int64(INT64_MAX), INT32_MAX);
+  EXPECT_EQ(narrow_int64(INT64_MIN), INT32_MIN);
+  EXPECT_EQ(narrow_int64(-INT64_MAX), INT32_MIN);
+  EXPECT_EQ(narrow_int64(5000000000ll), 5000000000ll);  // out of range, not a sentinel: refused later
+  EXPECT_EQ(narrow_int64(-7), -7);
+}
+
+TEST(GpuElementwise, Float64HasNoGpuType) { EXPECT_THROW(compute_type(chroma::DType::kF64), Unsupported); }
+
+}  // namespace
