@@ -471,9 +471,79 @@ void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
   });
 }
 
-// C = A B over batch dimensions. Few rows: one invocation per column keeps every row's sum in
-// registers (memory-bound: each B element is read once). Otherwise 16 x 16 tiles staged in
-// workgroup memory.
+// A product with few rows (M <= 8, `rows`) or few columns (N <= 8): the R = M (or N) sums of
+// each column (row) of the large dimension stay in registers, so the large operand is read
+// once (memory-bound: the unembedding of a decoder, a GEMV). Each invocation owns C columns W
+// apart, so consecutive invocations read consecutive elements of a row-major operand; the
+// small operand (R x K) is staged in workgroup memory once per workgroup when it fits, so the
+// inner loop reads R values from it per C loads of the large operand.
+void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Shape& batch, int64_t M, int64_t N,
+                     int64_t K) {
+  const Expr& A = lk.inputs[0];
+  const Expr& B = lk.inputs[1];
+  const int64_t R = rows ? M : N, L = rows ? N : M, nb = numel(batch);
+  const int W = static_cast<int>(pow2_at_least(L, 64, 256));
+  const int64_t C = L >= 16 * W ? 4 : 1;
+  const int64_t groups = (L + W * C - 1) / (W * C);
+  if (nb * groups >= (1ll << 31) || nb * M * N >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
+  kb.k.workgroup_size = W;
+  kb.k.workgroups = std::max<int64_t>(1, nb * groups);
+  const bool staged = R * K * 4 <= 8192;
+  Block b = kb.body();
+  const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex bt = b.let(bin("/", wg, lit_i(groups))), g = b.let(bin("%", wg, lit_i(groups)));
+  const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
+  // (small index r, k) -> value of the small operand; (k, large index) -> the large one's
+  auto at = [&](Block& in, const Expr& e, const Ex& i, const Ex& j) {
+    std::vector<Ex> c = bc;
+    c.push_back(i);
+    c.push_back(j);
+    return kb.eval(in, e, c);
+  };
+  auto small = [&](Block& in, const Ex& r, const Ex& k) { return rows ? at(in, A, r, k) : at(in, B, k, r); };
+  auto large = [&](Block& in, const Ex& k, const Ex& l) { return rows ? at(in, B, k, l) : at(in, A, l, k); };
+  if (staged) {
+    kb.add_shared("sm", t, R * K);
+    b.loop("s", lid, lit_i(R * K), lit_i(W), [&](Block& in, const Ex& si) {
+      in.shared_store("sm", si, small(in, in.let(bin("/", si, lit_i(K))), in.let(bin("%", si, lit_i(K)))));
+    });
+    b.barrier();
+  }
+  std::vector<Ex> col, valid, clamped;
+  for (int64_t j = 0; j < C; ++j) {
+    col.push_back(b.let(add(add(mul(g, lit_i(W * C)), lit_i(j * W)), lid), "l"));
+    valid.push_back(b.let(bin("<", col.back(), lit_i(L))));
+    clamped.push_back(b.let(call("min", Ty::kI32, {col.back(), lit_i(L - 1)})));  // every read in bounds
+  }
+  std::vector<std::vector<Ex>> acc(static_cast<size_t>(R));
+  for (auto& row : acc) {
+    for (int64_t j = 0; j < C; ++j) row.push_back(b.mut(t, lit(t, 0), "acc"));
+  }
+  b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
+    std::vector<Ex> lv;
+    for (int64_t j = 0; j < C; ++j) lv.push_back(in.let(large(in, k, clamped[static_cast<size_t>(j)])));
+    for (int64_t r = 0; r < R; ++r) {
+      const Ex sv = in.let(staged ? load_array(Space::kShared, "sm", t, add(lit_i(r * K), k)) : small(in, lit_i(r), k));
+      for (int64_t j = 0; j < C; ++j) {
+        Ex& a = acc[static_cast<size_t>(r)][static_cast<size_t>(j)];
+        in.assign(a, add(a, rows ? mul(sv, lv[static_cast<size_t>(j)]) : mul(lv[static_cast<size_t>(j)], sv)));
+      }
+    }
+  });
+  for (int64_t j = 0; j < C; ++j) {
+    b.if_(valid[static_cast<size_t>(j)], [&](Block& in) {
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<Ex> c = bc;
+        c.push_back(rows ? lit_i(r) : col[static_cast<size_t>(j)]);
+        c.push_back(rows ? col[static_cast<size_t>(j)] : lit_i(r));
+        kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, acc[static_cast<size_t>(r)][static_cast<size_t>(j)]);
+      }
+    });
+  }
+}
+
+// C = A B over batch dimensions: few rows or columns go to t_matmul_skinny; otherwise 16 x 16
+// tiles staged in workgroup memory.
 void t_matmul(KB& kb, const chroma::Kernel& lk) {
   const Expr& A = lk.inputs[0];
   const Expr& B = lk.inputs[1];
@@ -489,24 +559,7 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
     c.push_back(j);
     return c;
   };
-  if (M <= 8) {
-    kb.per_element(nb * N, [&](Block& b, const Ex& i) {
-      const Ex bt = b.let(bin("/", i, lit_i(N))), n = b.let(bin("%", i, lit_i(N)));
-      const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
-      std::vector<Ex> acc;
-      for (int64_t m = 0; m < M; ++m) acc.push_back(b.mut(t, lit(t, 0), "acc"));
-      b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
-        const Ex bv = in.let(kb.eval(in, B, coords(in, bc, k, n)));
-        for (int64_t m = 0; m < M; ++m) {
-          in.assign(acc[static_cast<size_t>(m)], add(acc[static_cast<size_t>(m)], mul(kb.eval(in, A, coords(in, bc, lit_i(m), k)), bv)));
-        }
-      });
-      for (int64_t m = 0; m < M; ++m) {
-        kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], coords(b, bc, lit_i(m), n), acc[static_cast<size_t>(m)]);
-      }
-    });
-    return;
-  }
+  if (M <= 8 || N <= 8) return t_matmul_skinny(kb, lk, M <= 8, t, batch, M, N, K);
   constexpr int T = 16;
   const int64_t tm = (M + T - 1) / T, tn = (N + T - 1) / T;
   kb.k.workgroup_size = T * T;
