@@ -1,9 +1,12 @@
 """The `chroma` command line: compile, run, inspect, bench.
 
   chroma compile MODEL -o DIR     MODEL: a .cgraph file, or module:factory where factory()
-                                  returns (model_or_function, example_inputs)
-  chroma run DIR [x.npy ...]      runs with the given inputs (random ones when omitted)
-  chroma inspect DIR              manifest summary, kernels and the memory plan
+                                  returns (model_or_function, example_inputs);
+                                  --target webgpu writes DIR.chroma-web
+  chroma run DIR [x.npy ...]      runs with the given inputs (random ones when omitted);
+                                  DIR may also be a .chroma-web package
+  chroma inspect DIR              manifest summary, kernels and the memory plan (a package's:
+                                  requirements, kernels, schedule)
   chroma info                     CPU features and the kernels in use (BLAS core, oneDNN ISA)
   chroma bench DIR                median call time over repeated runs
   chroma opt FILE.ir PASS...      runs passes (fold_constants, dce, cse, optimize, lower) on IR text
@@ -23,6 +26,15 @@ import numpy as np
 from .program import load
 
 
+def _open(path):
+    """An artifact directory (any target), or a WebGPU package file (.chroma-web)."""
+    if os.path.isfile(path):
+        from .webgpu import WebGPUProgram
+
+        return WebGPUProgram(path)
+    return load(path)
+
+
 def _random_inputs(prog, seed=0):
     rng = np.random.default_rng(seed)
     arrays = []
@@ -40,17 +52,22 @@ def cmd_compile(a):
     from .compiler import compile as compile_model, compile_graph
 
     if a.model.endswith(".cgraph"):
-        prog = compile_graph(a.model, a.out, blas=not a.no_blas)
+        prog = compile_graph(a.model, a.out, blas=not a.no_blas, target=a.target)
     else:
         mod_name, _, attr = a.model.partition(":")
         if not attr:
             sys.exit("chroma compile: MODEL must be a .cgraph file or module:factory")
         sys.path.insert(0, os.getcwd())
         model, inputs = getattr(importlib.import_module(mod_name), attr)()
-        prog = compile_model(model, inputs, out=a.out, blas=not a.no_blas)
+        prog = compile_model(model, inputs, out=a.out, blas=not a.no_blas, target=a.target)
     s = prog.stats
     if a.timings:
         _print_timings(prog)
+    if a.target == "webgpu":
+        print(f"compiled {a.model} -> {a.out.rstrip('/')}.chroma-web: {s['kernels']} kernels, {s['dispatches']} "
+              f"dispatches, {s['pipelines']} pipelines, arena {s['arena_bytes']} B (temporaries "
+              f"{s['temporaries_bytes']} B), weights {s['weight_bytes']} B")
+        return
     print(f"compiled {a.model} -> {a.out}: {s['kernels']} kernels, arena {s['arena_bytes']} B "
           f"(temporaries {s['temporaries_bytes']} B), weights {s['weight_bytes']} B, "
           f"build {'cached' if prog.manifest['build']['cached'] else 'fresh'}")
@@ -82,7 +99,7 @@ def _print_timings(prog):
 
 
 def cmd_run(a):
-    prog = load(a.dir)
+    prog = _open(a.dir)
     arrays = [np.load(p) for p in a.inputs] if a.inputs else _random_inputs(prog)
     out = prog(*arrays)
     outs = out if isinstance(out, tuple) else (out,)
@@ -110,9 +127,46 @@ def cmd_info(a):
     _print_info()
 
 
+def _inspect_package(path):
+    """A WebGPU package: its manifest, requirements, kernels and schedule."""
+    from .webgpu import read_package
+
+    pkg = read_package(path)
+    m = pkg.manifest
+    print(f"package {path}: format {m['format']} v{m['version']}, compiler {m['compiler_version']}, "
+          f"sha256 {m['content_hash']}")
+    for kind in ("inputs", "outputs"):
+        for t in m[kind]:
+            print(f"  {kind[:-1]} {t['name']}: {t['dtype']}{t['shape']} (stored {t['storage']}, arena offset {t['offset']})")
+    req = m["requirements"]
+    print(f"requires: features {req['features'] or 'none'}; limits " +
+          ", ".join(f"{k}={v}" for k, v in sorted(req["limits"].items())))
+    print("stats: " + ", ".join(f"{k}={v}" for k, v in sorted(m["stats"].items())))
+    print(f"buffers: arena {m['arena']['bytes']} B, state {m['state']['bytes']} B, params {m['params']['bytes']} B, "
+          f"weights {len(m['weights']['shards'])} shard(s) of " +
+          ", ".join(str(s['bytes']) for s in m["weights"]["shards"]) + " B")
+    g = m.get("golden")
+    if g:
+        print(f"golden data: {len(g['inputs'])} inputs, {len(g['outputs'])} outputs, tolerance {g['tolerance']}")
+    print(f"kernels ({len(m['kernels'])} modules):")
+    for i, k in enumerate(m["kernels"]):
+        uses = sum(1 for d in m["dispatches"] if d["kernel"] == i)
+        print(f"  {k['name']}: workgroup {k['workgroup_size'][0]}, {len(k['bindings'])} bindings, "
+              f"{len(k['code'].splitlines())} lines of WGSL, {uses} dispatch(es)")
+    print(f"schedule ({len(m['dispatches'])} dispatches):")
+    for i, d in enumerate(m["dispatches"]):
+        src = f"   ({d['source']})" if d["source"] else ""
+        print(f"  {i}: {m['kernels'][d['kernel']]['name']} grid {d['grid']}: {d['label']}{src}")
+
+
 def cmd_inspect(a):
+    if os.path.isfile(a.dir):
+        return _inspect_package(a.dir)
     with open(os.path.join(a.dir, "manifest.json")) as f:
         m = json.load(f)
+    if m.get("target") == "webgpu":
+        print(f"artifact {a.dir}: target webgpu, package {m['package']['file']}")
+        return _inspect_package(os.path.normpath(os.path.join(a.dir, m["package"]["file"])))
     print(f"artifact {a.dir}: format {m['format']} v{m['version']}, compiler {m['compiler_version']}, target {m['target']}")
     for kind in ("inputs", "outputs"):
         for s in m[kind]:
@@ -139,7 +193,7 @@ def cmd_inspect(a):
 
 
 def cmd_bench(a):
-    prog = load(a.dir)
+    prog = _open(a.dir)
     arrays = _random_inputs(prog)
     for _ in range(a.warmup):
         prog(*arrays)
@@ -167,15 +221,17 @@ def main(argv=None):
     c.add_argument("model")
     c.add_argument("-o", "--out", required=True)
     c.add_argument("--no-blas", action="store_true", help="use Chroma's portable matrix kernels")
+    c.add_argument("--target", default="cpu", choices=("cpu", "webgpu"),
+                   help="cpu (default), or webgpu: writes OUT.chroma-web (docs/webgpu_package.md)")
     c.add_argument("--timings", action="store_true", help="print where the compile's time went")
     c.set_defaults(fn=cmd_compile)
-    r = sub.add_parser("run", help="run an artifact")
+    r = sub.add_parser("run", help="run an artifact (a directory, or a .chroma-web package)")
     r.add_argument("dir")
     r.add_argument("inputs", nargs="*", help=".npy files, one per input")
     r.add_argument("--save", help="write the outputs to this .npz file")
     r.set_defaults(fn=cmd_run)
     sub.add_parser("info", help="CPU features and the kernels in use (BLAS core, oneDNN ISA)").set_defaults(fn=cmd_info)
-    i = sub.add_parser("inspect", help="print the manifest, kernels and memory plan")
+    i = sub.add_parser("inspect", help="print the manifest, kernels and memory plan (or a .chroma-web package's)")
     i.add_argument("dir")
     i.set_defaults(fn=cmd_inspect)
     b = sub.add_parser("bench", help="time an artifact")

@@ -211,3 +211,21 @@ def test_cuda_dialect_compiles_with_nvcc(tmp_path):
         r = subprocess.run([nvcc, "-c", "-arch=sm_80", "-o", str(tmp_path / f"k{i}.o"), str(cu)],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, f"kernel {i}:\n{src}\n{r.stderr}"
+
+
+def test_cli_runs_and_inspects_a_package(tmp_path):
+    prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "cli")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "chroma", *a], capture_output=True, text=True, env=env,
+                                    timeout=300)
+    r = run("run", str(tmp_path / "cli.chroma-web"))
+    assert r.returncode == 0 and "output 0: float32[2, 3]" in r.stdout, r.stdout + r.stderr
+    for target in (str(tmp_path / "cli.chroma-web"), str(tmp_path / "cli")):
+        r = run("inspect", target)
+        assert r.returncode == 0, r.stderr
+        assert "format chroma.webgpu v1" in r.stdout and "schedule (2 dispatches)" in r.stdout, r.stdout
+        assert prog.package.manifest["content_hash"] in r.stdout
+    bad = tmp_path / "bad.chroma-web"
+    bad.write_bytes((tmp_path / "cli.chroma-web").read_bytes()[:200])
+    r = run("inspect", str(bad))
+    assert r.returncode != 0 and "truncated" in r.stderr, r.stderr
