@@ -25,4 +25,7 @@ export CHROMA_CACHE_DIR="$PWD/build/asan/cache"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=0"
 LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" .venv/bin/python -m pytest -q -n 2 -p no:cacheprovider \
   tests/python/test_hardening.py tests/python/test_errors.py tests/python/test_runtime.py "$@"
+echo "[sanitize] the GPU generator (compile-only tests of the WebGPU target: no GPU driver under ASan)"
+LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_webgpu.py \
+  -k "golden or unsupported or linalg or float64 or cuda_dialect"
 echo "[sanitize] clean"
