@@ -126,13 +126,6 @@ StateLayout layout_state(std::vector<CompiledEntry>& entries, WeightsLayout& wl,
   return sl;
 }
 
-const char* kernel_kind(Kernel::Kind k) {
-  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
-                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
-                                "conv",   "linalg",   "matmul_gathered"};
-  return names[k];
-}
-
 json describe_entry(const CompiledEntry& e, int64_t weight_bytes, int64_t state_bytes) {
   const Program& p = e.program;
   json m;

@@ -73,7 +73,6 @@ StateLayout layout_state(std::vector<CompiledEntry>& entries, WeightsLayout& wl,
 // The manifest's description of an entry: inputs, outputs, state used, arena plan, kernels
 // and stats.
 nlohmann::json describe_entry(const CompiledEntry& e, int64_t weight_bytes, int64_t state_bytes);
-const char* kernel_kind(Kernel::Kind k);
 
 // Writes through a temporary file and a rename, so a process that has the old file mapped
 // keeps a consistent view.

@@ -1243,6 +1243,13 @@ class Lowerer {
 
 Program lower(const Graph& g, const LowerOptions& opts) { return Lowerer(g, opts).run(); }
 
+const char* kernel_kind(Kernel::Kind k) {
+  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
+                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
+                                "conv",   "linalg",   "matmul_gathered"};
+  return names[k];
+}
+
 std::string describe(const Program& p) {
   std::ostringstream o;
   o << "kernels: " << p.kernels.size() << "\n";

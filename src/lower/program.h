@@ -122,6 +122,9 @@ struct LowerOptions {
 // kernels with fused expressions, and plans the arena.
 Program lower(const Graph& g, const LowerOptions& opts = {});
 
+// The kind's name in manifests and messages ("assign", "reduce", ...).
+const char* kernel_kind(Kernel::Kind k);
+
 // Human-readable listing of kernels and the memory plan (`chroma inspect`).
 std::string describe(const Program& p);
 

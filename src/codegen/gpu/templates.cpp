@@ -804,13 +804,6 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
   });
 }
 
-const char* kind_name(chroma::Kernel::Kind k) {
-  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
-                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
-                                "conv",   "linalg",   "matmul_gathered"};
-  return names[k];
-}
-
 }  // namespace
 
 Generated generate(const Program& p, const std::function<Placement(int32_t)>& place, const Capabilities& caps,
@@ -823,7 +816,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
     try {
       std::vector<KB> parts;
       auto make = [&](const char* what) -> KB& {
-        parts.emplace_back(p, place, std::string(kind_name(lk.kind)) + what, 256,
+        parts.emplace_back(p, place, std::string(chroma::kernel_kind(lk.kind)) + what, 256,
                            static_cast<int>(out.dispatches.size() + parts.size()));
         return parts.back();
       };
@@ -894,11 +887,11 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
       }
     } catch (const Unsupported& e) {
       std::ostringstream msg;
-      msg << "  " << kind_name(lk.kind) << " '" << lk.label << "' (node " << (lk.name.empty() ? "?" : lk.name)
+      msg << "  " << chroma::kernel_kind(lk.kind) << " '" << lk.label << "' (node " << (lk.name.empty() ? "?" : lk.name)
           << (lk.source.empty() ? "" : ", " + lk.source) << "): " << e.what();
       errors.push_back(msg.str());
     } catch (const CompileError& e) {
-      errors.push_back("  " + std::string(kind_name(lk.kind)) + " '" + lk.label + "' (node " + lk.name + "): " + e.what());
+      errors.push_back("  " + std::string(chroma::kernel_kind(lk.kind)) + " '" + lk.label + "' (node " + lk.name + "): " + e.what());
     }
   }
   if (!errors.empty()) {
