@@ -104,6 +104,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     arena[p.status] = 1u;
     arena[p.status + 1u] = p.dispatch + 1u;
     arena[p.status + 2u] = bitcast<u32>(r);
+    arena[p.status + 3u] = p.rows;  // the size of the dimension it indexes
+    arena[p.status + 4u] = 0u;      // that dimension
     r = clamp(r, 0, i32(p.rows) - 1);
   }
   for (var c = 0u; c < p.cols; c++) {

@@ -144,7 +144,7 @@ test('tensor fields are checked against their dtype', async () => {
   await rejects(affinePackage({ edit: (m) => { m.inputs[0].bytes = 20; } }),
     exact('manifest field inputs[0].bytes: expected 24 (4 per element of [2,3]), got 20'));
   await rejects(affinePackage({ edit: (m) => { m.outputs[1].dtype = 'float16'; } }),
-    /^manifest field outputs\[1\]\.dtype: expected one of float32, int32, int64, bool, uint8, got "float16"$/);
+    /^manifest field outputs\[1\]\.dtype: expected one of float32, int32, int64, int16, int8, bool, uint8, got "float16"$/);
   await rejects(gatherPackage({ edit: (m) => { m.golden.inputs[0].bytes = 16; } }),
     exact('manifest field golden.inputs[0].bytes: expected 32 for int64 [4], got 16'));
 });

@@ -151,12 +151,12 @@ test('int64 outputs come back as BigInt64Array', async () => {
 test('a bad index raises a RunError naming the dispatch, and the next call is clean', async () => {
   await assert.rejects(gather.run({ idx: new BigInt64Array([1n, 7n, 2n, 0n]) }), (e) => {
     assert.ok(e instanceof RunError);
-    assert.equal(e.message, 'index 7 is out of range in dispatch 1 ("Gather <- embedding", node embedding, at model.py:9)');
+    assert.equal(e.message, 'index 7 is out of range for dimension 0 of size 5 in dispatch 1 ("Gather <- embedding", node embedding, at model.py:9)');
     assert.deepEqual(e.dispatch, { index: 1, label: 'Gather <- embedding', node: 'embedding', source: 'model.py:9' });
     assert.equal(e.badIndex, 7);
     return true;
   });
-  await rejectsRun(gather.run({ idx: new BigInt64Array([1n, 1n, -1n, 0n]) }), /^index -1 is out of range in dispatch 1 /);
+  await rejectsRun(gather.run({ idx: new BigInt64Array([1n, 1n, -1n, 0n]) }), /^index -1 is out of range for dimension 0 of size 5 in dispatch 1 /);
   const { outputs } = await gather.run({ idx: GATHER_IDX });
   assert.deepEqual(outputs.rows, gatherRef(GATHER_IDX).rows);
 });
