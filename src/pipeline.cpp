@@ -40,6 +40,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
     lo.arena_alignment = 256;
     lo.element_bytes = 4;
     lo.row_major_constant_b = true;
+    lo.product_epilogues = true;
   }
   return lo;
 }

@@ -489,6 +489,9 @@ class Lowerer {
   // The absorbed Maps are never computed again; returns the value the convolution's buffer
   // holds (the last node absorbed), and sets *epilogue_root to the epilogue's root (or to
   // an invalid value when there is none) for the caller to build its expression.
+  // With LowerOptions::product_epilogues (GPU targets, where a kernel evaluates any fused
+  // expression at the element it stores), there is no post-op prefix and the epilogue's
+  // outside operands may be any value computed before the product, read through views.
   Value conv_post_ops(Kernel& k, Value v, Value* epilogue_root) {
     const Shape& shape = k.shape;
     using P = Kernel::PostOp;
@@ -521,8 +524,9 @@ class Lowerer {
     };
     Value cur = v;
     *epilogue_root = Value{-1, 0};
+    const bool gpu = opts_.product_epilogues;
     for (;;) {
-      if (output_slot_.count(cur)) break;
+      if (gpu || output_slot_.count(cur)) break;
       const std::vector<int32_t>& cs = consumers_[static_cast<size_t>(cur.node)];
       if (cs.size() != 1) break;
       const Node& m = g_.node(cs[0]);
@@ -563,6 +567,14 @@ class Lowerer {
       float c = 0;
       Expr e;
       if (literal(x, &c)) return true;
+      if (gpu) {
+        const int32_t src = source_of(x.node);
+        const Op op = g_.node(src).op;
+        if (op == Op::kConstant && !buffer_of_.count(Value{src, 0})) {
+          new_buffer(Value{src, 0}, Region::kConstant, static_cast<int32_t>(g_.node(src).attrs.index));
+        }
+        return op == Op::kConstant || op == Op::kFull || op == Op::kIota || x.node < v.node;
+      }
       if (g_.node(source_of(x.node)).op == Op::kConstant) {
         return constant(x, &e) &&
                (per_channel(e) || std::all_of(e.layout.strides.begin(), e.layout.strides.end(), [](int64_t st) { return st == 0; }));
@@ -607,6 +619,7 @@ class Lowerer {
     };
     std::vector<int32_t> region, trial = consumers_[static_cast<size_t>(cur.node)];
     int32_t root = -1;
+
     for (;;) {
       const int32_t r = close(trial);
       if (r < 0) break;
@@ -621,6 +634,30 @@ class Lowerer {
     for (int32_t id : region) absorbed_[static_cast<size_t>(id)] = true;
     *epilogue_root = Value{root, 0};
     return cur;
+  }
+
+  // A product (convolution, matrix product) whose result is not a graph output, with the
+  // post-ops and epilogue conv_post_ops finds; its buffer laid out with `strides` (empty:
+  // contiguous).
+  void push_with_epilogue(Kernel k, const Node& n, Value v, std::vector<int64_t> strides) {
+    k.shape = n.type().shape;
+    Value root;
+    const Value last = conv_post_ops(k, v, &root);
+    // A row-major root that is a graph output is written there directly.
+    const int32_t out = new_buffer(root.node >= 0 ? root : last, Region::kArena, -1, std::move(strides));
+    buffer_of_[last] = out;
+    k.outputs.push_back(out);
+    k.out_layouts.push_back(p_.buffers[static_cast<size_t>(out)].layout());
+    if (root.node >= 0) {
+      // The epilogue's expression, `last` read from the buffer itself; the buffer then
+      // holds the root's value.
+      Expr e = compute(root);
+      buffer_of_.erase(last);
+      buffer_of_[root] = out;
+      k.inputs.push_back(std::move(e));
+      k.epilogue = static_cast<int32_t>(k.inputs.size() - 1);
+    }
+    push(std::move(k), n);
   }
 
   // A convolution's input, channels-last.
@@ -1021,6 +1058,10 @@ class Lowerer {
         k.inputs.push_back(matmul_operand(n.inputs[0]));
         k.inputs.push_back(matmul_operand(n.inputs[1]));
         if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
+        if (opts_.product_epilogues && n.type().dtype == DType::kF32 && !output_slot_.count(v)) {
+          push_with_epilogue(std::move(k), n, v, {});
+          return;
+        }
         push_over_output(std::move(k), n, v);
         return;
       }
@@ -1060,26 +1101,12 @@ class Lowerer {
         const bool cl = opts_.channels_last && n.type().dtype == DType::kF32 && n.type().shape.size() >= 3;
         k.inputs.push_back(cl ? channels_last_operand(n.inputs[0]) : dense_operand(n.inputs[0]));
         k.inputs.push_back(dense_operand(n.inputs[1]));
-        if (!cl || output_slot_.count(v)) {
+        const bool epilogue = opts_.product_epilogues && n.type().dtype == DType::kF32;
+        if ((!cl && !epilogue) || output_slot_.count(v)) {
           push_over_output(std::move(k), n, v);
           return;
         }
-        k.shape = n.type().shape;
-        Value root;
-        const Value last = conv_post_ops(k, v, &root);
-        const int32_t out = new_buffer(last, Region::kArena, -1, channels_last_strides(k.shape));
-        k.outputs.push_back(out);
-        k.out_layouts.push_back(p_.buffers[static_cast<size_t>(out)].layout());
-        if (root.node >= 0) {
-          // The epilogue's expression, `last` read from the buffer itself; the buffer then
-          // holds the root's value.
-          Expr e = compute(root);
-          buffer_of_.erase(last);
-          buffer_of_[root] = out;
-          k.inputs.push_back(std::move(e));
-          k.epilogue = static_cast<int32_t>(k.inputs.size() - 1);
-        }
-        push(std::move(k), n);
+        push_with_epilogue(std::move(k), n, v, cl ? channels_last_strides(n.type().shape) : std::vector<int64_t>{});
         return;
       }
       case Op::kTopK: {

@@ -77,9 +77,11 @@ struct Kernel {
     int32_t input = -1;            // per-channel: its load among `inputs`
   };
   std::vector<PostOp> post_ops;
-  // kConv: inputs[epilogue], when >= 0, is an elementwise expression over the output shape
-  // whose loads of the output buffer itself stand for the result oneDNN stored; it is
-  // evaluated in place on each slice of the result (lower.cpp conv_post_ops).
+  // kConv (and kMatMul with LowerOptions::product_epilogues): inputs[epilogue], when >= 0, is
+  // an elementwise expression over the output shape whose loads of the output buffer itself
+  // stand for the kernel's result; the CPU evaluates it in place on each slice of the result
+  // oneDNN stored, a GPU kernel on its accumulators before storing (lower.cpp
+  // conv_post_ops).
   int32_t epilogue = -1;
 };
 
@@ -116,6 +118,10 @@ struct LowerOptions {
   // Constant right operands of matrix products read transposed are stored row-major [K, N]
   // (GPU targets: consecutive invocations read consecutive columns).
   bool row_major_constant_b = false;
+  // Float32 matrix products and convolutions apply the Maps that read their result (bias,
+  // activation, residual add: any same-shape float32 Maps whose other operands were computed
+  // before the product) as they store it: Kernel::epilogue (GPU targets).
+  bool product_epilogues = false;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

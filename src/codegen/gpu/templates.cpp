@@ -98,6 +98,7 @@ class KB {
   Ex eval(Block& b, const Expr& e, const std::vector<Ex>& coords) {
     switch (e.kind) {
       case Expr::kLoad: {
+        if (e.buffer == result_buffer_ && result_) return result_;
         auto [s, base_ex] = base(&e, e.buffer, e.layout.offset, false);
         return from_word(e.dtype, load_word(s, address(base_ex, e.layout.strides, coords)));
       }
@@ -155,6 +156,20 @@ class KB {
     auto [s, base_ex] = base(site, buffer, l.offset, true);
     const DType t = this->buffer(buffer).type.dtype;
     b.store(s, address(base_ex, l.strides, coords), to_word(t, v));
+  }
+
+  // Stores a product's result `acc` at `coords` of its output, through the kernel's
+  // epilogue when it has one (its loads of the output buffer stand for `acc`).
+  void store_result(Block& b, const chroma::Kernel& lk, const std::vector<Ex>& coords, const Ex& acc) {
+    Ex v = acc;
+    if (lk.epilogue >= 0) {
+      result_buffer_ = lk.outputs[0];
+      result_ = acc;
+      v = eval(b, lk.inputs[static_cast<size_t>(lk.epilogue)], coords);
+      result_buffer_ = -1;
+      result_ = nullptr;
+    }
+    store(b, &lk, lk.outputs[0], lk.out_layouts[0], coords, v);
   }
 
   // Sets the status block (arena words 0-4) when `bad`: the dispatch's index, the value, the
@@ -242,6 +257,8 @@ class KB {
   int counter_ = 0;
   std::map<std::pair<const void*, int32_t>, Ex> bases_;
   Ex dispatch_param_;
+  int32_t result_buffer_ = -1;  // store_result: the output buffer, read as `result_`
+  Ex result_;
 };
 
 // The split of an iteration space into kept (output) and reduced dimensions.
@@ -536,14 +553,106 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
         std::vector<Ex> c = bc;
         c.push_back(rows ? lit_i(r) : col[static_cast<size_t>(j)]);
         c.push_back(rows ? col[static_cast<size_t>(j)] : lit_i(r));
-        kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, acc[static_cast<size_t>(r)][static_cast<size_t>(j)]);
+        kb.store_result(in, lk, c, acc[static_cast<size_t>(r)][static_cast<size_t>(j)]);
       }
     });
   }
 }
 
-// C = A B over batch dimensions: few rows or columns go to t_matmul_skinny; otherwise 16 x 16
-// tiles staged in workgroup memory.
+// A (batched) product C[m, n] = sum_k A[m, k] B[k, n] tiled in workgroup memory, for the
+// matrix products and the im2col-tiled convolutions: 16 x 16 invocations, each owning an
+// RM x RN block of C (rows ty + 16 i, columns tx + 16 j), so a workgroup computes a
+// 16 RM x 16 RN tile from 16-deep slices of A and B staged in workgroup memory. The operands
+// are read through callbacks (called in bounds only), so A can be an implicit im2col matrix.
+struct Gemm {
+  int64_t batches = 1, M = 0, N = 0, K = 0;
+  bool a_k_fastest = true;  // consecutive invocations stage consecutive k of A (else of m)
+  bool b_n_fastest = true;  // ... consecutive n of B (else of k)
+  std::function<void(Block&, const Ex& batch)> prologue;
+  std::function<Ex(Block&, const Ex& m, const Ex& k)> a;
+  std::function<Ex(Block&, const Ex& k, const Ex& n)> b;
+  std::function<void(Block&, const Ex& m, const Ex& n, const Ex& acc)> store;
+};
+
+void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
+  constexpr int64_t T = 16, BK = 16;
+  const int64_t RM = g.M >= 64 ? 4 : g.M >= 32 ? 2 : 1, RN = g.N >= 64 ? 4 : g.N >= 32 ? 2 : 1;
+  const int64_t BM = T * RM, BN = T * RN;
+  const int64_t tm = (g.M + BM - 1) / BM, tn = (g.N + BN - 1) / BN;
+  if (g.batches * tm * tn >= (1ll << 31) || g.batches * g.M * g.N >= (1ll << 31)) {
+    throw Unsupported("more than 2^31 elements in one kernel");
+  }
+  kb.k.workgroup_size = static_cast<int>(T * T);
+  kb.k.workgroups = std::max<int64_t>(1, g.batches * tm * tn);
+  kb.add_shared("ta", t, BM * BK);
+  kb.add_shared("tb", t, BK * BN);
+  Block b = kb.body();
+  const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex bt = b.let(bin("/", wg, lit_i(tm * tn)), "bt");
+  const Ex tile = b.let(bin("%", wg, lit_i(tm * tn)));
+  const Ex m0 = b.let(mul(bin("/", tile, lit_i(tn)), lit_i(BM)), "m0");
+  const Ex n0 = b.let(mul(bin("%", tile, lit_i(tn)), lit_i(BN)), "n0");
+  const Ex ty = b.let(bin("/", lid, lit_i(T))), tx = b.let(bin("%", lid, lit_i(T)));
+  if (g.prologue) g.prologue(b, bt);
+  std::vector<Ex> acc;
+  for (int64_t i = 0; i < RM * RN; ++i) acc.push_back(b.mut(t, lit(t, 0), "acc"));
+  b.loop("k0", lit_i(0), lit_i(g.K), lit_i(BK), [&](Block& in, const Ex& k0) {
+    for (int64_t i = 0; i < RM; ++i) {  // BM x BK of A: RM elements per invocation
+      const Ex idx = add(lid, lit_i(i * T * T));
+      const Ex mm = in.let(g.a_k_fastest ? bin("/", idx, lit_i(BK)) : bin("%", idx, lit_i(BM)));
+      const Ex kk = in.let(g.a_k_fastest ? bin("%", idx, lit_i(BK)) : bin("/", idx, lit_i(BM)));
+      const Ex gm = in.let(add(m0, mm)), gk = in.let(add(k0, kk));
+      const Ex v = in.mut(t, lit(t, 0), "av");
+      in.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
+      in.shared_store("ta", add(mul(mm, lit_i(BK)), kk), v);
+    }
+    for (int64_t j = 0; j < RN; ++j) {  // BK x BN of B
+      const Ex idx = add(lid, lit_i(j * T * T));
+      const Ex kk = in.let(g.b_n_fastest ? bin("/", idx, lit_i(BN)) : bin("%", idx, lit_i(BK)));
+      const Ex nn = in.let(g.b_n_fastest ? bin("%", idx, lit_i(BN)) : bin("/", idx, lit_i(BK)));
+      const Ex gk = in.let(add(k0, kk)), gn = in.let(add(n0, nn));
+      const Ex v = in.mut(t, lit(t, 0), "bv");
+      in.if_(bin("&&", bin("<", gk, lit_i(g.K)), bin("<", gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
+      in.shared_store("tb", add(mul(kk, lit_i(BN)), nn), v);
+    }
+    in.barrier();
+    in.loop("kk", lit_i(0), lit_i(BK), lit_i(1), [&](Block& l, const Ex& kk) {
+      std::vector<Ex> av, bv;
+      for (int64_t i = 0; i < RM; ++i) {
+        av.push_back(l.let(load_array(Space::kShared, "ta", t, add(mul(add(ty, lit_i(i * T)), lit_i(BK)), kk)), "a"));
+      }
+      for (int64_t j = 0; j < RN; ++j) {
+        bv.push_back(l.let(load_array(Space::kShared, "tb", t, add(add(mul(kk, lit_i(BN)), tx), lit_i(j * T))), "b"));
+      }
+      for (int64_t i = 0; i < RM; ++i) {
+        for (int64_t j = 0; j < RN; ++j) {
+          const Ex& a = acc[static_cast<size_t>(i * RN + j)];
+          l.assign(a, add(a, mul(av[static_cast<size_t>(i)], bv[static_cast<size_t>(j)])));
+        }
+      }
+    });
+    in.barrier();
+  });
+  for (int64_t i = 0; i < RM; ++i) {
+    for (int64_t j = 0; j < RN; ++j) {
+      const Ex gm = b.let(add(add(m0, ty), lit_i(i * T)), "gm");
+      const Ex gn = b.let(add(add(n0, tx), lit_i(j * T)), "gn");
+      b.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gn, lit_i(g.N))),
+            [&](Block& in) { g.store(in, gm, gn, acc[static_cast<size_t>(i * RN + j)]); });
+    }
+  }
+}
+
+// Whether consecutive elements of the last (else the second-to-last) dimension of a loaded
+// operand are adjacent in memory; fused expressions count as row-major.
+bool inner_contiguous(const Expr& e) {
+  if (e.kind != Expr::kLoad) return true;
+  const size_t r = e.layout.strides.size();
+  return !(e.layout.strides[r - 1] != 1 && e.layout.strides[r - 2] == 1);
+}
+
+// C = A B over batch dimensions: few rows or columns go to t_matmul_skinny; otherwise
+// tiled_gemm.
 void t_matmul(KB& kb, const chroma::Kernel& lk) {
   const Expr& A = lk.inputs[0];
   const Expr& B = lk.inputs[1];
@@ -552,50 +661,26 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
   const size_t r = lk.shape.size();
   const int64_t M = lk.shape[r - 2], N = lk.shape[r - 1], K = A.shape()[r - 1];
   const Shape batch(lk.shape.begin(), lk.shape.end() - 2);
-  const int64_t nb = numel(batch);
-  auto coords = [&](Block& b, const std::vector<Ex>& bc, const Ex& i, const Ex& j) {
+  if (M <= 8 || N <= 8) return t_matmul_skinny(kb, lk, M <= 8, t, batch, M, N, K);
+  std::vector<Ex> bc;
+  auto coords = [&](const Ex& i, const Ex& j) {
     std::vector<Ex> c = bc;
     c.push_back(i);
     c.push_back(j);
     return c;
   };
-  if (M <= 8 || N <= 8) return t_matmul_skinny(kb, lk, M <= 8, t, batch, M, N, K);
-  constexpr int T = 16;
-  const int64_t tm = (M + T - 1) / T, tn = (N + T - 1) / T;
-  kb.k.workgroup_size = T * T;
-  kb.k.workgroups = nb * tm * tn;
-  kb.add_shared("ta", t, T * T);
-  kb.add_shared("tb", t, T * T);
-  Block b = kb.body();
-  const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const Ex bt = b.let(bin("/", wg, lit_i(tm * tn)));
-  const Ex tile = b.let(bin("%", wg, lit_i(tm * tn)));
-  const Ex ty = b.let(bin("/", lid, lit_i(T))), tx = b.let(bin("%", lid, lit_i(T)));
-  const Ex row = b.let(add(mul(bin("/", tile, lit_i(tn)), lit_i(T)), ty));
-  const Ex col = b.let(add(mul(bin("%", tile, lit_i(tn)), lit_i(T)), tx));
-  const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
-  const Ex acc = b.mut(t, lit(t, 0), "acc");
-  b.loop("k0", lit_i(0), lit_i(K), lit_i(T), [&](Block& in, const Ex& k0) {
-    const Ex av = in.mut(t, lit(t, 0), "av");
-    const Ex ka = in.let(add(k0, tx));
-    in.if_(bin("&&", bin("<", row, lit_i(M)), bin("<", ka, lit_i(K))),
-           [&](Block& tb) { tb.assign(av, kb.eval(tb, A, coords(tb, bc, row, ka))); });
-    in.shared_store("ta", lid, av);
-    const Ex bv = in.mut(t, lit(t, 0), "bv");
-    const Ex kbi = in.let(add(k0, ty));
-    in.if_(bin("&&", bin("<", kbi, lit_i(K)), bin("<", col, lit_i(N))),
-           [&](Block& tb) { tb.assign(bv, kb.eval(tb, B, coords(tb, bc, kbi, col))); });
-    in.shared_store("tb", lid, bv);
-    in.barrier();
-    for (int kk = 0; kk < T; ++kk) {
-      in.assign(acc, add(acc, mul(load_array(Space::kShared, "ta", t, add(mul(ty, lit_i(T)), lit_i(kk))),
-                                  load_array(Space::kShared, "tb", t, add(lit_i(kk * T), tx)))));
-    }
-    in.barrier();
-  });
-  b.if_(bin("&&", bin("<", row, lit_i(M)), bin("<", col, lit_i(N))), [&](Block& in) {
-    kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], coords(in, bc, row, col), acc);
-  });
+  Gemm g;
+  g.batches = numel(batch);
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.a_k_fastest = inner_contiguous(A);
+  g.b_n_fastest = inner_contiguous(B);
+  g.prologue = [&](Block& b, const Ex& bt) { bc = KB::coords_of(b, bt, batch); };
+  g.a = [&](Block& b, const Ex& m, const Ex& k) { return kb.eval(b, A, coords(m, k)); };
+  g.b = [&](Block& b, const Ex& k, const Ex& n) { return kb.eval(b, B, coords(k, n)); };
+  g.store = [&](Block& b, const Ex& m, const Ex& n, const Ex& acc) { kb.store_result(b, lk, coords(m, n), acc); };
+  tiled_gemm(kb, t, g);
 }
 
 // torch.index_select / embedding (kGather) and torch.gather (kGatherElements); an index
@@ -715,40 +800,101 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   });
 }
 
-// Direct convolution: one invocation per output element, zero padding by bounds tests.
+// Convolution. Grouped ones with at least 16 output channels per group and 16 products per
+// output run im2col-tiled: per group, the product of the implicit im2col matrix
+// [batch x output positions, Cin/g x kernel positions] (never written; zero padding by
+// bounds tests) and the weights [Cin/g x kernel positions, Cout/g], through tiled_gemm. The
+// rest (depthwise and other thin ones) run direct: one invocation per output element.
 void t_conv(KB& kb, const chroma::Kernel& lk) {
   const Expr& x = lk.inputs[0];
   const Expr& w = lk.inputs[1];
   if (compute_type(x.dtype) != Ty::kF32) throw Unsupported("convolution of a non-float32 tensor");
-  if (!lk.post_ops.empty() || lk.epilogue >= 0) throw Unsupported("convolution epilogues (a CPU lowering choice)");
+  if (!lk.post_ops.empty()) throw Unsupported("convolution post-ops (a CPU lowering choice)");
   const Shape xs = x.shape(), ws = w.shape();
   const size_t d = xs.size() - 2;
   const int64_t groups = lk.attrs.k, cout = ws[0], cin_g = ws[1], cout_g = cout / groups;
+  const Shape window(ws.begin() + 2, ws.end());
+  const Shape out_space(lk.shape.begin() + 2, lk.shape.end());
+  const int64_t kdim = cin_g * numel(window);
+  // The input element of output position `o` (spatial coordinates) and weight position
+  // `kc` (ci, window...) for group g, and whether it is inside (not padding).
+  auto input_at = [&](Block& b, const Ex& n, const Ex& cx, const std::vector<Ex>& o, const std::vector<Ex>& kw,
+                      std::vector<Ex>* xc) {
+    Ex ok;
+    *xc = {n, cx};
+    for (size_t dim = 0; dim < d; ++dim) {
+      const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
+      const Ex pos = b.let(add(bin("-", mul(o[dim], lit_i(st)), lit_i(pd)), mul(kw[dim], lit_i(dl))));
+      xc->push_back(pos);
+      if (pd == 0 && (out_space[dim] - 1) * st + (window[dim] - 1) * dl < xs[2 + dim]) continue;  // never outside
+      const Ex inside = bin("&&", bin(">=", pos, lit_i(0)), bin("<", pos, lit_i(xs[2 + dim])));
+      ok = ok ? bin("&&", ok, inside) : inside;
+    }
+    return ok;
+  };
+  if (cout_g >= 16 && kdim >= 16) {
+    Shape mshape{lk.shape[0]};
+    mshape.insert(mshape.end(), out_space.begin(), out_space.end());
+    Shape kshape{cin_g};
+    kshape.insert(kshape.end(), window.begin(), window.end());
+    Ex grp;
+    Gemm g;
+    g.batches = groups;
+    g.M = numel(mshape);
+    g.N = cout_g;
+    g.K = kdim;
+    g.a_k_fastest = false;  // consecutive output positions: consecutive input columns
+    g.b_n_fastest = false;  // the weights are [Cout, Cin/g x window] row-major
+    g.prologue = [&](Block&, const Ex& bt) { grp = bt; };
+    g.a = [&](Block& b, const Ex& m, const Ex& k) {
+      const std::vector<Ex> mc = KB::coords_of(b, m, mshape), kc = KB::coords_of(b, k, kshape);
+      const Ex cx = groups == 1 ? kc[0] : b.let(add(mul(grp, lit_i(cin_g)), kc[0]));
+      std::vector<Ex> xc;
+      const Ex ok = input_at(b, mc[0], cx, std::vector<Ex>(mc.begin() + 1, mc.end()), std::vector<Ex>(kc.begin() + 1, kc.end()), &xc);
+      if (!ok) return kb.eval(b, x, xc);
+      const Ex v = b.mut(Ty::kF32, lit_f(0), "xv");
+      b.if_(ok, [&](Block& t) { t.assign(v, kb.eval(t, x, xc)); });
+      return v;
+    };
+    g.b = [&](Block& b, const Ex& k, const Ex& n) {
+      std::vector<Ex> wc = KB::coords_of(b, k, kshape);
+      wc.insert(wc.begin(), groups == 1 ? n : b.let(add(mul(grp, lit_i(cout_g)), n)));
+      return kb.eval(b, w, wc);
+    };
+    g.store = [&](Block& b, const Ex& m, const Ex& n, const Ex& acc) {
+      std::vector<Ex> oc = KB::coords_of(b, m, mshape);
+      oc.insert(oc.begin() + 1, groups == 1 ? n : b.let(add(mul(grp, lit_i(cout_g)), n)));
+      kb.store_result(b, lk, oc, acc);
+    };
+    return tiled_gemm(kb, Ty::kF32, g);
+  }
   kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
     const std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
+    const std::vector<Ex> os(o.begin() + 2, o.end());
     const Ex g = b.let(bin("/", o[1], lit_i(cout_g)));
     const Ex acc = b.mut(Ty::kF32, lit_f(0), "acc");
     b.loop("ci", lit_i(0), lit_i(cin_g), lit_i(1), [&](Block& in, const Ex& ci) {
       const Ex cx = in.let(add(mul(g, lit_i(cin_g)), ci));
-      std::function<void(Block&, size_t, std::vector<Ex>, std::vector<Ex>, Ex)> win =
-          [&](Block& bb, size_t dim, std::vector<Ex> xc, std::vector<Ex> wc, Ex ok) {
-            if (dim == d) {
-              bb.if_(ok, [&](Block& t) { t.assign(acc, add(acc, mul(kb.eval(t, x, xc), kb.eval(t, w, wc)))); });
-              return;
-            }
-            const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
-            bb.loop("kw", lit_i(0), lit_i(ws[2 + dim]), lit_i(1), [&](Block& l, const Ex& kw) {
-              const Ex pos = l.let(add(bin("-", mul(o[2 + dim], lit_i(st)), lit_i(pd)), mul(kw, lit_i(dl))));
-              std::vector<Ex> xc2 = xc, wc2 = wc;
-              xc2.push_back(pos);
-              wc2.push_back(kw);
-              const Ex inside = bin("&&", bin(">=", pos, lit_i(0)), bin("<", pos, lit_i(xs[2 + dim])));
-              win(l, dim + 1, xc2, wc2, l.let(ok ? bin("&&", ok, inside) : inside));
-            });
-          };
-      win(in, 0, {o[0], cx}, {o[1], ci}, nullptr);
+      std::function<void(Block&, size_t, std::vector<Ex>)> win = [&](Block& bb, size_t dim, std::vector<Ex> kw) {
+        if (dim == d) {
+          std::vector<Ex> xc;
+          const Ex ok = input_at(bb, o[0], cx, os, kw, &xc);
+          std::vector<Ex> wc{o[1], ci};
+          wc.insert(wc.end(), kw.begin(), kw.end());
+          auto fma = [&](Block& t) { t.assign(acc, add(acc, mul(kb.eval(t, x, xc), kb.eval(t, w, wc)))); };
+          if (ok) bb.if_(ok, fma);
+          else fma(bb);
+          return;
+        }
+        bb.loop("kw", lit_i(0), lit_i(window[dim]), lit_i(1), [&](Block& l, const Ex& k) {
+          std::vector<Ex> kw2 = kw;
+          kw2.push_back(k);
+          win(l, dim + 1, kw2);
+        });
+      };
+      win(in, 0, {});
     });
-    kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], o, acc);
+    kb.store_result(b, lk, o, acc);
   });
 }
 
