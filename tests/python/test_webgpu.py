@@ -225,7 +225,7 @@ def test_cli_runs_and_inspects_a_package(tmp_path):
     for target in (str(tmp_path / "cli.chroma-web"), str(tmp_path / "cli")):
         r = run("inspect", target)
         assert r.returncode == 0, r.stderr
-        assert "format chroma.webgpu v1" in r.stdout and "schedule (2 dispatches)" in r.stdout, r.stdout
+        assert "format chroma.webgpu v1" in r.stdout and "schedule (1 dispatches)" in r.stdout and "MatMul <- add" in r.stdout, r.stdout
         assert prog.package.manifest["content_hash"] in r.stdout
     bad = tmp_path / "bad.chroma-web"
     bad.write_bytes((tmp_path / "cli.chroma-web").read_bytes()[:200])
