@@ -95,6 +95,38 @@ def test_vision_models(tmp_path, name):
     _node_check(str(tmp_path / f"{name}.chroma-web"))
 
 
+# (conv, input shape): each GPU convolution path. Tiled (im2col through the tiled product):
+# 16+ output channels per group and 64+ products per output; direct with blocks of output
+# channels (8, 4, 3 per invocation), depthwise. Strides, padding, dilation, groups, 1-3 spatial dims.
+CONV_CASES = {
+    "tiled_2d": (torch.nn.Conv2d(16, 40, 3, stride=2, padding=1), (2, 16, 13, 11)),
+    "tiled_groups_dilation": (torch.nn.Conv2d(32, 64, 3, padding=2, dilation=2, groups=2), (1, 32, 9, 10)),
+    "tiled_1d": (torch.nn.Conv1d(24, 32, 5, padding=2), (3, 24, 37)),
+    "tiled_3d": (torch.nn.Conv3d(8, 16, 3, padding=1), (1, 8, 5, 6, 7)),
+    "direct_blocked_8": (torch.nn.Conv2d(3, 16, 3, padding=1), (1, 3, 17, 19)),
+    "direct_blocked_4": (torch.nn.Conv2d(6, 12, 3, stride=2, padding=(0, 1), bias=False), (2, 6, 10, 9)),
+    "direct_3_channels": (torch.nn.Conv2d(16, 3, 3, padding=1), (1, 16, 12, 12)),
+    "depthwise": (torch.nn.Conv2d(12, 12, 5, stride=2, padding=2, groups=12), (1, 12, 15, 15)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_convolution_paths_with_epilogues(tmp_path, case):
+    """Every GPU convolution path against PyTorch, with an epilogue (bias, GELU, residual-style
+    add of another input, ReLU) applied as the result is stored: one dispatch."""
+    torch.manual_seed(0)
+    conv, shape = CONV_CASES[case]
+    conv = conv.eval()
+    x = randn(*shape)
+    with torch.no_grad():
+        z = randn(*conv(x).shape)
+    f = lambda x, z: torch.relu(torch.nn.functional.gelu(conv(x)) + z)  # noqa: E731
+    prog = _compile(f, (x, z), tmp_path)
+    with torch.no_grad():
+        compare(prog(x.numpy(), z.numpy()), f(x, z), rtol=1e-4, atol=1e-5)
+    assert prog.stats["dispatches"] == 1, prog.stats
+
+
 def test_reference_model_logits(tmp_path):
     """gpt-oss's architecture at the benchmark size (59M parameters, 201,088-token vocabulary):
     an 8-token call's logits against eager PyTorch."""
@@ -175,6 +207,7 @@ GOLDEN_CASES = {
     "elementwise": (lambda x: torch.sigmoid(x * 2 + 1), (randn(4, 8),)),
     "reduce_sum": (lambda x: x.sum(-1), (randn(4, 100),)),
     "softmax": (lambda x: x.softmax(-1), (randn(4, 64),)),
+    "matmul_epilogue": (lambda a, b: torch.relu(a @ b + 1), (randn(40, 24), randn(24, 72))),
 }
 
 

@@ -70,6 +70,15 @@ Ex un(const char* op, Ex a) {
   return make(std::move(n));
 }
 Ex bin(const char* op, Ex a, Ex b) {
+  // integer identities (index arithmetic: strides of 1, offsets of 0)
+  if (a->ty == b->ty && a->ty != Ty::kF32 && a->ty != Ty::kBool) {
+    const std::string o = op;
+    if (o == "+" && is_lit(a, 0)) return b;
+    if ((o == "+" || o == "-") && is_lit(b, 0)) return a;
+    if (o == "*" && is_lit(a, 1)) return b;
+    if ((o == "*" || o == "/") && is_lit(b, 1)) return a;
+    if (o == "*" && (is_lit(a, 0) || is_lit(b, 0))) return is_lit(a, 0) ? a : b;
+  }
   Node n;
   n.kind = Node::kBinary;
   n.ty = is_comparison(op) ? Ty::kBool : a->ty;
@@ -125,7 +134,14 @@ Ex load_array(Space space, const std::string& name, Ty ty, Ex index) {
 }
 bool is_lit(const Ex& e, int64_t v) { return e->kind == Node::kLit && e->ty != Ty::kF32 && e->i == v; }
 
-std::string Block::fresh(const char* hint) { return std::string(hint) + std::to_string((*counter_)++); }
+std::string Block::fresh(const char* hint) {
+  std::string name = std::string(hint) + std::to_string((*counter_)++);
+  // a hint and a count can spell a type of some dialect (i32, u8, f16, ...)
+  for (const char* type : {"i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64"}) {
+    if (name == type) name += "_";
+  }
+  return name;
+}
 
 Ex Block::let(Ex e, const char* hint) {
   if (e->kind == Node::kLit || e->kind == Node::kVar || e->kind == Node::kParam) return e;

@@ -575,7 +575,9 @@ struct Gemm {
 };
 
 void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
-  constexpr int64_t T = 16, BK = 16;
+  // 8-deep slices: SwiftShader's pipeline compile time grows with the workgroup memory
+  // declared (about 0.35 ms per element: 16-deep slices of 64 x 64 tiles took 0.7 s).
+  constexpr int64_t T = 16, BK = 8;
   const int64_t RM = g.M >= 64 ? 4 : g.M >= 32 ? 2 : 1, RN = g.N >= 64 ? 4 : g.N >= 32 ? 2 : 1;
   const int64_t BM = T * RM, BN = T * RN;
   const int64_t tm = (g.M + BM - 1) / BM, tn = (g.N + BN - 1) / BN;
@@ -594,27 +596,39 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
   const Ex n0 = b.let(mul(bin("%", tile, lit_i(tn)), lit_i(BN)), "n0");
   const Ex ty = b.let(bin("/", lid, lit_i(T))), tx = b.let(bin("%", lid, lit_i(T)));
   if (g.prologue) g.prologue(b, bt);
-  std::vector<Ex> acc;
-  for (int64_t i = 0; i < RM * RN; ++i) acc.push_back(b.mut(t, lit(t, 0), "acc"));
+  // The RM x RN accumulators: a private array indexed by literals in the inner loop and by
+  // the loop of the final stores (so the epilogue appears once in the code).
+  b.array("acc", t, RM * RN);
+  for (int64_t i = 0; i < RM * RN; ++i) b.assign_elem("acc", lit_i(i), lit(t, 0));
+  // Stages a rows x cols slice (row-major in workgroup memory `name`), `count` elements at
+  // most 256 per step; `inner_fastest`: consecutive invocations take consecutive columns.
+  auto stage = [&](Block& in, const char* name, int64_t rows, int64_t cols, bool inner_fastest,
+                   const std::function<Ex(Block&, const Ex& r, const Ex& c)>& at) {
+    const int64_t count = rows * cols, steps = (count + T * T - 1) / (T * T);
+    in.loop("s", lit_i(0), lit_i(steps), lit_i(1), [&](Block& l, const Ex& step) {
+      const Ex idx = l.let(add(lid, mul(step, lit_i(T * T))));
+      auto body = [&](Block& bb) {
+        const Ex r = bb.let(inner_fastest ? bin("/", idx, lit_i(cols)) : bin("%", idx, lit_i(rows)));
+        const Ex c = bb.let(inner_fastest ? bin("%", idx, lit_i(cols)) : bin("/", idx, lit_i(rows)));
+        bb.shared_store(name, add(mul(r, lit_i(cols)), c), at(bb, r, c));
+      };
+      if (count % (T * T) == 0) body(l);
+      else l.if_(bin("<", idx, lit_i(count)), body);
+    });
+  };
   b.loop("k0", lit_i(0), lit_i(g.K), lit_i(BK), [&](Block& in, const Ex& k0) {
-    for (int64_t i = 0; i < RM; ++i) {  // BM x BK of A: RM elements per invocation
-      const Ex idx = add(lid, lit_i(i * T * T));
-      const Ex mm = in.let(g.a_k_fastest ? bin("/", idx, lit_i(BK)) : bin("%", idx, lit_i(BM)));
-      const Ex kk = in.let(g.a_k_fastest ? bin("%", idx, lit_i(BK)) : bin("/", idx, lit_i(BM)));
-      const Ex gm = in.let(add(m0, mm)), gk = in.let(add(k0, kk));
-      const Ex v = in.mut(t, lit(t, 0), "av");
-      in.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
-      in.shared_store("ta", add(mul(mm, lit_i(BK)), kk), v);
-    }
-    for (int64_t j = 0; j < RN; ++j) {  // BK x BN of B
-      const Ex idx = add(lid, lit_i(j * T * T));
-      const Ex kk = in.let(g.b_n_fastest ? bin("/", idx, lit_i(BN)) : bin("%", idx, lit_i(BK)));
-      const Ex nn = in.let(g.b_n_fastest ? bin("%", idx, lit_i(BN)) : bin("/", idx, lit_i(BK)));
-      const Ex gk = in.let(add(k0, kk)), gn = in.let(add(n0, nn));
-      const Ex v = in.mut(t, lit(t, 0), "bv");
-      in.if_(bin("&&", bin("<", gk, lit_i(g.K)), bin("<", gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
-      in.shared_store("tb", add(mul(kk, lit_i(BN)), nn), v);
-    }
+    stage(in, "ta", BM, BK, g.a_k_fastest, [&](Block& l, const Ex& mm, const Ex& kk) {
+      const Ex gm = l.let(add(m0, mm)), gk = l.let(add(k0, kk));
+      const Ex v = l.mut(t, lit(t, 0), "av");
+      l.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
+      return v;
+    });
+    stage(in, "tb", BK, BN, g.b_n_fastest, [&](Block& l, const Ex& kk, const Ex& nn) {
+      const Ex gk = l.let(add(k0, kk)), gn = l.let(add(n0, nn));
+      const Ex v = l.mut(t, lit(t, 0), "bv");
+      l.if_(bin("&&", bin("<", gk, lit_i(g.K)), bin("<", gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
+      return v;
+    });
     in.barrier();
     in.loop("kk", lit_i(0), lit_i(BK), lit_i(1), [&](Block& l, const Ex& kk) {
       std::vector<Ex> av, bv;
@@ -626,21 +640,19 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
       }
       for (int64_t i = 0; i < RM; ++i) {
         for (int64_t j = 0; j < RN; ++j) {
-          const Ex& a = acc[static_cast<size_t>(i * RN + j)];
-          l.assign(a, add(a, mul(av[static_cast<size_t>(i)], bv[static_cast<size_t>(j)])));
+          const Ex ai = lit_i(i * RN + j);
+          l.assign_elem("acc", ai, add(load_array(Space::kPrivate, "acc", t, ai), mul(av[static_cast<size_t>(i)], bv[static_cast<size_t>(j)])));
         }
       }
     });
     in.barrier();
   });
-  for (int64_t i = 0; i < RM; ++i) {
-    for (int64_t j = 0; j < RN; ++j) {
-      const Ex gm = b.let(add(add(m0, ty), lit_i(i * T)), "gm");
-      const Ex gn = b.let(add(add(n0, tx), lit_i(j * T)), "gn");
-      b.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gn, lit_i(g.N))),
-            [&](Block& in) { g.store(in, gm, gn, acc[static_cast<size_t>(i * RN + j)]); });
-    }
-  }
+  b.loop("o", lit_i(0), lit_i(RM * RN), lit_i(1), [&](Block& l, const Ex& i) {
+    const Ex gm = l.let(add(add(m0, ty), mul(bin("/", i, lit_i(RN)), lit_i(T))), "gm");
+    const Ex gn = l.let(add(add(n0, tx), mul(bin("%", i, lit_i(RN)), lit_i(T))), "gn");
+    l.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gn, lit_i(g.N))),
+          [&](Block& in) { g.store(in, gm, gn, in.let(load_array(Space::kPrivate, "acc", t, i))); });
+  });
 }
 
 // Whether consecutive elements of the last (else the second-to-last) dimension of a loaded
@@ -800,7 +812,7 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   });
 }
 
-// Convolution. Grouped ones with at least 16 output channels per group and 16 products per
+// Convolution. Grouped ones with at least 16 output channels per group and 64 products per
 // output run im2col-tiled: per group, the product of the implicit im2col matrix
 // [batch x output positions, Cin/g x kernel positions] (never written; zero padding by
 // bounds tests) and the weights [Cin/g x kernel positions, Cout/g], through tiled_gemm. The
@@ -816,23 +828,27 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
   const Shape window(ws.begin() + 2, ws.end());
   const Shape out_space(lk.shape.begin() + 2, lk.shape.end());
   const int64_t kdim = cin_g * numel(window);
-  // The input element of output position `o` (spatial coordinates) and weight position
-  // `kc` (ci, window...) for group g, and whether it is inside (not padding).
-  auto input_at = [&](Block& b, const Ex& n, const Ex& cx, const std::vector<Ex>& o, const std::vector<Ex>& kw,
-                      std::vector<Ex>* xc) {
+  // The input element at output position `o` (spatial coordinates) and window position
+  // `kw`: zero where that is padding, read branch-free (the address clamped inside, the
+  // value selected): SwiftShader compiles a conditional read per tap very slowly.
+  auto input_at = [&](Block& b, const Ex& n, const Ex& cx, const std::vector<Ex>& o, const std::vector<Ex>& kw) {
     Ex ok;
-    *xc = {n, cx};
+    std::vector<Ex> xc{n, cx};
     for (size_t dim = 0; dim < d; ++dim) {
       const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
       const Ex pos = b.let(add(bin("-", mul(o[dim], lit_i(st)), lit_i(pd)), mul(kw[dim], lit_i(dl))));
-      xc->push_back(pos);
-      if (pd == 0 && (out_space[dim] - 1) * st + (window[dim] - 1) * dl < xs[2 + dim]) continue;  // never outside
+      if (pd == 0 && (out_space[dim] - 1) * st + (window[dim] - 1) * dl < xs[2 + dim]) {  // never outside
+        xc.push_back(pos);
+        continue;
+      }
+      xc.push_back(b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {pos, lit_i(0)}), lit_i(xs[2 + dim] - 1)})));
       const Ex inside = bin("&&", bin(">=", pos, lit_i(0)), bin("<", pos, lit_i(xs[2 + dim])));
       ok = ok ? bin("&&", ok, inside) : inside;
     }
-    return ok;
+    const Ex v = b.let(kb.eval(b, x, xc));
+    return ok ? b.let(select(lit_f(0), v, ok)) : v;
   };
-  if (cout_g >= 16 && kdim >= 16) {
+  if (cout_g >= 16 && kdim >= 64) {
     Shape mshape{lk.shape[0]};
     mshape.insert(mshape.end(), out_space.begin(), out_space.end());
     Shape kshape{cin_g};
@@ -849,12 +865,7 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     g.a = [&](Block& b, const Ex& m, const Ex& k) {
       const std::vector<Ex> mc = KB::coords_of(b, m, mshape), kc = KB::coords_of(b, k, kshape);
       const Ex cx = groups == 1 ? kc[0] : b.let(add(mul(grp, lit_i(cin_g)), kc[0]));
-      std::vector<Ex> xc;
-      const Ex ok = input_at(b, mc[0], cx, std::vector<Ex>(mc.begin() + 1, mc.end()), std::vector<Ex>(kc.begin() + 1, kc.end()), &xc);
-      if (!ok) return kb.eval(b, x, xc);
-      const Ex v = b.mut(Ty::kF32, lit_f(0), "xv");
-      b.if_(ok, [&](Block& t) { t.assign(v, kb.eval(t, x, xc)); });
-      return v;
+      return input_at(b, mc[0], cx, std::vector<Ex>(mc.begin() + 1, mc.end()), std::vector<Ex>(kc.begin() + 1, kc.end()));
     };
     g.b = [&](Block& b, const Ex& k, const Ex& n) {
       std::vector<Ex> wc = KB::coords_of(b, k, kshape);
@@ -868,22 +879,35 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     };
     return tiled_gemm(kb, Ty::kF32, g);
   }
-  kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
-    const std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
+  // Direct: one invocation per output position and block of CB output channels of a group
+  // (each input tap read once for CB products); CB divides Cout/g.
+  int64_t cb = cout_g <= 8 ? cout_g : 1;
+  for (int64_t c : {8, 4, 2}) {
+    if (cout_g > 8 && cout_g % c == 0) {
+      cb = c;
+      break;
+    }
+  }
+  Shape grid = lk.shape;
+  grid[1] = cout / cb;
+  kb.per_element(numel(grid), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> o = KB::coords_of(b, i, grid);
     const std::vector<Ex> os(o.begin() + 2, o.end());
-    const Ex g = b.let(bin("/", o[1], lit_i(cout_g)));
-    const Ex acc = b.mut(Ty::kF32, lit_f(0), "acc");
+    const Ex co0 = b.let(mul(o[1], lit_i(cb)), "co");
+    const Ex g = b.let(bin("/", co0, lit_i(cout_g)));
+    b.array("acc", Ty::kF32, cb);
+    for (int64_t c = 0; c < cb; ++c) b.assign_elem("acc", lit_i(c), lit_f(0));
     b.loop("ci", lit_i(0), lit_i(cin_g), lit_i(1), [&](Block& in, const Ex& ci) {
       const Ex cx = in.let(add(mul(g, lit_i(cin_g)), ci));
       std::function<void(Block&, size_t, std::vector<Ex>)> win = [&](Block& bb, size_t dim, std::vector<Ex> kw) {
         if (dim == d) {
-          std::vector<Ex> xc;
-          const Ex ok = input_at(bb, o[0], cx, os, kw, &xc);
-          std::vector<Ex> wc{o[1], ci};
-          wc.insert(wc.end(), kw.begin(), kw.end());
-          auto fma = [&](Block& t) { t.assign(acc, add(acc, mul(kb.eval(t, x, xc), kb.eval(t, w, wc)))); };
-          if (ok) bb.if_(ok, fma);
-          else fma(bb);
+          const Ex xv = input_at(bb, o[0], cx, os, kw);
+          for (int64_t c = 0; c < cb; ++c) {
+            std::vector<Ex> wc{add(co0, lit_i(c)), ci};
+            wc.insert(wc.end(), kw.begin(), kw.end());
+            const Ex ai = lit_i(c);
+            bb.assign_elem("acc", ai, add(load_array(Space::kPrivate, "acc", Ty::kF32, ai), mul(xv, kb.eval(bb, w, wc))));
+          }
           return;
         }
         bb.loop("kw", lit_i(0), lit_i(window[dim]), lit_i(1), [&](Block& l, const Ex& k) {
@@ -894,7 +918,13 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
       };
       win(in, 0, {});
     });
-    kb.store_result(b, lk, o, acc);
+    auto store = [&](Block& l, const Ex& c) {
+      std::vector<Ex> oc = o;
+      oc[1] = l.let(add(co0, c));
+      kb.store_result(l, lk, oc, l.let(load_array(Space::kPrivate, "acc", Ty::kF32, c)));
+    };
+    if (cb == 1) store(b, lit_i(0));
+    else b.loop("c", lit_i(0), lit_i(cb), lit_i(1), store);
   });
 }
 
