@@ -24,11 +24,10 @@ int64_t WeightsLayout::add(const ConstantData& c, const std::string& name) {
   } else {
     off = static_cast<int64_t>((bytes.size() + align_ - 1) / align_ * align_);
     if (shards.empty()) shards.emplace_back(0, 0);
-    if (shard_limit_ > 0 && static_cast<int64_t>(nb) > shard_limit_) {
-      throw CompileError("weight '" + name + "' is " + std::to_string(nb) + " bytes, more than one binding may hold (" +
-                         std::to_string(shard_limit_) + ")");
-    }
-    if (shard_limit_ > 0 && off + static_cast<int64_t>(nb) - shards.back().first > shard_limit_) {
+    // A tensor larger than the limit gets a shard of its own (the package then requires a
+    // larger binding; the runtimes name the limit when the device lacks it); the next
+    // tensor starts a new shard.
+    if (shard_limit_ > 0 && off + static_cast<int64_t>(nb) - shards.back().first > shard_limit_ && shards.back().second > shards.back().first) {
       off = (off + shard_align_ - 1) / shard_align_ * shard_align_;
       shards.emplace_back(off, off);  // a new shard starts here
     }

@@ -26,8 +26,8 @@ struct CompiledEntry {
 // order; identical contents are stored once (across entries too). A target whose device
 // stores tensors differently gives `storage` (the bytes to store for a constant, e.g. int64
 // narrowed to 32-bit words on a GPU). With `shard_limit` > 0 the blob is cut into shards of
-// at most that many bytes, each starting at a multiple of `shard_align`, no tensor straddling
-// two (GPU binding limits).
+// at most that many bytes (or one tensor larger than that alone), each starting at a
+// multiple of `shard_align`, no tensor straddling two (GPU binding limits).
 class WeightsLayout {
  public:
   using Storage = std::function<std::vector<uint8_t>(const ConstantData&, const std::string& name)>;

@@ -138,3 +138,38 @@ TEST(GpuElementwise, NarrowsInt64SentinelsOnly) {
 TEST(GpuElementwise, Float64HasNoGpuType) { EXPECT_THROW(compute_type(chroma::DType::kF64), Unsupported); }
 
 }  // namespace
+
+// Weight shards (src/artifact/common.h): tensors fill shards up to the binding limit, never
+// straddling two; one larger than the limit gets a shard of its own.
+#include "artifact/common.h"
+
+namespace {
+
+chroma::ConstantData bytes_constant(int64_t n, uint8_t fill) {
+  chroma::ConstantData c;
+  c.type.dtype = chroma::DType::kU8;
+  c.type.shape = {n};
+  c.bytes = std::make_shared<const std::vector<uint8_t>>(static_cast<size_t>(n), fill);
+  return c;
+}
+
+TEST(WeightShards, OversizedTensorGetsItsOwnShard) {
+  chroma::WeightsLayout wl(4, 1024, nullptr, 256);
+  const int64_t a = wl.add(bytes_constant(600, 1), "a");
+  const int64_t b = wl.add(bytes_constant(3000, 2), "b");  // above the limit: alone
+  const int64_t c = wl.add(bytes_constant(300, 3), "c");
+  const int64_t d = wl.add(bytes_constant(500, 4), "d");
+  ASSERT_EQ(wl.shards.size(), 3u);
+  EXPECT_EQ(a, 0);
+  EXPECT_EQ(wl.shard_of(a), 0);
+  EXPECT_EQ(wl.shard_of(b), 1);
+  EXPECT_EQ(b % 256, 0);
+  EXPECT_EQ(wl.shards[1].second - wl.shards[1].first, 3000);
+  EXPECT_EQ(wl.shard_of(c), 2);
+  EXPECT_EQ(wl.shard_of(d), 2);  // 300 + 500 fit in one shard
+  for (const auto& [s, e] : wl.shards) EXPECT_LE(e - s, 3000);
+  EXPECT_EQ(wl.bytes[static_cast<size_t>(b)], 2);
+  EXPECT_EQ(wl.bytes[static_cast<size_t>(d + 499)], 4);
+}
+
+}  // namespace
