@@ -179,6 +179,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     return pl;
   };
   gpu::Capabilities caps;  // WebGPU's default limits: every package runs on a default device
+  caps.subgroup_variants = true;  // reductions also with subgroup operations, used where the device has them
   const gpu::Generated gen = gpu::generate(p, place, caps, gpu::wgsl_dialect());
   timer.lap("codegen");
 
@@ -256,8 +257,12 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     for (size_t s = 0; s < m.slot_writable.size(); ++s) {
       b.push_back({{"binding", s + 1}, {"type", m.slot_writable[s] ? "storage" : "read-only-storage"}});
     }
-    kernels.push_back({{"name", m.name}, {"code", m.code}, {"entry", "main"}, {"workgroup_size", {m.workgroup_size, 1, 1}},
-                       {"bindings", b}, {"features", json::array()}});
+    json kernel = {{"name", m.name}, {"code", m.code}, {"entry", "main"}, {"workgroup_size", {m.workgroup_size, 1, 1}},
+                   {"bindings", b}, {"features", json::array()}};
+    if (!m.code_subgroups.empty()) {
+      kernel["variants"] = json::array({{{"features", {"subgroups"}}, {"code", m.code_subgroups}}});
+    }
+    kernels.push_back(std::move(kernel));
   }
   // Limits the package needs, never below WebGPU's defaults (a device is requested with them).
   const int64_t binding = std::max({arena_bytes, sl.bytes, largest_shard});

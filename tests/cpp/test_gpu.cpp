@@ -48,6 +48,18 @@ TEST(GpuPrinter, WgslAndCudaSpellTheSameKernel) {
   EXPECT_EQ(c.find("bitcast<f32>"), std::string::npos) << c;
 }
 
+TEST(GpuPrinter, SubgroupKernelsEnableTheFeatureOrAreRefused) {
+  Kernel k = exp_kernel(10);
+  k.subgroups = true;
+  const std::string w = print_kernel(k, wgsl_dialect());
+  EXPECT_EQ(w.find("enable subgroups;"), w.find('\n') + 1) << w;  // right after the comment line
+  EXPECT_NE(w.find("@builtin(subgroup_size) sgsize: u32"), std::string::npos) << w;
+  EXPECT_NE(w.find("let sg_lane = i32(sglane);"), std::string::npos) << w;
+  EXPECT_THROW(print_kernel(k, cuda_dialect()), Unsupported);  // the CUDA table has none yet
+  k.subgroups = false;
+  EXPECT_EQ(print_kernel(k, wgsl_dialect()).find("subgroup"), std::string::npos);
+}
+
 TEST(GpuPrinter, NonFiniteLiteralsAreNotConstantExpressions) {
   Kernel k = exp_kernel(4);
   int counter = 100;

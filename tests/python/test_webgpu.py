@@ -37,12 +37,12 @@ def _compile(model, inputs, tmp_path, name="m"):
         return chroma.compile(model, inputs, target="webgpu", out=str(tmp_path / name))
 
 
-def _node_check(package):
+def _node_check(package, *flags):
     """Loads the package in Node on Dawn (Tint compiles every module) and runs its self-check."""
     if shutil.which("node") is None or not os.path.isdir(os.path.join(ROOT, "web", "dist")):
         pytest.skip("the JS runtime is not built (cd web && npm ci && npm run build)")
     env = dict(os.environ, VK_ICD_FILENAMES="/usr/lib/chromium/vk_swiftshader_icd.json")  # Dawn rejects lavapipe
-    r = subprocess.run(["node", NODE_CLI, "check", package], capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run(["node", NODE_CLI, "check", *flags, package], capture_output=True, text=True, timeout=600, env=env)
     report = json.loads(r.stdout.strip().splitlines()[-1])
     assert r.returncode == 0 and report["ok"], report
     return report
@@ -93,6 +93,31 @@ def test_vision_models(tmp_path, name):
     # deep float32 networks: errors relative to the output's scale
     compare(prog(x.numpy()), want, rtol=1e-3, atol=1e-4 * float(want.abs().max()))
     _node_check(str(tmp_path / f"{name}.chroma-web"))
+
+
+def test_reductions_have_subgroup_variants(tmp_path):
+    """Workgroup reductions and softmax also come with subgroup operations (a kernel variant
+    needing the "subgroups" feature): Dawn's SwiftShader offers them (subgroups of 4), so the
+    package runs both ways in Node; Python (wgpu) runs the portable code."""
+    torch.manual_seed(0)
+    f = lambda x, n: (x.softmax(-1), x.log_softmax(0), x.sum(-1), x.prod(0) * 0 + x.mean(), n.sum(-1), n.amax(0))  # noqa: E731
+    x, n = randn(6, 300), torch.randint(-50, 50, (70, 260), dtype=torch.int32)
+    prog = _compile(f, (x, n), tmp_path)
+    compare(prog(x.numpy(), n.numpy()), f(x, n), rtol=1e-4, atol=1e-5)
+    from chroma.webgpu import read_package
+
+    kernels = read_package(str(tmp_path / "m.chroma-web")).manifest["kernels"]
+    with_variants = [k for k in kernels if k.get("variants")]
+    assert {k["name"].split("_", 1)[1] for k in with_variants} == {"softmax", "reduce"}, [k["name"] for k in kernels]
+    for k in with_variants:
+        (v,) = k["variants"]
+        assert v["features"] == ["subgroups"] and v["code"].startswith("// ") and "enable subgroups;" in v["code"]
+        assert "subgroup" not in k["code"]
+    with_sg = _node_check(str(tmp_path / "m.chroma-web"))
+    without = _node_check(str(tmp_path / "m.chroma-web"), "--no-variants")
+    assert "subgroups" not in without["features"]
+    if "SwiftShader" in with_sg["adapter"]:
+        assert "subgroups" in with_sg["features"]
 
 
 # (conv, input shape): each GPU convolution path. Tiled (im2col through the tiled product):

@@ -2,8 +2,11 @@
 // chroma-web: inspect and check .chroma-web packages from the command line (Node + Dawn).
 //
 //   node bin/chroma-web.mjs describe FILE    checks the file (format, digest, manifest) and describes it
-//   node bin/chroma-web.mjs check FILE...    loads each file on Dawn and runs its self-check;
+//   node bin/chroma-web.mjs check [--no-variants] FILE...
+//                                            loads each file on Dawn and runs its self-check;
 //                                            prints one JSON line per file, exits 1 if any fails
+//                                            (--no-variants: every kernel's portable code, not
+//                                            its subgroup variant)
 //
 // Build first (npm run build). `check` needs the 'webgpu' package (a dev dependency) and a
 // Vulkan driver Dawn accepts; on the project's machines, SwiftShader from Debian's chromium.
@@ -22,9 +25,11 @@ async function dawn() {
 }
 
 async function main(argv) {
-  const [command, ...files] = argv;
+  const [command, ...rest] = argv;
+  const variants = !rest.includes('--no-variants');
+  const files = rest.filter((a) => a !== '--no-variants');
   if (!['describe', 'check'].includes(command) || files.length === 0) {
-    console.error('usage: chroma-web describe FILE | chroma-web check FILE...');
+    console.error('usage: chroma-web describe FILE | chroma-web check [--no-variants] FILE...');
     return 2;
   }
   if (command === 'describe') {
@@ -35,12 +40,12 @@ async function main(argv) {
   let failed = 0;
   for (const f of files) {
     try {
-      const model = await loadPackage(readFileSync(f), { gpu });
+      const model = await loadPackage(readFileSync(f), { gpu, variants });
       const check = await model.selfCheck();
       const { loadMs, warmupMs, adapter } = model.info;
       console.log(JSON.stringify({
         file: f, ok: check.ok, maxError: check.maxError, tolerance: check.tolerance, runMs: check.ms, loadMs, warmupMs,
-        adapter: adapter.description || adapter.architecture,
+        adapter: adapter.description || adapter.architecture, features: model.info.features,
         failed: check.outputs.filter((o) => !o.ok).map((o) => ({ ...o, first: o.first && { ...o.first, got: String(o.first.got), expected: String(o.first.expected) } })),
       }));
       if (!check.ok) failed++;

@@ -102,6 +102,12 @@ export interface KernelBinding {
   bytes?: number;
 }
 
+/** The same kernel written with optional device features (e.g. subgroup operations). */
+export interface KernelVariant {
+  features: string[];
+  code: string;
+}
+
 export interface Kernel {
   name: string;
   code: string;
@@ -109,6 +115,8 @@ export interface Kernel {
   workgroup_size: [number, number, number];
   bindings: KernelBinding[];
   features: string[];
+  /** Used instead of `code` when the device has all of a variant's features (the first such). */
+  variants: KernelVariant[];
 }
 
 export interface DispatchBinding {

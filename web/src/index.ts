@@ -10,11 +10,11 @@ export type { DispatchSite } from './errors.js';
 export { ALIGNMENT, DTYPES, FORMAT_VERSION, HEADER_SIZE, MAGIC, STATUS_BYTES, numel } from './format.js';
 export type {
   BindingType, DType, DTypeInfo, Dispatch, DispatchBinding, GoldenTensor, IOTensor, Kernel,
-  KernelBinding, Manifest, ParsedPackage, Requirements, Shard, StateTensor, Storage, TensorData,
+  KernelBinding, KernelVariant, Manifest, ParsedPackage, Requirements, Shard, StateTensor, Storage, TensorData,
   Tolerance, WeightTensor,
 } from './format.js';
 export { parsePackage } from './parse.js';
-export { checkAdapter, loadPackage, Model } from './model.js';
+export { checkAdapter, kernelCode, loadPackage, Model } from './model.js';
 export type { LoadOptions, ModelInfo, RunResult, SelfCheckResult } from './model.js';
 export { arrayTypeOf, compareOutput, decodeOutput, encodeInput, goldenInputs, goldenOutputs, readGolden } from './tensors.js';
 export type { OutputCheck } from './tensors.js';

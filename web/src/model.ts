@@ -26,6 +26,11 @@ export interface LoadOptions {
   /** An adapter to use instead of requesting one (an adapter creates only one device). */
   adapter?: GPUAdapter;
   powerPreference?: GPUPowerPreference;
+  /**
+   * Use the kernels' variants (subgroup operations) where the adapter offers their features
+   * (default true); false runs every kernel's portable code.
+   */
+  variants?: boolean;
 }
 
 export interface RunResult {
@@ -102,11 +107,20 @@ export async function loadPackage(source: ArrayBuffer | Uint8Array | string | UR
   if (!adapter) throw new Error('WebGPU is available but no adapter was found (requestAdapter returned null)');
   const req = pkg.manifest.requirements;
   checkAdapter(req, adapter);
+  // optional features: those of the kernels' variants the adapter offers
+  const features = new Set<string>(req.features);
+  if (options.variants !== false) {
+    for (const k of pkg.manifest.kernels) {
+      for (const v of k.variants) {
+        if (v.features.every((f) => adapter.features.has(f))) v.features.forEach((f) => features.add(f));
+      }
+    }
+  }
   let device: GPUDevice;
   try {
     device = await adapter.requestDevice({
       label: `chroma ${pkg.contentHash.slice(0, 12)}`,
-      requiredFeatures: req.features as GPUFeatureName[],
+      requiredFeatures: [...features] as GPUFeatureName[],
       requiredLimits: req.limits,
     });
   } catch (e) {
@@ -453,10 +467,18 @@ interface KernelLayout {
   moduleError: Promise<GPUError | null>;
 }
 
+/** The kernel's text for this device: its first variant whose features the device has, else its code. */
+export function kernelCode(device: GPUDevice, k: Kernel): string {
+  for (const v of k.variants) {
+    if (v.features.every((f) => device.features.has(f))) return v.code;
+  }
+  return k.code;
+}
+
 /** The shader module and the explicit bind group layout of a kernel, from its binding list. */
 function createLayout(device: GPUDevice, k: Kernel, i: number): KernelLayout {
   device.pushErrorScope('validation');
-  const module = device.createShaderModule({ label: `kernel ${i} (${k.name})`, code: k.code });
+  const module = device.createShaderModule({ label: `kernel ${i} (${k.name})`, code: kernelCode(device, k) });
   const moduleError = device.popErrorScope();
   const group = device.createBindGroupLayout({
     label: `kernel ${i} (${k.name})`,

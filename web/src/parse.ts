@@ -379,9 +379,16 @@ class Checker {
     for (const f of features) {
       if (!req.features.includes(f)) throw new PackageError(`${p} (${name}) uses the feature "${f}", which requirements.features does not list`);
     }
+    const variants = this.arr(o.variants ?? [], `${p}.variants`).map((x, j) => {
+      const vp = `${p}.variants[${j}]`;
+      const vo = this.obj(x, vp);
+      const vf = this.arr(vo.features, `${vp}.features`).map((f, k) => this.str(f, `${vp}.features[${k}]`));
+      if (vf.length === 0) throw new PackageError(`${vp} (${name}) lists no features (a variant is chosen by the features it needs)`);
+      return { features: vf, code: this.str(vo.code, `${vp}.code`) };
+    });
     return {
       name, code: this.str(o.code, `${p}.code`), entry: this.str(o.entry, `${p}.entry`),
-      workgroup_size: wg as [number, number, number], bindings, features,
+      workgroup_size: wg as [number, number, number], bindings, features, variants,
     };
   }
 

@@ -5,7 +5,7 @@ import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 
-import { PackageError, RunError, loadPackage, parsePackage } from '../dist/index.js';
+import { PackageError, RunError, kernelCode, loadPackage, parsePackage } from '../dist/index.js';
 import { gpu, nullGpu } from './gpu.mjs';
 import { AFFINE_X, affinePackage, affineRef } from './models.mjs';
 
@@ -74,6 +74,35 @@ test('the device is requested with exactly the required features and limits', as
   assert.equal(m.device.limits.maxStorageBufferBindingSize, 2 ** 28);
   assert.deepEqual(m.info.limits, limits);
   assert.equal((await m.selfCheck()).ok, true);
+});
+
+test('a kernel variant is used where the adapter has its features, the portable code otherwise', async () => {
+  const good = (await parsePackage(affinePackage())).manifest.kernels;
+  const kernels = good.map((k) => ({ name: k.name, code: k.code, bindings: k.bindings }));
+  // a variant needing a feature no adapter has: never chosen (its text would not even compile)
+  kernels[1] = { ...kernels[1], variants: [{ features: ['float16-imaginary'], code: 'not WGSL' }] };
+  const probe = await gpu.requestAdapter();
+  const hasSubgroups = probe.features.has('subgroups');
+  if (hasSubgroups) kernels[0] = { ...kernels[0], variants: [{ features: ['subgroups'], code: `enable subgroups;\n${kernels[0].code}` }] };
+  const bytes = affinePackage({ kernels });
+
+  const adapter = await spyAdapter();
+  const m = await load(bytes, { adapter });
+  assert.deepEqual(adapter.requested.requiredFeatures, hasSubgroups ? ['subgroups'] : []);
+  const parsed = m.package.manifest.kernels;
+  assert.equal(kernelCode(m.device, parsed[1]), parsed[1].code);
+  if (hasSubgroups) assert.match(kernelCode(m.device, parsed[0]), /^enable subgroups;/);
+  assert.equal((await m.selfCheck()).ok, true);
+
+  const plain = await spyAdapter();
+  const p = await load(bytes, { adapter: plain, variants: false });
+  assert.deepEqual(plain.requested.requiredFeatures, []);
+  assert.equal(kernelCode(p.device, parsed[0]), parsed[0].code);
+  assert.equal((await p.selfCheck()).ok, true);
+
+  const bad = good.map((k) => ({ name: k.name, code: k.code, bindings: k.bindings }));
+  bad[0] = { ...bad[0], variants: [{ features: [], code: bad[0].code }] };
+  await assert.rejects(parsePackage(affinePackage({ kernels: bad })), /kernels\[0\]\.variants\[0\] \(k0_affine\) lists no features/);
 });
 
 test('a kernel that does not compile is named, with the compiler message', async () => {

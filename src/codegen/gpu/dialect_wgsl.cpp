@@ -49,9 +49,12 @@ const Dialect& wgsl_dialect() {
     x.shared_decl = "var<workgroup> {name}: array<{type}, {count}>;";
     x.kernel_open =
         "@compute @workgroup_size({wgsize})\n"
-        "fn {name}(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wgid: vec3<u32>) {";
+        "fn {name}(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wgid: vec3<u32>{extra}) {";
     x.prologue = "  let lid = i32(lidx);\n  let wg = i32(wgid.x + wgid.y * {grid_x}u);\n";
     x.prelude = "fn chroma_f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n";
+    x.subgroup_enable = "enable subgroups;\n";
+    x.subgroup_args = ", @builtin(subgroup_size) sgsize: u32, @builtin(subgroup_invocation_id) sglane: u32";
+    x.subgroup_prologue = "  let sg_size = i32(sgsize);\n  let sg_lane = i32(sglane);\n";
     return x;
   }();
   return d;

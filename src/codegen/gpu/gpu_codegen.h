@@ -18,6 +18,9 @@ namespace chroma::gpu {
 // What the device offers; the templates and legalization read nothing else about it.
 struct Capabilities {
   int subgroup_size = 0;                 // 0: no subgroup operations
+  // Also print a variant of each kernel that has a use for subgroup operations
+  // (Module::code_subgroups), for a runtime to pick when its device has them.
+  bool subgroup_variants = false;
   int max_workgroup_size = 256;          // maxComputeInvocationsPerWorkgroup
   int64_t max_shared_bytes = 16384;      // maxComputeWorkgroupStorageSize
   int max_storage_buffers = 8;           // maxStorageBuffersPerShaderStage
@@ -38,6 +41,7 @@ struct Placement {
 struct Module {
   std::string name;   // e.g. "k3_reduce_sum"
   std::string code;   // the dialect's text
+  std::string code_subgroups;  // the same kernel with subgroup operations (or empty)
   int workgroup_size = 0;
   int params = 0;
   std::vector<bool> slot_writable;

@@ -85,6 +85,7 @@ struct Slot {
 
 struct Kernel {
   std::string name;                 // e.g. "reduce_sum"
+  bool subgroups = false;           // uses subgroup operations (the sg_size and sg_lane variables)
   int workgroup_size = 256;
   int64_t workgroups = 1;           // logical (linear) workgroup count
   int64_t grid_x = 1, grid_y = 1;   // after legalization: grid_x * grid_y >= workgroups

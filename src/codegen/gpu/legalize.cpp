@@ -15,7 +15,7 @@ namespace {
 // non-uniform)?
 bool varies(const Ex& e, const std::set<std::string>& nonuniform) {
   if (!e) return false;
-  if (e->kind == Node::kVar) return e->op == "lid" || nonuniform.count(e->op) > 0;
+  if (e->kind == Node::kVar) return e->op == "lid" || e->op == "sg_lane" || nonuniform.count(e->op) > 0;
   if (e->kind == Node::kLoad) return true;
   for (const Ex& a : e->args) {
     if (varies(a, nonuniform)) return true;

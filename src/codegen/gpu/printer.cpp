@@ -1,5 +1,7 @@
 #include "codegen/gpu/printer.h"
 
+#include "codegen/gpu/elementwise.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -163,7 +165,9 @@ class Printer {
 
   std::string module() {
     const std::string wgsize = std::to_string(k_.workgroup_size);
-    o_ << "// " << k_.name << ": " << k_.workgroups << " workgroups of " << wgsize << "\n" << d_.prelude;
+    if (k_.subgroups && d_.subgroup_args.empty()) throw Unsupported("the " + d_.name + " dialect has no subgroup operations");
+    o_ << "// " << k_.name << ": " << k_.workgroups << " workgroups of " << wgsize << "\n"
+       << (k_.subgroups ? d_.subgroup_enable : "") << d_.prelude;
     // Params and bindings.
     std::string args;
     int binding = 0;
@@ -192,9 +196,10 @@ class Printer {
       shared += fmt(d_.shared_decl, {{"name", a.name}, {"type", type(a.ty)}, {"count", std::to_string(a.count)}}) + "\n";
     }
     if (!d_.shared_in_body) o_ << shared;
-    o_ << fmt(d_.kernel_open, {{"name", "main"}, {"wgsize", wgsize}, {"args", args}}) << "\n";
+    o_ << fmt(d_.kernel_open, {{"name", "main"}, {"wgsize", wgsize}, {"args", args}, {"extra", k_.subgroups ? d_.subgroup_args : ""}})
+       << "\n";
     if (d_.shared_in_body && !shared.empty()) o_ << "  " << shared;
-    o_ << fmt(d_.prologue, {{"grid_x", std::to_string(k_.grid_x)}});
+    o_ << fmt(d_.prologue, {{"grid_x", std::to_string(k_.grid_x)}}) << (k_.subgroups ? d_.subgroup_prologue : "");
     stmts(k_.body, 1);
     o_ << d_.close << "\n";
     return o_.str();

@@ -41,6 +41,10 @@ struct Dialect {
   std::string arg_separator;
   std::string prologue;      // declares lid and wg: {grid_x}
   std::string prelude;       // helper functions printed once per module
+  // Kernels with subgroup operations: the directive that enables them (printed first), the
+  // kernel arguments ({extra} in kernel_open) and the prologue declaring sg_size (uniform)
+  // and sg_lane; empty: the dialect has none.
+  std::string subgroup_enable, subgroup_args, subgroup_prologue;
 };
 
 const Dialect& wgsl_dialect();

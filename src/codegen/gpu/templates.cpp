@@ -25,8 +25,9 @@ int64_t pow2_at_least(int64_t n, int64_t lo, int64_t hi) {
 // slots stand for.
 class KB {
  public:
-  KB(const Program& p, const std::function<Placement(int32_t)>& place, std::string name, int wg, int dispatch_index)
-      : p_(p), place_(place), dispatch_index_(dispatch_index) {
+  KB(const Program& p, const std::function<Placement(int32_t)>& place, std::string name, int wg, int dispatch_index,
+     bool subgroups)
+      : p_(p), place_(place), dispatch_index_(dispatch_index), subgroups_(subgroups) {
     k.name = std::move(name);
     k.workgroup_size = wg;
   }
@@ -224,9 +225,31 @@ class KB {
   }
 
   // Combines every invocation's `v` over the workgroup through shared memory; returns the
-  // result, the same in every invocation.
-  Ex tree(Block& b, const Ex& v, const std::string& name, const std::function<Ex(Block&, Ex, Ex)>& combine) {
+  // result, the same in every invocation. `subgroup_op` (e.g. subgroupAdd), when the kernel
+  // is built with subgroup operations: each subgroup combines its values in registers, then
+  // every invocation folds the subgroups' partials (workgroup size / subgroup size of them)
+  // in order, starting from `init` (the combiner's identity).
+  Ex tree(Block& b, const Ex& v, const std::string& name, const std::function<Ex(Block&, Ex, Ex)>& combine,
+          const char* subgroup_op = nullptr, const Ex& init = nullptr) {
     const int w = k.workgroup_size;
+    if (subgroups_ && subgroup_op && init) {
+      k.subgroups = true;
+      const Ex sg_size = var("sg_size", Ty::kI32), sg_lane = var("sg_lane", Ty::kI32);
+      add_shared(name, v->ty, w);
+      const Ex r = b.let(call(subgroup_op, v->ty, {v}), "sg");
+      b.if_(bin("==", sg_lane, lit_i(0)),
+            [&](Block& t) { t.shared_store(name, bin("/", var("lid", Ty::kI32), sg_size), r); });
+      b.barrier();
+      const Ex acc = b.mut(v->ty, init, "r");
+      // a subgroup is taken to be the invocations lid / sg_size (consecutive local indices,
+      // as Vulkan, D3D12 and Metal lay out one-dimensional workgroups; WGSL does not say),
+      // and may be wider than the workgroup: ceil(W / sg_size) partials
+      b.loop("g", lit_i(0), add(bin("/", lit_i(w - 1), sg_size), lit_i(1)), lit_i(1), [&](Block& l, const Ex& g) {
+        l.assign(acc, combine(l, acc, l.let(load_array(Space::kShared, name, v->ty, g))));
+      });
+      b.barrier();  // the array may be reused after this
+      return acc;
+    }
     add_shared(name, v->ty, w);
     b.shared_store(name, var("lid", Ty::kI32), v);
     b.barrier();
@@ -257,6 +280,7 @@ class KB {
   int counter_ = 0;
   std::map<std::pair<const void*, int32_t>, Ex> bases_;
   Ex dispatch_param_;
+  bool subgroups_;
   int32_t result_buffer_ = -1;  // store_result: the output buffer, read as `result_`
   Ex result_;
 };
@@ -393,7 +417,16 @@ void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
     const Ex v = in.let(cast_value(kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
     in.assign(acc, comb(in, acc, v));
   });
-  const Ex total = kb.tree(b, acc, "red", comb);
+  // subgroup operations where they give the combiner's result: sums and products; max and
+  // min of integers (a float max must propagate NaN, which subgroupMax need not)
+  const char* sg = nullptr;
+  switch (lk.attrs.reduce) {
+    case ReduceKind::kSum: sg = t == Ty::kBool ? nullptr : "subgroupAdd"; break;
+    case ReduceKind::kProd: sg = t == Ty::kBool ? nullptr : "subgroupMul"; break;
+    case ReduceKind::kMax: sg = t == Ty::kI32 ? "subgroupMax" : nullptr; break;
+    case ReduceKind::kMin: sg = t == Ty::kI32 ? "subgroupMin" : nullptr; break;
+  }
+  const Ex total = kb.tree(b, acc, "red", comb, sg, identity(lk.attrs.reduce, t));
   b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
     kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), total);
   });
@@ -416,12 +449,13 @@ void t_softmax(KB& kb, const chroma::Kernel& lk) {
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
     in.assign(m0, mx(in, m0, kb.eval(in, e, merge(in, s, o, r))));
   });
-  const Ex m = kb.tree(b, m0, "red", mx);
+  // subgroupMax need not propagate NaN, but a NaN in the row makes every output NaN anyway
+  const Ex m = kb.tree(b, m0, "red", mx, "subgroupMax", identity(ReduceKind::kMax, Ty::kF32));
   const Ex s0 = b.mut(Ty::kF32, lit_f(0), "s");
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
     in.assign(s0, add(s0, call("exp", Ty::kF32, {bin("-", kb.eval(in, e, merge(in, s, o, r)), m)})));
   });
-  const Ex total = kb.tree(b, s0, "red", sum);
+  const Ex total = kb.tree(b, s0, "red", sum, "subgroupAdd", lit_f(0));
   const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
     const std::vector<Ex> c = merge(in, s, o, r);
@@ -990,10 +1024,12 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const chroma::Kernel& lk = p.kernels[ki];
     try {
+      // The kernel's dispatches, built with or without subgroup operations.
+      auto build = [&](bool subgroups) {
       std::vector<KB> parts;
       auto make = [&](const char* what) -> KB& {
         parts.emplace_back(p, place, std::string(chroma::kernel_kind(lk.kind)) + what, 256,
-                           static_cast<int>(out.dispatches.size() + parts.size()));
+                           static_cast<int>(out.dispatches.size() + parts.size()), subgroups);
         return parts.back();
       };
       switch (lk.kind) {
@@ -1028,9 +1064,26 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         case chroma::Kernel::kMatMulGathered:
           throw Unsupported("internal: a CPU-only product kind reached the GPU generator");
       }
-      for (KB& kb : parts) {
+      return parts;
+      };
+      std::vector<KB> parts = build(caps.subgroup_size > 0);
+      // A second text with subgroup operations for the runtimes to pick (Module::code_subgroups)
+      // when the kernel has a use for them; the same params and bindings, or none.
+      std::vector<KB> sg_parts;
+      if (caps.subgroup_variants && caps.subgroup_size == 0 &&
+          (lk.kind == chroma::Kernel::kReduce || lk.kind == chroma::Kernel::kSoftmax)) {
+        sg_parts = build(true);
+      }
+      for (size_t pi = 0; pi < parts.size(); ++pi) {
+        KB& kb = parts[pi];
         if (kb.k.body.empty()) continue;
         legalize(kb.k, caps);
+        std::string code_sg;
+        if (sg_parts.size() == parts.size() && sg_parts[pi].k.subgroups && sg_parts[pi].params == kb.params &&
+            sg_parts[pi].slots == kb.slots) {
+          legalize(sg_parts[pi].k, caps);
+          code_sg = print_kernel(sg_parts[pi].k, d);
+        }
         Dispatch dp;
         dp.grid_x = kb.k.grid_x;
         dp.grid_y = kb.k.grid_y;
@@ -1041,16 +1094,17 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         dp.node = lk.name;
         dp.source = lk.source;
         const std::string code = print_kernel(kb.k, d);
-        auto it = module_of.find(code);
+        auto it = module_of.find(code + '\0' + code_sg);
         if (it == module_of.end()) {
           Module m;
           m.name = "k" + std::to_string(out.modules.size()) + "_" + kb.k.name;
           m.code = code;
+          m.code_subgroups = code_sg;
           m.workgroup_size = kb.k.workgroup_size;
           m.params = kb.k.params;
           for (const Slot& s : kb.k.slots) m.slot_writable.push_back(s.writable);
           for (const SharedArray& a : kb.k.shared) m.shared_bytes += 4 * a.count;
-          it = module_of.emplace(code, static_cast<int>(out.modules.size())).first;
+          it = module_of.emplace(code + '\0' + code_sg, static_cast<int>(out.modules.size())).first;
           out.modules.push_back(std::move(m));
         }
         dp.module = it->second;
