@@ -263,6 +263,14 @@ def test_cuda_dialect_compiles_with_nvcc(tmp_path):
     m = Block().eval()
     sources = _compiler.gpu_kernel_sources(_graph(m, (randn(1, 8, 32),), tmp_path), "cuda")
     assert len(sources) >= 5
+    # the tiled product and both convolution paths, with epilogues
+    conv_a, conv_b = torch.nn.Conv2d(16, 32, 3, padding=1).eval(), torch.nn.Conv2d(32, 3, 3, padding=1).eval()
+    f = lambda x, a, b: (conv_b(torch.relu(conv_a(x))), torch.relu(a @ b + 1))  # noqa: E731
+    sub = tmp_path / "products"
+    sub.mkdir()
+    more = _compiler.gpu_kernel_sources(_graph(f, (randn(1, 16, 9, 9), randn(40, 24), randn(24, 72)), sub), "cuda")
+    assert len(more) == 3 and sum("acc[" in s for s in more) == 3, more
+    sources += more
     # nvcc without the sanitizers scripts/sanitize.sh preloads into this process
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     for i, src in enumerate(sources):

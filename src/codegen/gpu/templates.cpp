@@ -396,7 +396,10 @@ void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
   const Expr& e = lk.inputs[0];
   const auto comb = combiner(lk.attrs.reduce, ot);
   const int64_t R = s.extent();
-  if (R <= 32) {  // one invocation per output: a short loop
+  // One invocation per output for short rows, and for small reductions with many outputs
+  // (a squeeze-excite pool: 240 channels of 196), where a workgroup tree's barriers would
+  // cost more than the loop; otherwise one workgroup per output.
+  if (R <= 32 || (s.outputs() >= 64 && R <= 1024 && R * s.outputs() <= (1 << 18))) {
     kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
       const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
@@ -439,12 +442,30 @@ void t_softmax(KB& kb, const chroma::Kernel& lk) {
   const Expr& e = lk.inputs[0];
   if (compute_type(e.dtype) != Ty::kF32) throw Unsupported("softmax of a non-float32 tensor");
   const int64_t R = s.extent();
+  const auto mx = combiner(ReduceKind::kMax, DType::kF32), sum = combiner(ReduceKind::kSum, DType::kF32);
+  if (R <= 32) {  // short rows (attention over a few tokens): one invocation per row, three loops
+    kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
+      const Ex m = b.mut(Ty::kF32, identity(ReduceKind::kMax, Ty::kF32), "m");
+      b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) { in.assign(m, mx(in, m, kb.eval(in, e, merge(in, s, o, r)))); });
+      const Ex total = b.mut(Ty::kF32, lit_f(0), "s");
+      b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
+        in.assign(total, add(total, call("exp", Ty::kF32, {bin("-", kb.eval(in, e, merge(in, s, o, r)), m)})));
+      });
+      const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
+      b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
+        const std::vector<Ex> c = merge(in, s, o, r);
+        const Ex x = in.let(bin("-", kb.eval(in, e, c), m));
+        kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c,
+                 lk.attrs.log ? bin("-", x, logsum) : bin("/", call("exp", Ty::kF32, {x}), total));
+      });
+    });
+    return;
+  }
   kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
   kb.k.workgroups = s.outputs();
   const int W = kb.k.workgroup_size;
   Block b = kb.body();
   const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const auto mx = combiner(ReduceKind::kMax, DType::kF32), sum = combiner(ReduceKind::kSum, DType::kF32);
   const Ex m0 = b.mut(Ty::kF32, identity(ReduceKind::kMax, Ty::kF32), "m");
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
     in.assign(m0, mx(in, m0, kb.eval(in, e, merge(in, s, o, r))));
