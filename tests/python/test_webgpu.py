@@ -95,6 +95,32 @@ def test_vision_models(tmp_path, name):
     _node_check(str(tmp_path / f"{name}.chroma-web"))
 
 
+# (function, inputs, dispatches): what a product's epilogue may and may not take.
+EPILOGUE_CASES = {
+    # the root is a graph output that is also read later: written once, in place
+    "output_read_again": (lambda a, b: (lambda y: (y, y * 2))(torch.relu(a @ b + 1)), ((20, 16), (16, 24)), 2),
+    # two products into one add: the second takes the first's result as an operand
+    "two_products": (lambda a, b, c, d: torch.tanh(a @ b + c @ d), ((20, 16), (16, 24), (20, 12), (12, 24)), 2),
+    # an operand computed after the product in program order is not taken (the add runs alone)
+    "later_operand": (lambda a, b, x: (lambda y: y + torch.sin(x).cumsum(-1))(a @ b), ((20, 16), (16, 24), (20, 24)), 3),
+    # a batched product with a broadcast bias and a softmax after (the softmax is its own kernel)
+    "batched_bias": (lambda a, b, c: torch.softmax(a @ b * 0.5 + c, -1), ((3, 20, 16), (3, 16, 24), (24,)), 2),
+    # the product's result read twice by the epilogue (x * sigmoid(x)), then a residual
+    "silu_residual": (lambda a, b, r: torch.nn.functional.silu(a @ b) + r, ((20, 16), (16, 24), (20, 24)), 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EPILOGUE_CASES))
+def test_product_epilogues(tmp_path, case):
+    torch.manual_seed(0)
+    f, shapes, dispatches = EPILOGUE_CASES[case]
+    inputs = tuple(randn(*s) for s in shapes)
+    prog = _compile(f, inputs, tmp_path)
+    got = prog(*(x.numpy() for x in inputs))
+    compare(got, f(*inputs), rtol=1e-4, atol=1e-5)
+    assert prog.stats["dispatches"] == dispatches, prog.stats
+
+
 def test_reductions_have_subgroup_variants(tmp_path):
     """Workgroup reductions and softmax also come with subgroup operations (a kernel variant
     needing the "subgroups" feature): Dawn's SwiftShader offers them (subgroups of 4), so the
