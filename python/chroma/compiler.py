@@ -54,28 +54,64 @@ GOLDEN_RTOL = 1e-3
 GOLDEN_ATOL = 1e-4
 
 
+# Golden data is kept small beside the weights (docs/webgpu_package.md, "Golden data"): at
+# most this many bytes, or this fraction of the weights if that is more. Beyond it, float32
+# inputs are generated at load from a seed (golden_uniform) and large outputs are sampled.
+GOLDEN_BUDGET_BYTES = 64 << 10
+GOLDEN_BUDGET_FRACTION = 0.01
+
+
 def _write_golden(fn: Any, example_inputs: tuple, input_names: list, directory: str) -> str:
-    """Runs `fn` eagerly on the example inputs and writes the inputs and outputs for a GPU
-    package's self-check: returns the path of the JSON description ("" when the model
-    updates state in place, whose eager run would change the model)."""
+    """Runs `fn` eagerly and writes the inputs and outputs of a GPU package's self-check:
+    returns the path of the JSON description ("" when the model updates state in place, whose
+    eager run would change the model). Within the budget the example inputs are stored as they
+    are; beyond it every float32 input is generated from a seed over the example's range (the
+    outputs computed from those), and an output beyond it is stored every `stride`-th element."""
     import numpy as np
     import torch
     from torch.utils._pytree import tree_flatten
 
+    from .golden import golden_uniform
+
+    weights = 0
+    if isinstance(fn, torch.nn.Module):
+        weights = sum(t.numel() * t.element_size() for t in fn.state_dict().values())
+    budget = max(GOLDEN_BUDGET_BYTES, int(GOLDEN_BUDGET_FRACTION * weights))
+    inputs = list(example_inputs)
+    generated: Dict[int, Dict[str, Any]] = {}
+    if sum(t.numel() * t.element_size() for t in inputs) > budget:
+        for i, t in enumerate(inputs):
+            if t.dtype != torch.float32 or t.numel() == 0:
+                continue
+            a = t.detach().numpy()
+            finite = a[np.isfinite(a)]
+            low, high = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+            spec = {"kind": "uniform", "seed": 0x5EED0000 + i, "low": float(np.float32(low)), "high": float(np.float32(high))}
+            generated[i] = spec
+            inputs[i] = torch.from_numpy(golden_uniform(t.numel(), spec["seed"], spec["low"], spec["high"]).reshape(t.shape))
     with torch.no_grad():
-        outputs = tree_flatten(fn(*example_inputs))[0]
+        outputs = tree_flatten(fn(*inputs))[0]
     scale = max([float(np.max(np.abs(o.detach().numpy()))) for o in outputs
                  if o.is_floating_point() and o.numel() and bool(torch.isfinite(o).all())] + [1.0])
     desc: Dict[str, Any] = {"inputs": [], "outputs": [],
                             "tolerance": {"atol": GOLDEN_ATOL * scale, "rtol": GOLDEN_RTOL}}
-    for kind, tensors in (("inputs", example_inputs), ("outputs", outputs)):
+    per_output = max(budget // max(len(outputs), 1), 4096)
+    for kind, tensors in (("inputs", inputs), ("outputs", outputs)):
         for i, t in enumerate(tensors):
             a = t.detach().contiguous().numpy()  # (np.ascontiguousarray makes 0-d arrays 1-d)
-            path = os.path.join(directory, f"golden_{kind}_{i}.bin")
-            a.tofile(path)
             name = input_names[i] if kind == "inputs" else f"output{i}"
-            desc[kind].append({"name": name, "dtype": str(a.dtype) if a.dtype != np.bool_ else "bool",
-                               "shape": list(a.shape), "file": path})
+            entry: Dict[str, Any] = {"name": name, "dtype": str(a.dtype) if a.dtype != np.bool_ else "bool",
+                                     "shape": list(a.shape)}
+            if kind == "inputs" and i in generated:
+                entry["generate"] = generated[i]
+            else:
+                if kind == "outputs" and a.nbytes > per_output:
+                    entry["stride"] = stride = -(-a.nbytes // per_output)
+                    a = a.reshape(-1)[::stride]
+                path = os.path.join(directory, f"golden_{kind}_{i}.bin")
+                np.ascontiguousarray(a).tofile(path)
+                entry["file"] = path
+            desc[kind].append(entry)
     path = os.path.join(directory, "golden.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(desc, f)

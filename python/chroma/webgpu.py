@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from .golden import golden_uniform
 from .program import ArtifactError
 
 __all__ = ["Package", "PackageError", "RunError", "Tensor", "WebGPUProgram", "read_package", "FORMAT_VERSION"]
@@ -96,9 +97,11 @@ class Tensor:
     Arena, state and weight tensors are 32-bit words (`storage`); golden tensors are in their
     own dtype (int64 as 8 bytes, bool as 1)."""
 
-    def __init__(self, d: Any, where: str, words: bool):
+    def __init__(self, d: Any, where: str, words: bool, golden: str = ""):
         if not isinstance(d, dict):
             raise PackageError(f"{where} is {d!r}, expected an object")
+        self.generate: Optional[Dict[str, Any]] = None  # golden inputs: generated from a seed
+        self.stride = 1                                  # golden outputs: every stride-th element
         self.name = str(d.get("name", ""))
         dt = d.get("dtype")
         if dt not in _DTYPES:
@@ -109,17 +112,37 @@ class Tensor:
             raise PackageError(f"{where}: field 'shape' is {shape!r}, expected a list of non-negative integers")
         self.shape = tuple(shape)
         self.size = int(np.prod(shape, dtype=np.int64))
+        if golden == "inputs" and "generate" in d:
+            g = d["generate"]
+            if dt != "float32":
+                raise PackageError(f"{where}: only a float32 input is generated (this one is {dt})")
+            if (not isinstance(g, dict) or g.get("kind") != "uniform" or not _uint(g.get("seed")) or g["seed"] > 0xFFFFFFFF
+                    or not all(isinstance(g.get(k), (int, float)) and np.isfinite(g[k]) for k in ("low", "high"))):
+                raise PackageError(f"{where}: field 'generate' is {g!r}, expected "
+                                   "{'kind': 'uniform', 'seed': a 32-bit unsigned integer, 'low': x, 'high': y}")
+            self.generate, self.offset, self.nbytes, self.storage = dict(g), 0, 0, None
+            return
+        if golden == "outputs" and "stride" in d:
+            self.stride = d["stride"]
+            if not _uint(self.stride) or self.stride < 1:
+                raise PackageError(f"{where}: field 'stride' is {self.stride!r}, expected a positive integer")
         self.offset, self.nbytes = _int(d, "offset", where), _int(d, "bytes", where)
         self.storage = _STORAGE[dt] if words else None
         if words and d.get("storage", self.storage) != self.storage:
             raise PackageError(f"{where}: storage {d.get('storage')!r} for dtype {dt}, expected {self.storage!r}")
-        want = self.size * (4 if words else self.dtype.itemsize)
+        want = -(-self.size // self.stride) * (4 if words else self.dtype.itemsize)
         if self.nbytes != want:
             raise PackageError(f"{where} ('{self.name}'): {self.nbytes} bytes, but {dt}{list(self.shape)} needs {want}")
 
     def decode(self, buf) -> np.ndarray:
-        """This tensor as a new NumPy array, from its bytes `buf` (words widened to its dtype)."""
+        """This tensor as a new NumPy array, from its bytes `buf` (words widened to its dtype);
+        a generated golden input from its seed; a sampled golden output flat."""
+        if self.generate is not None:
+            g = self.generate
+            return golden_uniform(self.size, g["seed"], g["low"], g["high"]).reshape(self.shape)
         word = _WORD[self.storage] if self.storage else self.dtype.newbyteorder("<")
+        if self.stride > 1:
+            return np.frombuffer(buf, word, -(-self.size // self.stride)).astype(self.dtype)
         return np.frombuffer(buf, word, self.size).astype(self.dtype).reshape(self.shape)
 
     def __repr__(self):
@@ -258,7 +281,7 @@ class Package:
         if "golden" in m:
             g, gold = m["golden"], {}
             for kind, ts in (("inputs", self.inputs), ("outputs", self.outputs)):
-                gs = gold[kind] = [Tensor(d, f"{w} 'golden.{kind}[{i}]'", False)
+                gs = gold[kind] = [Tensor(d, f"{w} 'golden.{kind}[{i}]'", False, kind)
                                    for i, d in enumerate(_list(g, kind, f"{w} 'golden'"))]
                 if [(t.dtype, t.shape) for t in gs] != [(t.dtype, t.shape) for t in ts]:
                     raise PackageError(f"{w} 'golden.{kind}' is {gs}, but the package's {kind} are {ts}")
@@ -676,8 +699,9 @@ class WebGPUProgram:
         finally:
             self.reset_state()
         rows = []
-        for t, y, g in zip(self.outputs, [got] if self._single else got, self.package.golden_outputs()):
-            y, g = y.astype(np.float64), g.astype(np.float64)
+        for t, gt, y, g in zip(self.outputs, self.package.golden[1], [got] if self._single else got,
+                               self.package.golden_outputs()):
+            y, g = y.reshape(-1)[::gt.stride].astype(np.float64), g.reshape(-1).astype(np.float64)
             if t.dtype.kind == "f":
                 finite = np.isfinite(y) & np.isfinite(g)
                 special = (np.isnan(y) & np.isnan(g)) | (np.isinf(g) & (y == g))

@@ -71,6 +71,8 @@ struct GoldenTensor {
   std::string dtype;
   Shape shape;
   std::vector<uint8_t> bytes;
+  json generate;      // an input generated at load from a seed (no bytes)
+  int64_t stride = 1;  // an output stored every stride-th element
 };
 
 struct Golden {
@@ -90,6 +92,12 @@ Golden read_golden(const std::string& path) {
       gt.name = t.at("name").get<std::string>();
       gt.dtype = t.at("dtype").get<std::string>();
       gt.shape = t.at("shape").get<std::vector<int64_t>>();
+      if (t.contains("generate")) {
+        gt.generate = t.at("generate");
+        out->push_back(std::move(gt));
+        continue;
+      }
+      gt.stride = t.value("stride", int64_t{1});
       std::ifstream b(t.at("file").get<std::string>(), std::ios::binary);
       gt.bytes.assign(std::istreambuf_iterator<char>(b), std::istreambuf_iterator<char>());
       out->push_back(std::move(gt));
@@ -240,9 +248,15 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   json gj = {{"inputs", json::array()}, {"outputs", json::array()}, {"tolerance", {{"atol", golden.atol}, {"rtol", golden.rtol}}}};
   for (const auto* list : {&golden.inputs, &golden.outputs}) {
     for (const GoldenTensor& t : *list) {
-      const int64_t off = section(t.bytes.data(), t.bytes.size());
-      gj[list == &golden.inputs ? "inputs" : "outputs"].push_back(
-          {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"offset", off}, {"bytes", t.bytes.size()}});
+      json entry = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}};
+      if (!t.generate.is_null()) {
+        entry["generate"] = t.generate;
+      } else {
+        entry["offset"] = section(t.bytes.data(), t.bytes.size());
+        entry["bytes"] = t.bytes.size();
+        if (t.stride != 1) entry["stride"] = t.stride;
+      }
+      gj[list == &golden.inputs ? "inputs" : "outputs"].push_back(std::move(entry));
     }
   }
   payload.resize(static_cast<size_t>(align_up(static_cast<int64_t>(payload.size()))), 0);

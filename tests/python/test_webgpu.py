@@ -121,6 +121,31 @@ def test_product_epilogues(tmp_path, case):
     assert prog.stats["dispatches"] == dispatches, prog.stats
 
 
+def test_golden_data_within_budget(tmp_path):
+    """Golden data stays small beside the weights: a large float32 input is generated from a
+    seed (the same float32 bits in Python and in JS), a large output is stored sampled; both
+    runtimes' self-checks pass on it."""
+    from chroma.golden import golden_uniform
+    from chroma.webgpu import read_package
+
+    bits = golden_uniform(5, 7, -1.5, 2.25).view(np.uint32)  # the same literals as web/test/parse.test.mjs
+    assert [int(b) for b in bits] == [0x3F2D0B9C, 0xBF108FBF, 0xBEDF6C6C, 0xBFA2F033, 0x3F48EF00]
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 256).eval()  # 257 KB of weights: a 64 KiB budget
+    x, idx = randn(200, 256) * 3, torch.randint(0, 200, (4,))
+    f = lambda x, i: (torch.tanh(lin(x)), x[i].sum())  # noqa: E731
+    prog = _compile(f, (x, idx), tmp_path)
+    g = read_package(str(tmp_path / "m.chroma-web")).manifest["golden"]
+    gx, gi = g["inputs"]
+    assert gx["generate"]["kind"] == "uniform" and "offset" not in gx
+    assert abs(gx["generate"]["low"] - float(x.min())) < 1e-6 and abs(gx["generate"]["high"] - float(x.max())) < 1e-6
+    assert "generate" not in gi and gi["bytes"] == 4 * 8  # integer inputs are stored
+    assert g["outputs"][0]["stride"] > 1 and "stride" not in g["outputs"][1]
+    assert sum(t.get("bytes", 0) for t in g["inputs"] + g["outputs"]) <= 64 << 10
+    assert prog.self_check()["ok"]
+    _node_check(str(tmp_path / "m.chroma-web"))
+
+
 def test_reductions_have_subgroup_variants(tmp_path):
     """Workgroup reductions and softmax also come with subgroup operations (a kernel variant
     needing the "subgroups" feature): Dawn's SwiftShader offers them (subgroups of 4), so the

@@ -407,3 +407,33 @@ def test_weight_table_of_a_later_dtype():
         np.testing.assert_allclose(p(X), affine(X), rtol=1e-6)
     finally:
         p.close()
+
+
+def test_generated_and_sampled_golden_data():
+    """A generated golden input (a seed, no bytes) and a sampled golden output (every k-th
+    element): read, checked, and malformed ones named."""
+    from chroma.golden import golden_uniform
+
+    spec = {"kind": "uniform", "seed": 7, "low": -1.5, "high": 2.25}
+
+    def generated(m):
+        g = m["golden"]["inputs"][0]
+        m["golden"]["inputs"][0] = {"name": g["name"], "dtype": g["dtype"], "shape": g["shape"], "generate": dict(spec)}
+
+    pkg = read_package(fx.affine_package(X, W, edit=generated))
+    [gx] = pkg.golden_inputs()
+    assert gx.dtype == np.float32 and gx.shape == X.shape
+    assert np.array_equal(gx.reshape(-1).view(np.uint32), golden_uniform(X.size, 7, -1.5, 2.25).view(np.uint32))
+
+    def bad(**change):
+        def edit(m):
+            generated(m)
+            m["golden"]["inputs"][0]["generate"].update(change)
+        return edit
+    _edit_rejected(bad(kind="normal"), r"'golden.inputs\[0\]': field 'generate' is .*'normal'.*expected")
+    _edit_rejected(bad(seed=-1), r"'golden.inputs\[0\]': field 'generate' is .* a 32-bit unsigned integer")
+    _edit_rejected(bad(low=float("nan")), r"'golden.inputs\[0\]': field 'generate' is ")
+    _edit_rejected(lambda m: m["golden"]["outputs"][0].update(stride=0),
+                   r"'golden.outputs\[0\]': field 'stride' is 0, expected a positive integer")
+    _edit_rejected(lambda m: m["golden"]["outputs"][0].update(stride=2),
+                   r"'golden.outputs\[0\]' \('\w*'\): 24 bytes, but float32\[2, 3\] needs 12")

@@ -142,9 +142,13 @@ export interface GoldenTensor {
   name: string;
   dtype: DType;
   shape: number[];
-  /** Offset in the payload. */
+  /** Offset in the payload (0 with no bytes for a generated input). */
   offset: number;
   bytes: number;
+  /** A float32 input generated at load (goldenUniform) instead of stored. */
+  generate?: { kind: 'uniform'; seed: number; low: number; high: number };
+  /** An output stored every stride-th element (of the flattened tensor); 1: all of them. */
+  stride: number;
 }
 
 export interface Tolerance {

@@ -456,16 +456,30 @@ class Checker {
     return list.map((t, i): GoldenTensor => {
       const p = `${path}[${i}]`;
       const o = this.obj(t, p);
-      const g = {
-        name: this.str(o.name, `${p}.name`), dtype: this.dtype(o.dtype, `${p}.dtype`), shape: this.shape(o.shape, `${p}.shape`),
-        ...this.ints(o, p, ['offset', 'bytes'] as const),
-      };
+      const head = { name: this.str(o.name, `${p}.name`), dtype: this.dtype(o.dtype, `${p}.dtype`), shape: this.shape(o.shape, `${p}.shape`) };
       const want = io[i]!;
-      if (g.name !== want.name || g.dtype !== want.dtype || g.shape.join() !== want.shape.join()) {
-        throw new PackageError(`${p} is ${g.name} ${g.dtype} [${g.shape}], expected ${want.name} ${want.dtype} [${want.shape}]`);
+      if (head.name !== want.name || head.dtype !== want.dtype || head.shape.join() !== want.shape.join()) {
+        throw new PackageError(`${p} is ${head.name} ${head.dtype} [${head.shape}], expected ${want.name} ${want.dtype} [${want.shape}]`);
       }
-      const size = numel(g.shape) * DTYPES[g.dtype].goldenBytes;
-      if (g.bytes !== size) this.fail(`${p}.bytes`, `${size} for ${g.dtype} [${g.shape}]`, g.bytes);
+      if (o.generate !== undefined) {
+        if (!path.endsWith('inputs')) throw new PackageError(`${p}.generate: only a golden input is generated`);
+        if (head.dtype !== 'float32') throw new PackageError(`${p}.generate: only a float32 input is generated (this one is ${head.dtype})`);
+        const s = this.obj(o.generate, `${p}.generate`);
+        if (s.kind !== 'uniform') this.fail(`${p}.generate.kind`, '"uniform"', s.kind);
+        const seed = this.int(s.seed, `${p}.generate.seed`);
+        if (seed > 0xffffffff) this.fail(`${p}.generate.seed`, 'a 32-bit unsigned integer', seed);
+        const num = (x: unknown, q: string): number => {
+          if (typeof x !== 'number' || !Number.isFinite(x)) this.fail(q, 'a finite number', x);
+          return x as number;
+        };
+        const generate = { kind: 'uniform' as const, seed, low: num(s.low, `${p}.generate.low`), high: num(s.high, `${p}.generate.high`) };
+        return { ...head, offset: 0, bytes: 0, generate, stride: 1 };
+      }
+      const g = { ...head, ...this.ints(o, p, ['offset', 'bytes'] as const), stride: o.stride === undefined ? 1 : this.int(o.stride, `${p}.stride`) };
+      if (g.stride < 1) this.fail(`${p}.stride`, 'a positive integer', g.stride);
+      if (g.stride > 1 && !path.endsWith('outputs')) throw new PackageError(`${p}.stride: only a golden output is sampled`);
+      const size = Math.ceil(numel(g.shape) / g.stride) * DTYPES[g.dtype].goldenBytes;
+      if (g.bytes !== size) this.fail(`${p}.bytes`, `${size} for ${g.dtype} [${g.shape}]${g.stride > 1 ? ` every ${g.stride}th element` : ''}`, g.bytes);
       this.section(g.offset, g.bytes, p);
       return g;
     });

@@ -82,10 +82,41 @@ export function decodeOutput(spec: IOTensor, words: ArrayBuffer): TensorData {
   }
 }
 
+/**
+ * The values of a generated golden input (docs/webgpu_package.md, "Golden data"): element i is
+ * low + (high - low) * u_i in float32 arithmetic, u_i = (lowbias32(seed + i * 0x9E3779B9) >>> 8) * 2^-24.
+ */
+export function goldenUniform(n: number, seed: number, low: number, high: number): Float32Array {
+  const out = new Float32Array(n);
+  const lo = Math.fround(low);
+  const span = Math.fround(Math.fround(high) - lo);
+  for (let i = 0; i < n; i++) {
+    let x = (seed + Math.imul(i, 0x9e3779b9)) >>> 0;
+    x ^= x >>> 16;
+    x = Math.imul(x, 0x7feb352d) >>> 0;
+    x ^= x >>> 15;
+    x = Math.imul(x, 0x846ca68b) >>> 0;
+    x ^= x >>> 16;
+    const u = (x >>> 8) * 2 ** -24;
+    out[i] = Math.fround(lo + Math.fround(span * u));
+  }
+  return out;
+}
+
+/** Every stride-th element of a flattened output (what a sampled golden output holds). */
+export function sampleOutput(data: TensorData, stride: number): TensorData {
+  if (stride === 1) return data;
+  const n = Math.ceil(data.length / stride);
+  const out = new (data.constructor as new (n: number) => TensorData)(n);
+  for (let i = 0; i < n; i++) (out as unknown as (number | bigint)[])[i] = data[i * stride]!;
+  return out;
+}
+
 /** A golden tensor of the package, copied out of the payload into its own typed array. */
 export function readGolden(pkg: ParsedPackage, t: GoldenTensor): TensorData {
+  if (t.generate) return goldenUniform(numel(t.shape), t.generate.seed, t.generate.low, t.generate.high);
   const bytes = new Uint8Array(pkg.payload.subarray(t.offset, t.offset + t.bytes)); // a copy, aligned
-  const n = numel(t.shape);
+  const n = Math.ceil(numel(t.shape) / t.stride);
   switch (t.dtype) {
     case 'float32': return new Float32Array(bytes.buffer, 0, n);
     case 'int32': return new Int32Array(bytes.buffer, 0, n);

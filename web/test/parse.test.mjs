@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { PackageError, describePackage, goldenOutputs, parsePackage } from '../dist/index.js';
+import { PackageError, describePackage, goldenOutputs, goldenUniform, parsePackage, sampleOutput } from '../dist/index.js';
 import { readManifest, rehash } from './fixture.mjs';
 import { AFFINE_X, affinePackage, affineRef, gatherPackage } from './models.mjs';
 
@@ -147,6 +147,26 @@ test('tensor fields are checked against their dtype', async () => {
     /^manifest field outputs\[1\]\.dtype: expected one of float32, int32, int64, int16, int8, bool, uint8, got "float16"$/);
   await rejects(gatherPackage({ edit: (m) => { m.golden.inputs[0].bytes = 16; } }),
     exact('manifest field golden.inputs[0].bytes: expected 32 for int64 [4], got 16'));
+});
+
+test('generated golden inputs and sampled golden outputs', async () => {
+  // the same bits as chroma.golden.golden_uniform (tests/python/test_webgpu_runtime.py)
+  const v = goldenUniform(5, 7, -1.5, 2.25);
+  assert.deepEqual([...new Uint32Array(v.buffer)], [0x3f2d0b9c, 0xbf108fbf, 0xbedf6c6c, 0xbfa2f033, 0x3f48ef00]);
+  assert.deepEqual([...sampleOutput(new Int32Array([0, 1, 2, 3, 4, 5, 6]), 3)], [0, 3, 6]);
+  const spec = { kind: 'uniform', seed: 7, low: -1.5, high: 2.25 };
+  const gen = (edit) => affinePackage({ edit: (m) => { m.golden.inputs[0] = { name: 'x', dtype: 'float32', shape: [2, 3], generate: { ...spec, ...edit } }; } });
+  const pkg = await parsePackage(gen({}));
+  assert.deepEqual(pkg.manifest.golden.inputs[0].generate, spec);
+  await rejects(gen({ kind: 'normal' }), exact('manifest field golden.inputs[0].generate.kind: expected "uniform", got "normal"'));
+  await rejects(gen({ low: 'x' }), exact('manifest field golden.inputs[0].generate.low: expected a finite number, got "x"'));
+  await rejects(gen({ seed: 2 ** 33 }), /golden\.inputs\[0\]\.generate\.seed: expected a 32-bit unsigned integer/);
+  await rejects(gatherPackage({ edit: (m) => { m.golden.inputs[0] = { ...m.golden.inputs[0], generate: spec }; } }),
+    exact('golden.inputs[0].generate: only a float32 input is generated (this one is int64)'));
+  await rejects(affinePackage({ edit: (m) => { m.golden.outputs[0].stride = 2; } }),
+    exact('manifest field golden.outputs[0].bytes: expected 12 for float32 [2,3] every 2th element, got 24'));
+  await rejects(affinePackage({ edit: (m) => { m.golden.inputs[0].stride = 2; m.golden.inputs[0].bytes = 12; } }),
+    exact('golden.inputs[0].stride: only a golden output is sampled'));
 });
 
 test('buffers larger than the default binding limit need a raised limit', async () => {
