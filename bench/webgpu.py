@@ -268,7 +268,7 @@ def kuma_unsupported(kuma_dir, manifest):
 def _package_summary(path, manifest):
     """What the package holds: sizes of its sections and the GPU buffers a runtime creates."""
     m = manifest
-    golden = sum(t["bytes"] for t in m["golden"]["inputs"] + m["golden"]["outputs"])
+    golden = sum(t.get("bytes", 0) for t in m["golden"]["inputs"] + m["golden"]["outputs"])
     wgsl = sum(len(k["code"].encode()) for k in m["kernels"])
     weights = sum(s["bytes"] for s in m["weights"]["shards"])
     size = os.path.getsize(path)

@@ -400,7 +400,7 @@ export async function runChroma(task, env) {
   res.firstCallMs = first.ms;
   res.perCall = first.counts;
   res.check = compare(first.result.outputs[name], env.refOutput);
-  if (first.ms < 1000) {  // the golden data are the same inputs and eager outputs: a slow model skips it
+  if (first.ms < 1000) {  // the package's self-check on its golden data: a slow model skips it
     const check = await model.selfCheck();
     res.selfCheck = { ok: check.ok, maxError: check.maxError, tolerance: check.tolerance };
   }
