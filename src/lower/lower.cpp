@@ -619,7 +619,6 @@ class Lowerer {
     };
     std::vector<int32_t> region, trial = consumers_[static_cast<size_t>(cur.node)];
     int32_t root = -1;
-
     for (;;) {
       const int32_t r = close(trial);
       if (r < 0) break;
