@@ -25,8 +25,9 @@ namespace {
 
 // The target's lowering choices: GPU targets fuse to depth 24 (DESIGN.md part 3), keep
 // products as plain matrix products (pre-packed panels and gathered expert panels are CPU
-// kernels) and activations row-major (channels-last serves oneDNN); the arena holds one
-// 32-bit word per element, aligned to 256 bytes (WebGPU's minStorageBufferOffsetAlignment).
+// kernels) and activations row-major (channels-last serves oneDNN); the arena holds tensors
+// as the device stores them (device_storage_bytes), aligned to 256 bytes (WebGPU's
+// minStorageBufferOffsetAlignment).
 LowerOptions lower_options(const CompileOptions& opts) {
   LowerOptions lo;
   lo.max_expression_depth = opts.max_expression_depth;
@@ -38,7 +39,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
     lo.max_expression_depth = std::min(opts.max_expression_depth, 24);
     lo.packed_max_rows = 0;
     lo.arena_alignment = 256;
-    lo.element_bytes = 4;
+    lo.device_storage = true;
     lo.row_major_constant_b = true;
     lo.product_epilogues = true;
   }

@@ -32,7 +32,7 @@ from .program import ArtifactError
 __all__ = ["Package", "PackageError", "RunError", "Tensor", "WebGPUProgram", "read_package", "FORMAT_VERSION"]
 
 MAGIC = b"CHROMAWB"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_SIZE = 96
 ALIGN = 256          # payload sections, arena tensors and uniform offsets
 STATUS_BYTES = 256   # the status block at arena.status_offset
@@ -40,8 +40,11 @@ _HEADER = struct.Struct("<8sIIQQQQ32s16s")
 
 _DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "int16": np.int16, "int8": np.int8,
            "bool": np.bool_, "uint8": np.uint8}
-_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "int16": "i32", "int8": "i32", "bool": "u32", "uint8": "u32"}
-_WORD = {"f32": np.dtype("<f4"), "i32": np.dtype("<i4"), "u32": np.dtype("<u4")}
+# How the device stores each dtype (docs/webgpu_package.md "Storage"): int64 narrowed to 32
+# bits, 8- and 16-bit types packed; every tensor padded to whole 32-bit words.
+_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "int16": "i16", "int8": "i8", "bool": "u8", "uint8": "u8"}
+_WORD = {"f32": np.dtype("<f4"), "i32": np.dtype("<i4"), "i16": np.dtype("<i2"), "i8": np.dtype("i1"),
+         "u8": np.dtype("u1")}
 _BINDING_TYPES = ("uniform", "storage", "read-only-storage")
 _I32 = np.iinfo(np.int32)
 _CLOSED = "the program was closed"
@@ -94,8 +97,9 @@ def _list(d: Any, key: str, where: str) -> list:
 
 class Tensor:
     """A tensor the manifest describes: what it is and where it lies (`offset`, `nbytes`).
-    Arena, state and weight tensors are 32-bit words (`storage`); golden tensors are in their
-    own dtype (int64 as 8 bytes, bool as 1)."""
+    Arena, state and weight tensors are in the device's storage (`storage`: int64 as 32 bits,
+    8- and 16-bit types packed, padded to whole words); golden tensors are in their own dtype
+    (int64 as 8 bytes, bool as 1)."""
 
     def __init__(self, d: Any, where: str, words: bool, golden: str = ""):
         if not isinstance(d, dict):
@@ -130,7 +134,8 @@ class Tensor:
         self.storage = _STORAGE[dt] if words else None
         if words and d.get("storage", self.storage) != self.storage:
             raise PackageError(f"{where}: storage {d.get('storage')!r} for dtype {dt}, expected {self.storage!r}")
-        want = -(-self.size // self.stride) * (4 if words else self.dtype.itemsize)
+        n = -(-self.size // self.stride)
+        want = -(-n * _WORD[self.storage].itemsize // 4) * 4 if words else n * self.dtype.itemsize
         if self.nbytes != want:
             raise PackageError(f"{where} ('{self.name}'): {self.nbytes} bytes, but {dt}{list(self.shape)} needs {want}")
 
@@ -144,6 +149,11 @@ class Tensor:
         if self.stride > 1:
             return np.frombuffer(buf, word, -(-self.size // self.stride)).astype(self.dtype)
         return np.frombuffer(buf, word, self.size).astype(self.dtype).reshape(self.shape)
+
+    def encode(self, a: np.ndarray) -> bytes:
+        """`a` (this tensor's dtype and shape) as the device stores it: its `nbytes` bytes."""
+        b = np.ascontiguousarray(a, _WORD[self.storage]).tobytes()
+        return b + bytes(self.nbytes - len(b))
 
     def __repr__(self):
         return f"{self.name}: {self.dtype}{list(self.shape)}"
@@ -570,7 +580,7 @@ class WebGPUProgram:
                 self._write_state()
 
     def _words(self, args: Tuple[Any, ...], named: Dict[str, Any]) -> List[np.ndarray]:
-        """The inputs, checked against the manifest, as the arena's 32-bit words."""
+        """The inputs, checked against the manifest, as the arena stores them."""
         names = [t.name for t in self.inputs]
         if len(args) > len(names):
             raise TypeError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(args)}")
@@ -594,7 +604,7 @@ class WebGPUProgram:
                 j = np.unravel_index(np.argmax((a < _I32.min) | (a > _I32.max)), a.shape)
                 raise ValueError(f"input {i} ('{t.name}'): int64 value {a[j]} at {tuple(int(x) for x in j)} does not "
                                  f"fit in int32, which the WebGPU package stores int64 tensors as")
-            words.append(np.ascontiguousarray(a, _WORD[t.storage]))
+            words.append(t.encode(a))
         return words
 
     def __call__(self, *arrays: Any, **named: Any):

@@ -19,48 +19,35 @@ namespace {
 
 constexpr int64_t kAlign = 256;                   // minStorageBufferOffsetAlignment, minUniformBufferOffsetAlignment
 constexpr int64_t kShardLimit = 128ll << 20;      // the default maxStorageBufferBindingSize
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;  // 2: 8- and 16-bit tensors packed
 
 int64_t align_up(int64_t v, int64_t a = kAlign) { return (v + a - 1) / a * a; }
 
-// Bytes a tensor of `dtype` takes per element on the device (docs: "Storage is in 32-bit words").
 void check_gpu_dtype(DType t, const std::string& what) {
   if (t == DType::kF64) throw CompileError(what + " is float64, which WebGPU cannot store (WGSL has no f64): use float32");
 }
 
-// A constant as the device stores it: 32-bit words (int64 narrowed when every value fits).
-std::vector<uint8_t> to_words(const ConstantData& c, const std::string& name) {
+// A constant as the device stores it (docs/webgpu_package.md "Storage"): 32-bit types as they
+// are, int64 narrowed to 32 bits when every value fits, 8- and 16-bit types packed
+// little-endian, padded to whole words.
+std::vector<uint8_t> to_device(const ConstantData& c, const std::string& name) {
   check_gpu_dtype(c.type.dtype, "weight '" + name + "'");
   const int64_t n = c.type.numel();
-  std::vector<uint8_t> out(static_cast<size_t>(4 * n));
+  std::vector<uint8_t> out(static_cast<size_t>(device_storage_bytes(c.type.dtype, n)), 0);
   const uint8_t* src = c.data();
+  if (c.type.dtype != DType::kI64) {  // already in its device form (little-endian host)
+    std::memcpy(out.data(), src, static_cast<size_t>(c.type.nbytes()));
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
-    int32_t w = 0;
-    switch (c.type.dtype) {
-      case DType::kF32:
-      case DType::kI32: std::memcpy(&w, src + 4 * i, 4); break;
-      case DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, src + 8 * i, 8);
-        v = gpu::narrow_int64(v);
-        if (v < INT32_MIN || v > INT32_MAX) {
-          throw CompileError("weight '" + name + "' (int64) holds " + std::to_string(v) + " at element " + std::to_string(i) +
-                             ", which does not fit in the GPU's 32-bit integers");
-        }
-        w = static_cast<int32_t>(v);
-        break;
-      }
-      case DType::kI16: {
-        int16_t v;
-        std::memcpy(&v, src + 2 * i, 2);
-        w = v;
-        break;
-      }
-      case DType::kI8: w = static_cast<int8_t>(src[i]); break;
-      case DType::kU8:
-      case DType::kBool: w = src[i]; break;
-      case DType::kF64: break;
+    int64_t v;
+    std::memcpy(&v, src + 8 * i, 8);
+    v = gpu::narrow_int64(v);
+    if (v < INT32_MIN || v > INT32_MAX) {
+      throw CompileError("weight '" + name + "' (int64) holds " + std::to_string(v) + " at element " + std::to_string(i) +
+                         ", which does not fit in the GPU's 32-bit integers");
     }
+    const auto w = static_cast<int32_t>(v);
     std::memcpy(out.data() + 4 * i, &w, 4);
   }
   return out;
@@ -110,11 +97,14 @@ Golden read_golden(const std::string& path) {
   return g;
 }
 
+// The manifest's name for how a tensor of `t` is stored on the device.
 std::string storage_name(DType t) {
   switch (t) {
     case DType::kF32: return "f32";
     case DType::kBool:
-    case DType::kU8: return "u32";
+    case DType::kU8: return "u8";
+    case DType::kI8: return "i8";
+    case DType::kI16: return "i16";
     default: return "i32";
   }
 }
@@ -127,13 +117,13 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   CompiledEntry& e = entries[0];
   Program& p = e.program;
 
-  // Weights and state as 32-bit words, shards within the default binding limit. Kernels
-  // address a tensor by its word offset in its shard, so tensors need only word alignment;
+  // Weights and state as the device stores them, shards within the default binding limit.
+  // Kernels address a tensor by its offset in its shard, so tensors need only word alignment;
   // shards start on 256 bytes (payload sections).
-  WeightsLayout wl(4, kShardLimit, to_words, kAlign);
+  WeightsLayout wl(4, kShardLimit, to_device, kAlign);
   const StateLayout sl = layout_state(entries, wl, kAlign, [](const TensorType& t) {
     check_gpu_dtype(t.dtype, "state tensor");
-    return 4 * t.numel();
+    return device_storage_bytes(t.dtype, t.numel());
   });
   wl.finish();
   const int64_t weight_bytes = static_cast<int64_t>(wl.bytes.size());  // the tensors' words, without padding
@@ -150,7 +140,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
       const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
       check_gpu_dtype(b.type.dtype, is_input ? "input '" + p.input_names[i] + "'" : "output " + std::to_string(i));
       (*where)[i] = at;
-      const int64_t bytes = 4 * b.type.numel();
+      const int64_t bytes = device_storage_bytes(b.type.dtype, b.type.numel());
       list->push_back({{"name", is_input ? p.input_names[i] : "output" + std::to_string(i)},
                        {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape}, {"storage", storage_name(b.type.dtype)},
                        {"offset", at}, {"bytes", bytes}});
@@ -160,7 +150,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   io(p.inputs, &input_at, &inputs, true);
   io(p.outputs, &output_at, &outputs, false);
   const int64_t temps_at = at;
-  // Temporaries were planned at one word per element (lower_options in pipeline.cpp).
+  // Temporaries were planned in the device's storage (lower_options in pipeline.cpp).
   for (const Buffer& b : p.buffers) {
     if (b.region == Region::kArena) check_gpu_dtype(b.type.dtype, "temporary '" + b.name + "'");
   }
@@ -233,7 +223,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     shards.push_back({{"offset", weights_at + s0}, {"bytes", std::max<int64_t>(s1 - s0, 4)}});
     largest_shard = std::max(largest_shard, s1 - s0);
   }
-  json tensors = json::array();  // shard-relative, in the device's storage (4 bytes per element)
+  json tensors = json::array();  // shard-relative, in the device's storage
   for (const json& t : wl.tensors) {
     const int64_t off = t.at("offset").get<int64_t>();
     const int shard = wl.shard_of(off);

@@ -1251,7 +1251,7 @@ class Lowerer {
     for (size_t i = 0; i < p_.buffers.size(); ++i) {
       const Buffer& b = p_.buffers[i];
       if (b.region != Region::kArena) continue;
-      planner.add_buffer(opts_.element_bytes > 0 ? opts_.element_bytes * b.type.numel() : b.type.nbytes(), b.first, b.last);
+      planner.add_buffer(opts_.device_storage ? device_storage_bytes(b.type.dtype, b.type.numel()) : b.type.nbytes(), b.first, b.last);
       ids.push_back(static_cast<int32_t>(i));
     }
     planner.plan();

@@ -100,6 +100,21 @@ struct Program {
   int fused_expressions = 0;             // Map/Cast nodes fused into a consumer
 };
 
+// The bytes one element of `t` takes on a GPU device: 1 for bool, uint8 and int8, 2 for int16,
+// 4 for everything else (int64 is narrowed to 32 bits, float64 is refused).
+inline int device_element_bytes(DType t) {
+  switch (t) {
+    case DType::kBool:
+    case DType::kU8:
+    case DType::kI8: return 1;
+    case DType::kI16: return 2;
+    default: return 4;
+  }
+}
+// The bytes a tensor takes on a GPU device: its elements packed, rounded up to whole 32-bit
+// words (every tensor starts on a word).
+inline int64_t device_storage_bytes(DType t, int64_t numel) { return (device_element_bytes(t) * numel + 3) / 4 * 4; }
+
 struct LowerOptions {
   int max_expression_depth = 32;
   // Float32 products with a constant right operand and at most this many rows use the
@@ -112,9 +127,9 @@ struct LowerOptions {
   // Every arena offset is a multiple of this (GPU targets: 256, WebGPU's
   // minStorageBufferOffsetAlignment).
   int arena_alignment = 64;
-  // Bytes each element takes in the arena; 0: its dtype's size. GPU targets store every
-  // element as one 32-bit word (4).
-  int element_bytes = 0;
+  // GPU targets: tensors are stored as the device stores them (device_storage_bytes): 64-bit
+  // types narrowed to 32-bit words, 8- and 16-bit types packed, whole words per tensor.
+  bool device_storage = false;
   // Constant right operands of matrix products read transposed are stored row-major [K, N]
   // (GPU targets: consecutive invocations read consecutive columns).
   bool row_major_constant_b = false;

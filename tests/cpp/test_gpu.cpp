@@ -60,6 +60,24 @@ TEST(GpuPrinter, SubgroupKernelsEnableTheFeatureOrAreRefused) {
   EXPECT_EQ(print_kernel(k, wgsl_dialect()).find("subgroup"), std::string::npos);
 }
 
+TEST(GpuPrinter, BitFieldStoresAreAtomicInEveryDialect) {
+  Kernel k = exp_kernel(10);
+  int counter = 100;
+  Block b(&k.body, &counter);
+  b.store_bits(1, lit_i(3), lit_u(0x100), lit_u(0xff00));  // byte 1 of word 3 = 1
+  EXPECT_THROW(print_kernel(k, wgsl_dialect()), std::logic_error);  // the slot is not marked atomic
+  k.slots[1].atomic = true;
+  const std::string g = print_kernel(k, wgsl_dialect());
+  EXPECT_NE(g.find("var<storage, read_write> s1: array<atomic<u32>>;"), std::string::npos) << g;
+  EXPECT_NE(g.find("atomicAnd(&s1[3i], ~65280u); atomicOr(&s1[3i], 256u);"), std::string::npos) << g;
+  EXPECT_NE(g.find("atomicStore(&s1["), std::string::npos) << g;  // the kernel's plain store too
+  EXPECT_NE(g.find("var<storage, read> s0: array<u32>;"), std::string::npos) << g;  // other slots unchanged
+  const std::string c = print_kernel(k, cuda_dialect());
+  EXPECT_NE(c.find("atomicAnd(&s1[3], ~65280u);"), std::string::npos) << c;
+  EXPECT_NE(c.find("atomicOr(&s1[3], 256u);"), std::string::npos) << c;
+  EXPECT_NE(c.find("unsigned* __restrict__ s1"), std::string::npos) << c;
+}
+
 TEST(GpuPrinter, NonFiniteLiteralsAreNotConstantExpressions) {
   Kernel k = exp_kernel(4);
   int counter = 100;

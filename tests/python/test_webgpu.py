@@ -256,10 +256,10 @@ def test_corrupt_truncated_and_mismatched_packages_are_rejected(tmp_path):
         webgpu.read_package(bytes(bad))
     with pytest.raises(webgpu.PackageError, match="truncated|bytes"):
         webgpu.read_package(bytes(data[:len(data) // 2]))
-    v2 = bytearray(data)
-    v2[8] = 2
-    with pytest.raises(webgpu.PackageError, match="version 2"):
-        webgpu.read_package(bytes(v2))
+    other = bytearray(data)
+    other[8] = webgpu.FORMAT_VERSION + 1
+    with pytest.raises(webgpu.PackageError, match=f"version {webgpu.FORMAT_VERSION + 1} is not supported"):
+        webgpu.read_package(bytes(other))
     assert prog.self_check()["ok"]
 
 
@@ -273,6 +273,57 @@ def test_index_out_of_range_names_the_node(tmp_path):
     np.testing.assert_allclose(prog(idx.numpy()), emb(idx).detach().numpy(), rtol=1e-6)  # the next call is clean
 
 
+class Narrow(torch.nn.Module):
+    """8- and 16-bit tensors in every role: inputs, outputs, weights; elementwise, concat,
+    gather, reductions and sort over them, at element counts that end mid-word."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.register_buffer("keep", torch.rand(3, 7, generator=g) > 0.3)                # bool weight
+        self.register_buffer("lut", torch.randint(0, 256, (11,), dtype=torch.uint8, generator=g))  # uint8 weight
+
+    def forward(self, x, m, q, h):
+        b = x > 0.1
+        u = (x * 40).to(torch.uint8)                         # wraps as PyTorch's cast does
+        s = torch.where(m & self.keep, x, -x)
+        qq = (q.to(torch.int32) * 3).to(torch.int8)           # wraps
+        hh = (h + 7).to(torch.int16)
+        c = torch.cat([b, m, self.keep], 1)                   # packed concat along the last axis
+        looked = self.lut[u.long() % 11]                      # gather from a packed weight
+        return (b, u, s, qq, hh, c, looked, m.any(1), q.max(0).values, torch.sort(h, 1).values,
+                q.to(torch.float32).sum(), u.flip(1))
+
+
+def test_packed_narrow_types(tmp_path):
+    """bool, uint8, int8 and int16 are stored packed (4 or 2 to a 32-bit word) in the arena,
+    the weights and the inputs and outputs; stores are bit-field replacements (atomic and/or),
+    so neighbouring elements written by different invocations do not race."""
+    torch.manual_seed(0)
+    m = Narrow().eval()
+    args = (randn(3, 7), torch.rand(3, 7) > 0.5, torch.randint(-128, 128, (3, 7), dtype=torch.int8),
+            torch.randint(-3000, 3000, (3, 5), dtype=torch.int16))
+    prog = _compile(m, args, tmp_path)
+    got, want = prog(*[a.numpy() for a in args]), m(*args)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        w = w.numpy()
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, w.dtype, g.shape, w.shape)
+        if w.dtype == np.float32:
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+    man = webgpu.read_package(str(tmp_path / "m.chroma-web")).manifest
+    io = {t["name"]: (t["storage"], t["bytes"]) for t in man["inputs"] + man["outputs"]}
+    assert io["m"] == ("u8", 24) and io["q"] == ("i8", 24) and io["h"] == ("i16", 32), io  # 21 bytes -> 6 words
+    assert io["output5"] == ("u8", 64) and io["output1"] == ("u8", 24), io                 # cat: 63 bools
+    weights = {t["name"]: t["bytes"] for t in man["weights"]["tensors"]}
+    assert sorted(weights.values()) == [12, 24], weights  # lut: 11 bytes, keep: 21, padded to words
+    assert any("atomicOr" in k["code"] for k in man["kernels"])
+    assert prog.self_check()["ok"]
+    _node_check(str(tmp_path / "m.chroma-web"))
+
+
 def _graph(fn, inputs, tmp_path):
     g = tmp_path / "g.cgraph"
     chroma.export(fn, inputs).write(str(g))
@@ -284,6 +335,7 @@ GOLDEN_CASES = {
     "reduce_sum": (lambda x: x.sum(-1), (randn(4, 100),)),
     "softmax": (lambda x: x.softmax(-1), (randn(4, 64),)),
     "matmul_epilogue": (lambda a, b: torch.relu(a @ b + 1), (randn(40, 24), randn(24, 72))),
+    "packed_bool": (lambda x, m: (x > 0) ^ m, (randn(5, 9), torch.rand(5, 9) > 0.5)),
 }
 
 
@@ -322,6 +374,11 @@ def test_cuda_dialect_compiles_with_nvcc(tmp_path):
     more = _compiler.gpu_kernel_sources(_graph(f, (randn(1, 16, 9, 9), randn(40, 24), randn(24, 72)), sub), "cuda")
     assert len(more) == 3 and sum("acc[" in s for s in more) == 3, more
     sources += more
+    packed = tmp_path / "packed"  # packed bool/int8 loads and bit-field stores (atomicAnd/atomicOr)
+    packed.mkdir()
+    narrow = _compiler.gpu_kernel_sources(_graph(lambda x, q: ((x > 0) ^ (q > 3), q * 2), (randn(5, 9), randint(-9, 9, 5, 9).to(torch.int8)), packed), "cuda")
+    assert any("atomicOr" in s for s in narrow), narrow
+    sources += narrow
     # nvcc without the sanitizers scripts/sanitize.sh preloads into this process
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     for i, src in enumerate(sources):
@@ -342,7 +399,7 @@ def test_cli_runs_and_inspects_a_package(tmp_path):
     for target in (str(tmp_path / "cli.chroma-web"), str(tmp_path / "cli")):
         r = run("inspect", target)
         assert r.returncode == 0, r.stderr
-        assert "format chroma.webgpu v1" in r.stdout and "schedule (1 dispatches)" in r.stdout and "MatMul <- add" in r.stdout, r.stdout
+        assert f"format chroma.webgpu v{webgpu.FORMAT_VERSION}" in r.stdout and "schedule (1 dispatches)" in r.stdout and "MatMul <- add" in r.stdout, r.stdout
         assert prog.package.manifest["content_hash"] in r.stdout
     bad = tmp_path / "bad.chroma-web"
     bad.write_bytes((tmp_path / "cli.chroma-web").read_bytes()[:200])

@@ -242,11 +242,11 @@ def test_wrong_magic():
 
 def test_version_mismatch():
     data = _good()
-    data[8:12] = (2).to_bytes(4, "little")
-    with pytest.raises(PackageError, match="format version 2 is not supported .this runtime reads version 1"):
+    data[8:12] = (1).to_bytes(4, "little")
+    with pytest.raises(PackageError, match="format version 1 is not supported .this runtime reads version 2"):
         read_package(bytes(data))
-    bad = fx.affine_package(X, W, edit=lambda m: m.update(version=2))
-    with pytest.raises(PackageError, match="manifest field 'version' is 2, this runtime reads version 1"):
+    bad = fx.affine_package(X, W, edit=lambda m: m.update(version=3))
+    with pytest.raises(PackageError, match="manifest field 'version' is 3, this runtime reads version 2"):
         read_package(bad)
 
 

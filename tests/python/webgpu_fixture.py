@@ -1,4 +1,4 @@
-"""TEST-ONLY writer of `.chroma-web` packages (docs/webgpu_package.md, format version 1) with
+"""TEST-ONLY writer of `.chroma-web` packages (docs/webgpu_package.md, format version 2) with
 handwritten WGSL kernels, for the Python WebGPU runtime's tests. Not the compiler's writer.
 
     w = PackageWriter()
@@ -65,7 +65,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 """
 
-# From one int64 input a: an int64 passthrough, a bool (a > 0) and a uint8 (a & 255).
+# From one int64 input a: an int64 passthrough, a bool (a > 0) and a uint8 (a & 255); the
+# bool and uint8 outputs are packed four to a word (the invocation of every fourth element
+# writes the word).
 INT_BOOL = """
 struct Params { n: u32, a: u32, out_i: u32, out_b: u32, out_u: u32, pad0: u32, pad1: u32, pad2: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
@@ -75,10 +77,17 @@ struct Params { n: u32, a: u32, out_i: u32, out_b: u32, out_u: u32, pad0: u32, p
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let i = gid.x;
   if (i >= p.n) { return; }
-  let v = bitcast<i32>(arena[p.a + i]);
-  arena[p.out_i + i] = bitcast<u32>(v);
-  arena[p.out_b + i] = select(0u, 1u, v > 0);
-  arena[p.out_u + i] = bitcast<u32>(v) & 255u;
+  arena[p.out_i + i] = arena[p.a + i];
+  if (i % 4u != 0u) { return; }
+  var b = 0u;
+  var u = 0u;
+  for (var j = 0u; j < 4u && i + j < p.n; j++) {
+    let v = bitcast<i32>(arena[p.a + i + j]);
+    b |= select(0u, 1u, v > 0) << (8u * j);
+    u |= (bitcast<u32>(v) & 255u) << (8u * j);
+  }
+  arena[p.out_b + i / 4u] = b;
+  arena[p.out_u + i / 4u] = u;
 }
 """
 
@@ -99,7 +108,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 """
 
-_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "bool": "u32", "uint8": "u32"}
+_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "int16": "i16", "int8": "i8", "bool": "u8", "uint8": "u8"}
+_STORAGE_DTYPE = {"f32": "<f4", "i32": "<i4", "i16": "<i2", "i8": "i1", "u8": "u1"}
 
 
 def _up(n, a=ALIGN):
@@ -107,13 +117,11 @@ def _up(n, a=ALIGN):
 
 
 def words(a):
-    """The 32-bit storage words of an array (int64 narrowed to int32, bool/uint8 widened)."""
+    """An array as the device stores it: int64 narrowed to int32, 8- and 16-bit types packed,
+    padded to whole 32-bit words."""
     a = np.asarray(a)
-    if a.dtype == np.float32:
-        return a.astype("<f4").tobytes()
-    if a.dtype in (np.int32, np.int64):
-        return a.astype("<i4").tobytes()
-    return a.astype("<u4").tobytes()
+    b = a.astype(_STORAGE_DTYPE[_STORAGE[a.dtype.name]]).tobytes()
+    return b + bytes(-len(b) % 4)
 
 
 def _native(a):
@@ -140,9 +148,10 @@ class PackageWriter:
     def _tensor(self, name, dtype, shape):
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
-        off = self._alloc(4 * n)
+        nbytes = -(-n * np.dtype(_STORAGE_DTYPE[_STORAGE[dtype.name]]).itemsize // 4) * 4
+        off = self._alloc(nbytes)
         return {"name": name, "dtype": dtype.name, "shape": list(shape), "storage": _STORAGE[dtype.name],
-                "offset": off, "bytes": 4 * n}
+                "offset": off, "bytes": nbytes}
 
     def input(self, name, dtype, shape):
         self.inputs.append(self._tensor(name, dtype, shape))
@@ -222,7 +231,7 @@ class PackageWriter:
                       "outputs": [desc(a, s) for a, s in zip(outs, self.outputs)],
                       "tolerance": {"atol": atol, "rtol": rtol}}
         m = {
-            "format": "chroma.webgpu", "version": 1, "compiler_version": "test-fixture",
+            "format": "chroma.webgpu", "version": 2, "compiler_version": "test-fixture",
             "content_hash": "0" * 64,  # filled in by assemble()
             "requirements": self.requirements,
             "inputs": self.inputs, "outputs": self.outputs, "output_structure": self.output_structure,
@@ -245,7 +254,7 @@ class PackageWriter:
         return assemble(json.dumps(m).encode(), bytes(payload))
 
 
-def assemble(manifest: bytes, payload: bytes, version=1) -> bytes:
+def assemble(manifest: bytes, payload: bytes, version=2) -> bytes:
     """Header + manifest + zero padding + payload. The SHA-256 the header carries is taken with
     the manifest's content_hash value all '0' (64 of them), which is then replaced by it."""
     po = _up(96 + len(manifest))

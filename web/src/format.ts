@@ -2,21 +2,26 @@
 // types. The manifest types describe a manifest that `parsePackage` has already checked.
 
 export const MAGIC = 'CHROMAWB';
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
 export const HEADER_SIZE = 96;
 /** Payload sections, the params offsets and the arena's tensors are aligned to this. */
 export const ALIGNMENT = 256;
 /** Size of the status block at the start of the arena. */
 export const STATUS_BYTES = 256;
 
-/** The tensor types of format version 1. */
+/** The tensor types of format version 2. */
 export type DType = 'float32' | 'int32' | 'int64' | 'int16' | 'int8' | 'bool' | 'uint8';
-/** How a tensor is stored on the GPU: one 32-bit word per element. */
-export type Storage = 'f32' | 'i32' | 'u32';
+/**
+ * How a tensor is stored on the GPU: 32-bit types one word per element (int64 narrowed to i32),
+ * 8- and 16-bit types packed little-endian; every tensor padded to whole 32-bit words.
+ */
+export type Storage = 'f32' | 'i32' | 'i16' | 'i8' | 'u8';
 
 export interface DTypeInfo {
   /** The storage the format requires for this dtype in the arena. */
   storage: Storage;
+  /** Bytes per element on the device. */
+  storageBytes: number;
   /** Bytes per element in golden data (the dtype's own size). */
   goldenBytes: number;
   /** The typed array a caller passes and gets back. */
@@ -25,14 +30,19 @@ export interface DTypeInfo {
 }
 
 export const DTYPES: Readonly<Record<DType, DTypeInfo>> = {
-  float32: { storage: 'f32', goldenBytes: 4, arrayName: 'Float32Array', float: true },
-  int32: { storage: 'i32', goldenBytes: 4, arrayName: 'Int32Array', float: false },
-  int64: { storage: 'i32', goldenBytes: 8, arrayName: 'BigInt64Array', float: false },
-  int16: { storage: 'i32', goldenBytes: 2, arrayName: 'Int16Array', float: false },
-  int8: { storage: 'i32', goldenBytes: 1, arrayName: 'Int8Array', float: false },
-  bool: { storage: 'u32', goldenBytes: 1, arrayName: 'Uint8Array', float: false },
-  uint8: { storage: 'u32', goldenBytes: 1, arrayName: 'Uint8Array', float: false },
+  float32: { storage: 'f32', storageBytes: 4, goldenBytes: 4, arrayName: 'Float32Array', float: true },
+  int32: { storage: 'i32', storageBytes: 4, goldenBytes: 4, arrayName: 'Int32Array', float: false },
+  int64: { storage: 'i32', storageBytes: 4, goldenBytes: 8, arrayName: 'BigInt64Array', float: false },
+  int16: { storage: 'i16', storageBytes: 2, goldenBytes: 2, arrayName: 'Int16Array', float: false },
+  int8: { storage: 'i8', storageBytes: 1, goldenBytes: 1, arrayName: 'Int8Array', float: false },
+  bool: { storage: 'u8', storageBytes: 1, goldenBytes: 1, arrayName: 'Uint8Array', float: false },
+  uint8: { storage: 'u8', storageBytes: 1, goldenBytes: 1, arrayName: 'Uint8Array', float: false },
 };
+
+/** The bytes a tensor takes on the device: its elements in their storage, whole words. */
+export function storageBytes(dtype: DType, shape: readonly number[]): number {
+  return Math.ceil(numel(shape) * DTYPES[dtype].storageBytes / 4) * 4;
+}
 
 /** The typed arrays the runtime takes as inputs and returns as outputs. */
 export type TensorData = Float32Array | Int32Array | BigInt64Array | Int16Array | Int8Array | Uint8Array;

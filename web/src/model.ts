@@ -340,7 +340,7 @@ export class Model {
   }
 
   /** Checks the inputs' names, types and lengths; returns each input's arena words. */
-  #encodeInputs(given: Record<string, TensorData> | TensorData[]): (Float32Array | Int32Array | Uint32Array)[] {
+  #encodeInputs(given: Record<string, TensorData> | TensorData[]): Uint8Array[] {
     const names = this.inputs.map((i) => i.name);
     if (Array.isArray(given)) {
       if (given.length !== this.inputs.length) {

@@ -3,7 +3,7 @@
 
 import { PackageError } from './errors.js';
 import {
-  ALIGNMENT, DEFAULT_LIMITS, DTYPES, FORMAT_VERSION, HEADER_SIZE, MAGIC, STATUS_BYTES, numel,
+  ALIGNMENT, DEFAULT_LIMITS, DTYPES, FORMAT_VERSION, HEADER_SIZE, MAGIC, STATUS_BYTES, numel, storageBytes,
 } from './format.js';
 import type {
   DType, Dispatch, DispatchBinding, GoldenTensor, IOTensor, Kernel, KernelBinding, Manifest,
@@ -337,7 +337,8 @@ class Checker {
       if (o.storage !== storage) this.fail(`${p}.storage`, `"${storage}" for ${dtype}`, o.storage);
       const offset = this.aligned(o.offset, `${p}.offset`);
       const bytes = this.int(o.bytes, `${p}.bytes`);
-      if (bytes !== numel(shape) * 4) this.fail(`${p}.bytes`, `${numel(shape) * 4} (4 per element of [${shape}])`, bytes);
+      const want = storageBytes(dtype, shape);
+      if (bytes !== want) this.fail(`${p}.bytes`, `${want} (${dtype}[${shape}] stored as ${storage}, whole words)`, bytes);
       if (offset + bytes > arena.bytes) {
         throw new PackageError(`${p} (${name}): arena offset ${offset} + ${bytes} bytes lies outside the arena (${arena.bytes} bytes)`);
       }

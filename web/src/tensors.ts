@@ -1,4 +1,4 @@
-// Tensors between the caller and the GPU: typed arrays to 32-bit arena words and back, golden
+// Tensors between the caller and the GPU: typed arrays to the arena's storage and back, golden
 // tensors from the payload, and the self-check's comparison.
 
 import { PackageError, RunError } from './errors.js';
@@ -18,12 +18,12 @@ export function arrayTypeOf(dtype: DType): string {
 }
 
 /**
- * Encodes a caller's tensor as the words the arena stores (Float32Array and Int32Array are
- * passed through; int64 is range-checked and narrowed to i32; int16 and int8 widen to i32, bool
- * and uint8 to u32).
+ * Encodes a caller's tensor as the arena stores it (docs/webgpu_package.md "Storage"): its
+ * `spec.bytes` bytes, float32 and int32 as they are, int64 range-checked and narrowed to int32,
+ * 8- and 16-bit types packed (bool as 0 or 1), padded to whole words.
  * `what` names the tensor in errors, e.g. 'input "x"'.
  */
-export function encodeInput(spec: IOTensor, data: unknown, what: string): Float32Array | Int32Array | Uint32Array {
+export function encodeInput(spec: IOTensor, data: unknown, what: string): Uint8Array {
   const want = DTYPES[spec.dtype].arrayName;
   if (!(data instanceof ARRAYS[want])) {
     const got = data === null || data === undefined ? String(data) : (data as object).constructor?.name ?? typeof data;
@@ -33,52 +33,47 @@ export function encodeInput(spec: IOTensor, data: unknown, what: string): Float3
   if (data.length !== n) {
     throw new RunError(`${what} has ${data.length} elements, expected ${n} (shape [${spec.shape}])`);
   }
-  if (data instanceof Float32Array || data instanceof Int32Array) return data;
+  const out = new Uint8Array(spec.bytes);
   if (data instanceof BigInt64Array) {
-    const out = new Int32Array(n);
+    const words = new Int32Array(out.buffer, 0, n);
     for (let i = 0; i < n; i++) {
       const v = data[i]!;
       if (v < INT32_MIN || v > INT32_MAX) {
         throw new RunError(
           `${what} (int64) element ${i} is ${v}, outside the int32 range this package stores int64 in`);
       }
-      out[i] = Number(v);
+      words[i] = Number(v);
     }
-    return out;
+  } else if (spec.dtype === 'bool') {
+    for (let i = 0; i < n; i++) out[i] = data[i] ? 1 : 0;
+  } else {
+    const view = data as Exclude<TensorData, BigInt64Array>;
+    out.set(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
   }
-  if (data instanceof Int16Array || data instanceof Int8Array) return Int32Array.from(data);
-  const out = new Uint32Array(n);
-  if (spec.dtype === 'bool') for (let i = 0; i < n; i++) out[i] = data[i] ? 1 : 0;
-  else out.set(data as Uint8Array);
   return out;
 }
 
-/** Decodes a tensor's arena words (a copy of them) into the caller's typed array. */
-export function decodeOutput(spec: IOTensor, words: ArrayBuffer): TensorData {
+/** Decodes a tensor's arena bytes (a copy of them) into the caller's typed array. */
+export function decodeOutput(spec: IOTensor, bytes: ArrayBuffer): TensorData {
   const n = numel(spec.shape);
   switch (spec.dtype) {
     case 'float32':
-      return new Float32Array(words, 0, n);
+      return new Float32Array(bytes, 0, n);
     case 'int32':
-      return new Int32Array(words, 0, n);
+      return new Int32Array(bytes, 0, n);
     case 'int64': {
-      const src = new Int32Array(words, 0, n);
+      const src = new Int32Array(bytes, 0, n);
       const out = new BigInt64Array(n);
       for (let i = 0; i < n; i++) out[i] = BigInt(src[i]!);
       return out;
     }
     case 'int16':
-      return Int16Array.from(new Int32Array(words, 0, n));
+      return new Int16Array(bytes, 0, n);
     case 'int8':
-      return Int8Array.from(new Int32Array(words, 0, n));
+      return new Int8Array(bytes, 0, n);
     case 'bool':
-    case 'uint8': {
-      const src = new Uint32Array(words, 0, n);
-      const out = new Uint8Array(n);
-      const mask = spec.dtype === 'bool' ? 1 : 0xff;
-      for (let i = 0; i < n; i++) out[i] = src[i]! & mask;
-      return out;
-    }
+    case 'uint8':
+      return new Uint8Array(bytes, 0, n);
   }
 }
 

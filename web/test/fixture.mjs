@@ -1,4 +1,4 @@
-// TEST-ONLY writer of .chroma-web packages (format version 1, docs/webgpu_package.md), from a
+// TEST-ONLY writer of .chroma-web packages (format version 2, docs/webgpu_package.md), from a
 // small description with handwritten WGSL. The real writer is the compiler; this one exists so
 // that the runtime can be tested before (and independently of) it.
 //
@@ -22,7 +22,8 @@ const HEADER = 96;
 const A = 256;
 const align = (n, a = A) => Math.ceil(n / a) * a;
 const numel = (shape) => shape.reduce((x, d) => x * d, 1);
-const STORAGE = { float32: 'f32', int32: 'i32', int64: 'i32', bool: 'u32', uint8: 'u32' };
+const STORAGE = { float32: 'f32', int32: 'i32', int64: 'i32', int16: 'i16', int8: 'i8', bool: 'u8', uint8: 'u8' };
+const STORAGE_BYTES = { f32: 4, i32: 4, i16: 2, i8: 1, u8: 1 };
 
 /** Bytes of a typed array as the golden data stores them (its own dtype). */
 function rawBytes(a) {
@@ -35,7 +36,7 @@ export function buildPackage(desc) {
   // Arena: the status block, then inputs, outputs and temporaries at 256-byte offsets.
   let arenaBytes = 256;
   const io = (t) => {
-    const bytes = numel(t.shape) * 4;
+    const bytes = Math.ceil(numel(t.shape) * STORAGE_BYTES[STORAGE[t.dtype]] / 4) * 4;  // packed, whole words
     const entry = { name: t.name, dtype: t.dtype, shape: t.shape, storage: STORAGE[t.dtype], offset: arenaBytes, bytes };
     L.arena[t.name] = arenaBytes / 4;
     arenaBytes += align(Math.max(bytes, 4));
@@ -105,7 +106,7 @@ export function buildPackage(desc) {
   const g = desc.golden;
 
   const manifest = {
-    format: 'chroma.webgpu', version: 1, compiler_version: 'test-fixture',
+    format: 'chroma.webgpu', version: 2, compiler_version: 'test-fixture',
     content_hash: '0'.repeat(64),
     requirements: { features: desc.requirements?.features ?? [], limits: desc.requirements?.limits ?? {} },
     inputs, outputs, output_structure: 'tuple',
@@ -131,7 +132,7 @@ export function writeFile(manifest, payload) {
   const file = new Uint8Array(payloadOffset + payload.length);
   file.set(new TextEncoder().encode('CHROMAWB'), 0);
   const v = new DataView(file.buffer);
-  v.setUint32(8, 1, true);
+  v.setUint32(8, 2, true);
   v.setUint32(12, HEADER, true);
   v.setBigUint64(16, BigInt(HEADER), true);
   v.setBigUint64(24, BigInt(json.length), true);

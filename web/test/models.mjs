@@ -1,6 +1,7 @@
 // Small handwritten packages for the tests, with reference implementations in JS.
 // Each WGSL kernel follows the compiler's conventions: binding 0 the params uniform (u32
-// fields: word offsets and sizes), every storage binding array<u32>, all in group 0.
+// fields: word offsets and sizes), every storage binding array<u32>, all in group 0; bool and
+// uint8 tensors packed four to a word.
 
 import { buildPackage } from './fixture.mjs';
 
@@ -28,9 +29,14 @@ struct Params { y: u32, out: u32, n: u32, threshold: u32 }
 @group(0) @binding(1) var<storage, read_write> arena: array<u32>;
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let i = gid.x;
-  if (i >= p.n) { return; }
-  arena[p.out + i] = select(0u, 1u, bitcast<f32>(arena[p.y + i]) > bitcast<f32>(p.threshold));
+  let w = gid.x;  // one invocation per word of the packed bool output (4 elements)
+  if (w * 4u >= p.n) { return; }
+  var word = 0u;
+  for (var j = 0u; j < 4u; j++) {
+    let i = w * 4u + j;
+    if (i < p.n && bitcast<f32>(arena[p.y + i]) > bitcast<f32>(p.threshold)) { word |= 1u << (8u * j); }
+  }
+  arena[p.out + w] = word;
 }`;
 
 export const W1 = new Float32Array([0.5, -1, 2, 0.25, 3, -0.5]);
@@ -158,7 +164,9 @@ fn main() {
   let c = bitcast<i32>(state[p.count]) + bitcast<i32>(arena[p.inc]);
   state[p.count] = bitcast<u32>(c);
   arena[p.total] = bitcast<u32>(c);
-  for (var i = 0u; i < p.n; i++) { arena[p.u2 + i] = (arena[p.u + i] * 2u) & 255u; }
+  var word = 0u;  // u and u2 are packed (uint8): 3 elements in one word
+  for (var i = 0u; i < p.n; i++) { word |= (((arena[p.u] >> (8u * i)) * 2u) & 255u) << (8u * i); }
+  arena[p.u2] = word;
 }`;
 
 export const COUNTER_INIT = 10;

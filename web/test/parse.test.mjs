@@ -27,12 +27,12 @@ test('a valid package parses, and the bytes are left as they were', async () => 
   const pkg = await parsePackage(bytes);
   assert.deepEqual(bytes, before);
   const m = pkg.manifest;
-  assert.equal(pkg.version, 1);
+  assert.equal(pkg.version, 2);
   assert.equal(m.content_hash, pkg.contentHash);
   assert.equal(pkg.contentHash, readManifest(bytes).content_hash);
   assert.match(pkg.contentHash, /^[0-9a-f]{64}$/);
   assert.deepEqual(m.inputs.map((t) => [t.name, t.dtype, t.shape, t.storage]), [['x', 'float32', [2, 3], 'f32']]);
-  assert.deepEqual(m.outputs.map((t) => [t.name, t.dtype, t.storage]), [['y', 'float32', 'f32'], ['pos', 'bool', 'u32']]);
+  assert.deepEqual(m.outputs.map((t) => [t.name, t.dtype, t.storage]), [['y', 'float32', 'f32'], ['pos', 'bool', 'u8']]);
   assert.equal(m.kernels.length, 2);
   assert.equal(m.dispatches.length, 3);
   assert.equal(m.dispatches[1].label, 'Affine <- mul_1, add_1');
@@ -90,8 +90,8 @@ test('the magic, the format version and the header size are checked', async () =
   magic.set(new TextEncoder().encode('PK\x03\x04'), 0);
   await rejects(magic, /^not a Chroma WebGPU package: the file starts with "PK\\x03\\x04MAWB", expected "CHROMAWB"$/);
   const version = bytes.slice();
-  new DataView(version.buffer).setUint32(8, 2, true);
-  await rejects(version, exact('format version 2 is not supported (this runtime reads version 1)'));
+  new DataView(version.buffer).setUint32(8, 1, true);
+  await rejects(version, exact('format version 1 is not supported (this runtime reads version 2)'));
   const header = bytes.slice();
   new DataView(header.buffer).setUint32(12, 128, true);
   await rejects(header, /^header size is 128, expected 96/);
@@ -142,7 +142,11 @@ test('tensor fields are checked against their dtype', async () => {
   await rejects(affinePackage({ edit: (m) => { m.inputs[0].storage = 'i32'; } }),
     exact('manifest field inputs[0].storage: expected "f32" for float32, got "i32"'));
   await rejects(affinePackage({ edit: (m) => { m.inputs[0].bytes = 20; } }),
-    exact('manifest field inputs[0].bytes: expected 24 (4 per element of [2,3]), got 20'));
+    exact('manifest field inputs[0].bytes: expected 24 (float32[2,3] stored as f32, whole words), got 20'));
+  await rejects(affinePackage({ edit: (m) => { m.outputs[1].bytes = 24; } }),
+    exact('manifest field outputs[1].bytes: expected 8 (bool[2,3] stored as u8, whole words), got 24'));
+  await rejects(affinePackage({ edit: (m) => { m.outputs[1].storage = 'u32'; } }),
+    exact('manifest field outputs[1].storage: expected "u8" for bool, got "u32"'));
   await rejects(affinePackage({ edit: (m) => { m.outputs[1].dtype = 'float16'; } }),
     /^manifest field outputs\[1\]\.dtype: expected one of float32, int32, int64, int16, int8, bool, uint8, got "float16"$/);
   await rejects(gatherPackage({ edit: (m) => { m.golden.inputs[0].bytes = 16; } }),
@@ -181,8 +185,8 @@ test('buffers larger than the default binding limit need a raised limit', async 
 test('the manifest format and version are checked', async () => {
   await rejects(affinePackage({ edit: (m) => { m.format = 'other'; } }),
     exact('manifest field format is "other", expected "chroma.webgpu"'));
-  await rejects(affinePackage({ edit: (m) => { m.version = 2; } }),
-    exact('manifest version 2 is not supported (this runtime reads version 1)'));
+  await rejects(affinePackage({ edit: (m) => { m.version = 3; } }),
+    exact('manifest version 3 is not supported (this runtime reads version 2)'));
   await rejects(affinePackage({ edit: (m) => { delete m.golden; } }),
     exact('manifest field golden: expected an object, got nothing'));
 });

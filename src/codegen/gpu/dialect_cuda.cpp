@@ -32,6 +32,7 @@ const Dialect& cuda_dialect() {
     x.nonfinite_float = "chroma_bitcast<float>({0})";
     x.load_global = "s{slot}[{0}]";
     x.store_global = "s{slot}[{0}] = {1};";
+    x.store_bits = "atomicAnd(&s{slot}[{0}], ~{mask}); atomicOr(&s{slot}[{0}], {1});";
     x.param = "((int)p{0})";
     x.shift_amount = "((unsigned)({0}))";
     x.builtins = {

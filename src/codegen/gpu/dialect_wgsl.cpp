@@ -34,6 +34,10 @@ const Dialect& wgsl_dialect() {
     x.nonfinite_float = "chroma_f32_bits({0})";
     x.load_global = "s{slot}[{0}]";
     x.store_global = "s{slot}[{0}] = {1};";
+    x.binding_atomic = "@group(0) @binding({binding}) var<storage, read_write> s{slot}: array<atomic<u32>>;";
+    x.load_global_atomic = "atomicLoad(&s{slot}[{0}])";
+    x.store_global_atomic = "atomicStore(&s{slot}[{0}], {1});";
+    x.store_bits = "atomicAnd(&s{slot}[{0}], ~{mask}); atomicOr(&s{slot}[{0}], {1});";
     x.param = "i32(prm.p{0})";
     x.shift_amount = "u32({0})";
     x.builtins = {

@@ -193,6 +193,15 @@ void Block::store(int slot, Ex index, Ex word) {
   s.value = std::move(word);
   out_->push_back(std::move(s));
 }
+void Block::store_bits(int slot, Ex index, Ex bits, Ex mask) {
+  Stmt s;
+  s.kind = Stmt::kStoreBits;
+  s.slot = slot;
+  s.index = std::move(index);
+  s.value = std::move(bits);
+  s.mask = std::move(mask);
+  out_->push_back(std::move(s));
+}
 void Block::shared_store(const std::string& name, Ex index, Ex value) {
   Stmt s;
   s.kind = Stmt::kSharedStore;

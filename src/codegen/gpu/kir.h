@@ -8,6 +8,10 @@
 //   CUDA/MSL `uint*`); a typed load is a word load and a bit cast, so a tensor of any 32-bit
 //   type lives anywhere in any slot. Which buffer a slot is (arena, state, a weights shard)
 //   is decided per dispatch, so repeated layers share one kernel text.
+// - Tensors of 8- and 16-bit types are packed (4 or 2 to a word). A store to one replaces
+//   its bits of the word (kStoreBits) with atomic and/or, so invocations writing neighbouring
+//   elements of one word never race; a slot with such stores is *atomic* (WGSL declares it
+//   `array<atomic<u32>>` and reads it with atomicLoad).
 // - Per-dispatch values (buffer offsets in words, the dispatch's own index) are uniform u32
 //   *params*; everything else (shapes, strides, literals) is printed into the text.
 // - Workgroups are one-dimensional; `lid` is the invocation's index in its workgroup and `wg`
@@ -58,6 +62,7 @@ struct Stmt {
     kArray,    // private array: name: array<ty, count>
     kAssign,   // name (or name[index] when index) = value
     kStore,    // global word store: slot[index] = value (value is u32)
+    kStoreBits,  // slot[index] = (slot[index] & ~mask) | value, atomically per bit (value, mask: u32)
     kSharedStore,  // name[index] = value
     kFor,      // for (var name: i32 = begin; name < end; name += step) body
     kIf,       // if (cond) body else orelse
@@ -67,7 +72,7 @@ struct Stmt {
   } kind = kLet;
   std::string name;
   Ty ty = Ty::kI32;
-  Ex value, index, cond, begin, end, step;
+  Ex value, index, cond, begin, end, step, mask;
   int32_t slot = -1;
   int64_t count = 0;
   std::vector<Stmt> body, orelse;
@@ -81,6 +86,7 @@ struct SharedArray {
 
 struct Slot {
   bool writable = false;
+  bool atomic = false;  // has kStoreBits stores
 };
 
 struct Kernel {
@@ -130,6 +136,9 @@ class Block {
   void array(const std::string& name, Ty ty, int64_t count);
   void assign_elem(const std::string& name, Ex index, Ex value);
   void store(int slot, Ex index, Ex word);
+  // Replaces the bits of word `index` under `mask` by `bits` (already in place); the caller
+  // marks the slot atomic.
+  void store_bits(int slot, Ex index, Ex bits, Ex mask);
   void shared_store(const std::string& name, Ex index, Ex value);
   void barrier();
   void brk();

@@ -49,6 +49,7 @@ class Printer {
   Printer(const Kernel& k, const Dialect& d) : k_(k), d_(d) {}
 
   std::string type(Ty t) const { return d_.types[static_cast<int>(t)]; }
+  bool atomic(int slot) const { return k_.slots[static_cast<size_t>(slot)].atomic; }
 
   std::string float_lit(double v) const {
     const float f = static_cast<float>(v);
@@ -105,7 +106,8 @@ class Printer {
       }
       case Node::kLoad:
         if (e->space == Space::kGlobal) {
-          return fmt(d_.load_global, {{"slot", std::to_string(e->slot)}, {"0", expr(e->args[0])}});
+          return fmt(atomic(e->slot) && !d_.load_global_atomic.empty() ? d_.load_global_atomic : d_.load_global,
+                     {{"slot", std::to_string(e->slot)}, {"0", expr(e->args[0])}});
         }
         return e->op + "[" + expr(e->args[0]) + "]";
       case Node::kConvert: return fmt(d_.convert, {{"type", type(e->ty)}, {"0", expr(e->args[0])}});
@@ -138,7 +140,13 @@ class Printer {
         else line(depth, fmt(d_.assign, {{"name", s.name}, {"value", expr(s.value)}}));
         break;
       case Stmt::kStore:
-        line(depth, fmt(d_.store_global, {{"slot", std::to_string(s.slot)}, {"0", expr(s.index)}, {"1", expr(s.value)}}));
+        line(depth, fmt(atomic(s.slot) && !d_.store_global_atomic.empty() ? d_.store_global_atomic : d_.store_global,
+                        {{"slot", std::to_string(s.slot)}, {"0", expr(s.index)}, {"1", expr(s.value)}}));
+        break;
+      case Stmt::kStoreBits:
+        if (!atomic(s.slot)) throw std::logic_error("gpu printer: a bit-field store to a slot not marked atomic");
+        line(depth, fmt(d_.store_bits, {{"slot", std::to_string(s.slot)}, {"0", expr(s.index)}, {"1", expr(s.value)},
+                                        {"mask", expr(s.mask)}}));
         break;
       case Stmt::kSharedStore:
         line(depth, fmt(d_.assign_elem, {{"name", s.name}, {"index", expr(s.index)}, {"value", expr(s.value)}}));
@@ -180,7 +188,9 @@ class Printer {
       }
     };
     for (size_t i = 0; i < k_.slots.size(); ++i) {
-      const std::string& pat = k_.slots[i].writable ? d_.binding_rw : d_.binding_ro;
+      const std::string& pat = atomic(static_cast<int>(i)) && !d_.binding_atomic.empty() ? d_.binding_atomic
+                               : k_.slots[i].writable                                      ? d_.binding_rw
+                                                                                           : d_.binding_ro;
       add_arg(fmt(pat, {{"binding", std::to_string(binding + static_cast<int>(i) + (k_.params ? 1 : 0))}, {"slot", std::to_string(i)}}));
     }
     if (k_.params && d_.params_struct_open.empty()) {  // params as kernel arguments

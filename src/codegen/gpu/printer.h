@@ -26,6 +26,11 @@ struct Dialect {
   std::string nonfinite_float;               // infinity or NaN from its bits: {0} (a u32 literal)
   std::string load_global;   // {slot} {0}: index (an i32 expression)
   std::string store_global;  // {slot} {0} index {1} value
+  // Atomic slots (Slot::atomic): binding, load and store; empty: as the plain ones.
+  std::string binding_atomic, load_global_atomic, store_global_atomic;
+  // A bit-field store: {slot} {0} word index (printed twice: templates pass a name) {1} bits
+  // {mask} (u32).
+  std::string store_bits;
   std::string param;         // {0}: param number
   std::string shift_amount;  // converts an i32 shift amount: {0}
   // Builtin calls by generic name ({0}, {1}, {2} are the arguments); a name not listed is

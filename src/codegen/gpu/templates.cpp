@@ -64,7 +64,11 @@ class KB {
     const auto key = std::make_pair(site, buffer);
     auto it = bases_.find(key);
     if (it != bases_.end()) return {s, it->second};
-    Ex b = add_param(pl.word + elem_offset);
+    // in elements of the buffer's storage from the slot's start (packed types: bytes or halves)
+    const int64_t per_word = 4 / device_element_bytes(this->buffer(buffer).type.dtype);
+    const int64_t at = pl.word * per_word + elem_offset;
+    if (per_word > 1 && at > INT32_MAX) throw Unsupported("a packed tensor lies beyond the first 2 GiB of its buffer");
+    Ex b = add_param(at);
     bases_[key] = b;
     return {s, b};
   }
@@ -101,7 +105,11 @@ class KB {
       case Expr::kLoad: {
         if (e.buffer == result_buffer_ && result_) return result_;
         auto [s, base_ex] = base(&e, e.buffer, e.layout.offset, false);
-        return from_word(e.dtype, load_word(s, address(base_ex, e.layout.strides, coords)));
+        const Ex a = address(base_ex, e.layout.strides, coords);
+        const int eb = device_element_bytes(e.dtype);
+        if (eb == 4) return from_word(e.dtype, load_word(s, a));
+        const auto [word, shift] = packed_position(b, a, eb);
+        return b.let(from_bits(e.dtype, bin(">>", load_word(s, word), shift)));
       }
       case Expr::kLiteral: {
         const Ty t = compute_type(e.dtype);
@@ -156,7 +164,39 @@ class KB {
   void store(Block& b, const void* site, int32_t buffer, const Layout& l, const std::vector<Ex>& coords, Ex v) {
     auto [s, base_ex] = base(site, buffer, l.offset, true);
     const DType t = this->buffer(buffer).type.dtype;
-    b.store(s, address(base_ex, l.strides, coords), to_word(t, v));
+    const Ex a = address(base_ex, l.strides, coords);
+    const int eb = device_element_bytes(t);
+    if (eb == 4) {
+      b.store(s, a, to_word(t, v));
+      return;
+    }
+    // A packed element: replace its bits of the word (atomically: neighbours may be written
+    // by other invocations at the same time).
+    const auto [word, shift] = packed_position(b, a, eb);
+    const Ex ones = lit_u(eb == 1 ? 0xffu : 0xffffu);
+    b.store_bits(s, word, b.let(bin("<<", bin("&", to_word(t, v), ones), shift)), b.let(bin("<<", ones, shift)));
+    k.slots[static_cast<size_t>(s)].atomic = true;
+  }
+
+  // The word holding the packed element at `a` (counted in elements of `eb` bytes) and the
+  // element's bit offset in it.
+  static std::pair<Ex, Ex> packed_position(Block& b, const Ex& a, int eb) {
+    const Ex at = b.let(a);
+    const int per_word = 4 / eb;
+    const Ex word = b.let(bin(">>", at, lit_i(per_word == 4 ? 2 : 1)));
+    const Ex shift = b.let(bin("<<", bin("&", at, lit_i(per_word - 1)), lit_i(eb == 1 ? 3 : 4)));
+    return {word, shift};
+  }
+
+  // A packed element's value from its bits at the bottom of a word (higher bits: neighbours).
+  static Ex from_bits(DType t, const Ex& w) {
+    switch (t) {
+      case DType::kBool: return bin("!=", bin("&", w, lit_u(0xff)), lit_u(0));
+      case DType::kU8: return bitcast(Ty::kI32, bin("&", w, lit_u(0xff)));
+      case DType::kI8: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(24))), lit_i(24));  // sign-extended
+      case DType::kI16: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(16))), lit_i(16));
+      default: throw Unsupported("internal: a packed load of a 32-bit type");
+    }
   }
 
   // Stores a product's result `acc` at `coords` of its output, through the kernel's
