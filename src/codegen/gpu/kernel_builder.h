@@ -1,0 +1,336 @@
+// The kernel builder the GPU templates share (templates.cpp, products.cpp): one dispatch
+// under construction, with the fused-expression evaluator, stores through the output layouts
+// (packed types included), the status block, index helpers and workgroup trees. Internal to
+// src/codegen/gpu.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/gpu/elementwise.h"
+#include "codegen/gpu/gpu_codegen.h"
+
+namespace chroma::gpu::internal {
+
+inline int64_t pow2_at_least(int64_t n, int64_t lo, int64_t hi) {
+  int64_t p = lo;
+  while (p < n && p < hi) p *= 2;
+  return p;
+}
+
+// One dispatch under construction: the kernel IR plus the per-dispatch values its params and
+// slots stand for.
+class KB {
+ public:
+  KB(const Program& p, const std::function<Placement(int32_t)>& place, std::string name, int wg, int dispatch_index,
+     bool subgroups)
+      : p_(p), place_(place), dispatch_index_(dispatch_index), subgroups_(subgroups) {
+    k.name = std::move(name);
+    k.workgroup_size = wg;
+  }
+
+  Kernel k;
+  std::vector<uint32_t> params;
+  std::vector<Placement> slots;
+
+  Block body() { return Block(&k.body, &counter_); }
+
+  int slot(const Placement& pl, bool write) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i] == pl) {
+        k.slots[i].writable = k.slots[i].writable || write;
+        return static_cast<int>(i);
+      }
+    }
+    slots.push_back(pl);
+    k.slots.push_back(Slot{write});
+    return static_cast<int>(slots.size() - 1);
+  }
+
+  Ex add_param(int64_t value) {
+    if (value < 0 || value > 0xffffffffll) throw Unsupported("a buffer offset does not fit in 32 bits");
+    params.push_back(static_cast<uint32_t>(value));
+    k.params = static_cast<int>(params.size());
+    return param(k.params - 1);
+  }
+
+  // (slot, base word) of a buffer at an element offset; one param per (site, buffer).
+  std::pair<int, Ex> base(const void* site, int32_t buffer, int64_t elem_offset, bool write) {
+    const Placement pl = place_(buffer);
+    const int s = slot(pl, write);
+    const auto key = std::make_pair(site, buffer);
+    auto it = bases_.find(key);
+    if (it != bases_.end()) return {s, it->second};
+    // in elements of the buffer's storage from the slot's start (packed types: bytes or halves)
+    const int64_t per_word = 4 / device_element_bytes(this->buffer(buffer).type.dtype);
+    const int64_t at = pl.word * per_word + elem_offset;
+    if (per_word > 1 && at > INT32_MAX) throw Unsupported("a packed tensor lies beyond the first 2 GiB of its buffer");
+    Ex b = add_param(at);
+    bases_[key] = b;
+    return {s, b};
+  }
+
+  const Buffer& buffer(int32_t id) const { return p_.buffers[static_cast<size_t>(id)]; }
+
+  // Element address: base + sum coords * strides (unit and zero strides folded away).
+  static Ex address(const Ex& base, const std::vector<int64_t>& strides, const std::vector<Ex>& coords) {
+    Ex a = base;
+    for (size_t d = 0; d < strides.size() && d < coords.size(); ++d) {
+      if (strides[d] == 0 || is_lit(coords[d], 0)) continue;
+      a = add(a, strides[d] == 1 ? coords[d] : mul(coords[d], lit_i(strides[d])));
+    }
+    return a;
+  }
+
+  static Ex from_word(DType t, const Ex& w) {
+    switch (compute_type(t)) {
+      case Ty::kF32: return bitcast(Ty::kF32, w);
+      case Ty::kBool: return bin("!=", w, lit_u(0));
+      default: return bitcast(Ty::kI32, w);
+    }
+  }
+  static Ex to_word(DType t, const Ex& v) {
+    if (v->ty == Ty::kBool) return convert(Ty::kU32, v);
+    (void)t;
+    return bitcast(Ty::kU32, v);
+  }
+
+  // The value of a fused expression at `coords` (one coordinate per dimension of its shape),
+  // in its compute type.
+  Ex eval(Block& b, const Expr& e, const std::vector<Ex>& coords) {
+    switch (e.kind) {
+      case Expr::kLoad: {
+        if (e.buffer == result_buffer_ && result_) return result_;
+        auto [s, base_ex] = base(&e, e.buffer, e.layout.offset, false);
+        const Ex a = address(base_ex, e.layout.strides, coords);
+        const int eb = device_element_bytes(e.dtype);
+        if (eb == 4) return from_word(e.dtype, load_word(s, a));
+        const auto [word, shift] = packed_position(b, a, eb);
+        return b.let(from_bits(e.dtype, bin(">>", load_word(s, word), shift)));
+      }
+      case Expr::kLiteral: {
+        const Ty t = compute_type(e.dtype);
+        if (t == Ty::kI32) {
+          const int64_t v = narrow_int64(e.literal.is_int ? e.literal.i : static_cast<int64_t>(e.literal.f));
+          if (v < INT32_MIN || v > INT32_MAX) {
+            throw Unsupported("the " + std::string(dtype_name(e.dtype)) + " literal " + std::to_string(v) +
+                              " does not fit in 32 bits (GPU integers are narrowed to i32)");
+          }
+          return lit_i(v);
+        }
+        return lit(t, e.literal.as_double());
+      }
+      case Expr::kIota: {
+        const Ty t = compute_type(e.dtype);
+        if (t == Ty::kF32) {
+          Ex v = lit_f(e.iota_base.as_double() + e.affine.offset);
+          for (size_t d = 0; d < e.affine.strides.size() && d < coords.size(); ++d) {
+            if (e.affine.strides[d] == 0) continue;
+            v = add(v, mul(convert(Ty::kF32, coords[d]), lit_f(e.affine.strides[d])));
+          }
+          return b.let(v);
+        }
+        const int64_t base_v = (e.iota_base.is_int ? e.iota_base.i : static_cast<int64_t>(e.iota_base.f)) +
+                               static_cast<int64_t>(e.affine.offset);
+        std::vector<int64_t> st;
+        for (double c : e.affine.strides) st.push_back(static_cast<int64_t>(c));
+        Ex v = address(lit_i(base_v), st, coords);
+        return t == Ty::kBool ? bin("!=", v, lit_i(0)) : b.let(wrap_to(e.dtype, v));
+      }
+      case Expr::kCast: {
+        const Expr& c = e.children[0];
+        return b.let(cast_value(eval(b, c, coords), c.dtype, e.dtype));
+      }
+      case Expr::kMap: {
+        std::vector<Ex> xs;
+        std::vector<DType> ts;
+        std::vector<const Expr*> ops;
+        for (const Expr& c : e.children) {
+          xs.push_back(b.let(eval(b, c, coords)));
+          ts.push_back(c.dtype);
+          ops.push_back(&c);
+        }
+        Ex r = map_op(b, e.ew, e.dtype, ts, xs, ops);
+        if (compute_type(e.dtype) == Ty::kI32) r = wrap_to(e.dtype, r);
+        return b.let(r);
+      }
+    }
+    throw Unsupported("unknown expression kind");
+  }
+
+  void store(Block& b, const void* site, int32_t buffer, const Layout& l, const std::vector<Ex>& coords, Ex v) {
+    auto [s, base_ex] = base(site, buffer, l.offset, true);
+    const DType t = this->buffer(buffer).type.dtype;
+    const Ex a = address(base_ex, l.strides, coords);
+    const int eb = device_element_bytes(t);
+    if (eb == 4) {
+      b.store(s, a, to_word(t, v));
+      return;
+    }
+    // A packed element: replace its bits of the word (atomically: neighbours may be written
+    // by other invocations at the same time).
+    const auto [word, shift] = packed_position(b, a, eb);
+    const Ex ones = lit_u(eb == 1 ? 0xffu : 0xffffu);
+    b.store_bits(s, word, b.let(bin("<<", bin("&", to_word(t, v), ones), shift)), b.let(bin("<<", ones, shift)));
+    k.slots[static_cast<size_t>(s)].atomic = true;
+  }
+
+  // The word holding the packed element at `a` (counted in elements of `eb` bytes) and the
+  // element's bit offset in it.
+  static std::pair<Ex, Ex> packed_position(Block& b, const Ex& a, int eb) {
+    const Ex at = b.let(a);
+    const int per_word = 4 / eb;
+    const Ex word = b.let(bin(">>", at, lit_i(per_word == 4 ? 2 : 1)));
+    const Ex shift = b.let(bin("<<", bin("&", at, lit_i(per_word - 1)), lit_i(eb == 1 ? 3 : 4)));
+    return {word, shift};
+  }
+
+  // A packed element's value from its bits at the bottom of a word (higher bits: neighbours).
+  static Ex from_bits(DType t, const Ex& w) {
+    switch (t) {
+      case DType::kBool: return bin("!=", bin("&", w, lit_u(0xff)), lit_u(0));
+      case DType::kU8: return bitcast(Ty::kI32, bin("&", w, lit_u(0xff)));
+      case DType::kI8: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(24))), lit_i(24));  // sign-extended
+      case DType::kI16: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(16))), lit_i(16));
+      default: throw Unsupported("internal: a packed load of a 32-bit type");
+    }
+  }
+
+  // Stores a product's result `acc` at `coords` of its output, through the kernel's
+  // epilogue when it has one (its loads of the output buffer stand for `acc`).
+  void store_result(Block& b, const chroma::Kernel& lk, const std::vector<Ex>& coords, const Ex& acc) {
+    Ex v = acc;
+    if (lk.epilogue >= 0) {
+      result_buffer_ = lk.outputs[0];
+      result_ = acc;
+      v = eval(b, lk.inputs[static_cast<size_t>(lk.epilogue)], coords);
+      result_buffer_ = -1;
+      result_ = nullptr;
+    }
+    store(b, &lk, lk.outputs[0], lk.out_layouts[0], coords, v);
+  }
+
+  // Sets the status block (arena words 0-4) when `bad`: the dispatch's index, the value, the
+  // size of the dimension it indexes and that dimension.
+  void flag_bad_index(Block& b, const Ex& bad, const Ex& value, int64_t dim_size, int64_t axis) {
+    Placement arena;
+    arena.where = Placement::kArena;
+    const int s = slot(arena, true);
+    if (!dispatch_param_) dispatch_param_ = add_param(dispatch_index_ + 1);
+    // only the first failing dispatch reports (dispatches run in order; within one, every
+    // writer stores this dispatch's index)
+    b.if_(bin("&&", bad, bin("==", load_word(s, lit_i(0)), lit_u(0))), [&](Block& t) {
+      t.store(s, lit_i(0), lit_u(1));
+      t.store(s, lit_i(1), bitcast(Ty::kU32, dispatch_param_));
+      t.store(s, lit_i(2), bitcast(Ty::kU32, value));
+      t.store(s, lit_i(3), lit_u(static_cast<uint64_t>(dim_size)));
+      t.store(s, lit_i(4), lit_u(static_cast<uint64_t>(axis)));
+    });
+  }
+
+  // Row-major coordinates of `linear` in `shape` (extent-1 dimensions are 0).
+  static std::vector<Ex> coords_of(Block& b, const Ex& linear, const Shape& shape) {
+    std::vector<Ex> c(shape.size());
+    size_t outer = shape.size();
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] != 1) {
+        outer = d;
+        break;
+      }
+    }
+    int64_t suffix = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] == 1) {
+        c[d] = lit_i(0);
+        continue;
+      }
+      Ex q = suffix == 1 ? linear : bin("/", linear, lit_i(suffix));
+      c[d] = b.let(d == outer ? q : bin("%", q, lit_i(shape[d])), "c");
+      suffix *= shape[d];
+    }
+    return c;
+  }
+
+  // The invocation's linear index over `total` elements, `wg * W + lid`; the body runs when it
+  // is in range.
+  template <class F> void per_element(int64_t total, F body_fn) {
+    if (total >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
+    k.workgroups = std::max<int64_t>(1, (total + k.workgroup_size - 1) / k.workgroup_size);
+    Block b = body();
+    const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(k.workgroup_size)), var("lid", Ty::kI32)), "i");
+    b.if_(bin("<", i, lit_i(total)), [&](Block& in) { body_fn(in, i); });
+  }
+
+  // Combines every invocation's `v` over the workgroup through shared memory; returns the
+  // result, the same in every invocation. `subgroup_op` (e.g. subgroupAdd), when the kernel
+  // is built with subgroup operations: each subgroup combines its values in registers, then
+  // every invocation folds the subgroups' partials (workgroup size / subgroup size of them)
+  // in order, starting from `init` (the combiner's identity).
+  Ex tree(Block& b, const Ex& v, const std::string& name, const std::function<Ex(Block&, Ex, Ex)>& combine,
+          const char* subgroup_op = nullptr, const Ex& init = nullptr) {
+    const int w = k.workgroup_size;
+    if (subgroups_ && subgroup_op && init) {
+      k.subgroups = true;
+      const Ex sg_size = var("sg_size", Ty::kI32), sg_lane = var("sg_lane", Ty::kI32);
+      add_shared(name, v->ty, w);
+      const Ex r = b.let(call(subgroup_op, v->ty, {v}), "sg");
+      b.if_(bin("==", sg_lane, lit_i(0)),
+            [&](Block& t) { t.shared_store(name, bin("/", var("lid", Ty::kI32), sg_size), r); });
+      b.barrier();
+      const Ex acc = b.mut(v->ty, init, "r");
+      // a subgroup is taken to be the invocations lid / sg_size (consecutive local indices,
+      // as Vulkan, D3D12 and Metal lay out one-dimensional workgroups; WGSL does not say),
+      // and may be wider than the workgroup: ceil(W / sg_size) partials
+      b.loop("g", lit_i(0), add(bin("/", lit_i(w - 1), sg_size), lit_i(1)), lit_i(1), [&](Block& l, const Ex& g) {
+        l.assign(acc, combine(l, acc, l.let(load_array(Space::kShared, name, v->ty, g))));
+      });
+      b.barrier();  // the array may be reused after this
+      return acc;
+    }
+    add_shared(name, v->ty, w);
+    b.shared_store(name, var("lid", Ty::kI32), v);
+    b.barrier();
+    for (int s = w / 2; s > 0; s /= 2) {
+      b.if_(bin("<", var("lid", Ty::kI32), lit_i(s)), [&](Block& t) {
+        const Ex x = t.let(load_array(Space::kShared, name, v->ty, var("lid", Ty::kI32)));
+        const Ex y = t.let(load_array(Space::kShared, name, v->ty, add(var("lid", Ty::kI32), lit_i(s))));
+        t.shared_store(name, var("lid", Ty::kI32), combine(t, x, y));
+      });
+      b.barrier();
+    }
+    const Ex r = b.let(load_array(Space::kShared, name, v->ty, lit_i(0)), "r");
+    b.barrier();  // the array may be reused after this
+    return r;
+  }
+
+  void add_shared(const std::string& name, Ty t, int64_t count) {
+    for (const SharedArray& a : k.shared) {
+      if (a.name == name) return;
+    }
+    k.shared.push_back(SharedArray{name, t, count});
+  }
+
+ private:
+  const Program& p_;
+  const std::function<Placement(int32_t)>& place_;
+  int dispatch_index_;
+  int counter_ = 0;
+  std::map<std::pair<const void*, int32_t>, Ex> bases_;
+  Ex dispatch_param_;
+  bool subgroups_;
+  int32_t result_buffer_ = -1;  // store_result: the output buffer, read as `result_`
+  Ex result_;
+};
+
+// Matrix products and convolutions (products.cpp).
+void t_matmul(KB& kb, const chroma::Kernel& lk);
+void t_conv(KB& kb, const chroma::Kernel& lk);
+
+}  // namespace chroma::gpu::internal

@@ -1,0 +1,339 @@
+// The GPU templates of matrix products and convolutions (DESIGN.md "The GPU generator", layer
+// B): a memory-bound kernel for products with few rows or columns, one workgroup-tiled product
+// (tiled_gemm) that matrix products and im2col convolutions share, and direct convolutions.
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "codegen/gpu/kernel_builder.h"
+
+namespace chroma::gpu::internal {
+
+namespace {
+
+// A product with few rows (M <= 8, `rows`) or few columns (N <= 8): the R = M (or N) sums of
+// each column (row) of the large dimension stay in registers, so the large operand is read
+// once (memory-bound: the unembedding of a decoder, a GEMV). Each invocation owns C columns W
+// apart, so consecutive invocations read consecutive elements of a row-major operand; the
+// small operand (R x K) is staged in workgroup memory once per workgroup when it fits, so the
+// inner loop reads R values from it per C loads of the large operand.
+void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Shape& batch, int64_t M, int64_t N,
+                     int64_t K) {
+  const Expr& A = lk.inputs[0];
+  const Expr& B = lk.inputs[1];
+  const int64_t R = rows ? M : N, L = rows ? N : M, nb = numel(batch);
+  const int W = static_cast<int>(pow2_at_least(L, 64, 256));
+  const int64_t C = L >= 16 * W ? 4 : 1;
+  const int64_t groups = (L + W * C - 1) / (W * C);
+  if (nb * groups >= (1ll << 31) || nb * M * N >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
+  kb.k.workgroup_size = W;
+  kb.k.workgroups = std::max<int64_t>(1, nb * groups);
+  const bool staged = R * K * 4 <= 8192;
+  Block b = kb.body();
+  const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex bt = b.let(bin("/", wg, lit_i(groups))), g = b.let(bin("%", wg, lit_i(groups)));
+  const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
+  // (small index r, k) -> value of the small operand; (k, large index) -> the large one's
+  auto at = [&](Block& in, const Expr& e, const Ex& i, const Ex& j) {
+    std::vector<Ex> c = bc;
+    c.push_back(i);
+    c.push_back(j);
+    return kb.eval(in, e, c);
+  };
+  auto small = [&](Block& in, const Ex& r, const Ex& k) { return rows ? at(in, A, r, k) : at(in, B, k, r); };
+  auto large = [&](Block& in, const Ex& k, const Ex& l) { return rows ? at(in, B, k, l) : at(in, A, l, k); };
+  if (staged) {
+    kb.add_shared("sm", t, R * K);
+    b.loop("s", lid, lit_i(R * K), lit_i(W), [&](Block& in, const Ex& si) {
+      in.shared_store("sm", si, small(in, in.let(bin("/", si, lit_i(K))), in.let(bin("%", si, lit_i(K)))));
+    });
+    b.barrier();
+  }
+  std::vector<Ex> col, valid, clamped;
+  for (int64_t j = 0; j < C; ++j) {
+    col.push_back(b.let(add(add(mul(g, lit_i(W * C)), lit_i(j * W)), lid), "l"));
+    valid.push_back(b.let(bin("<", col.back(), lit_i(L))));
+    clamped.push_back(b.let(call("min", Ty::kI32, {col.back(), lit_i(L - 1)})));  // every read in bounds
+  }
+  std::vector<std::vector<Ex>> acc(static_cast<size_t>(R));
+  for (auto& row : acc) {
+    for (int64_t j = 0; j < C; ++j) row.push_back(b.mut(t, lit(t, 0), "acc"));
+  }
+  b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
+    std::vector<Ex> lv;
+    for (int64_t j = 0; j < C; ++j) lv.push_back(in.let(large(in, k, clamped[static_cast<size_t>(j)])));
+    for (int64_t r = 0; r < R; ++r) {
+      const Ex sv = in.let(staged ? load_array(Space::kShared, "sm", t, add(lit_i(r * K), k)) : small(in, lit_i(r), k));
+      for (int64_t j = 0; j < C; ++j) {
+        Ex& a = acc[static_cast<size_t>(r)][static_cast<size_t>(j)];
+        in.assign(a, add(a, rows ? mul(sv, lv[static_cast<size_t>(j)]) : mul(lv[static_cast<size_t>(j)], sv)));
+      }
+    }
+  });
+  for (int64_t j = 0; j < C; ++j) {
+    b.if_(valid[static_cast<size_t>(j)], [&](Block& in) {
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<Ex> c = bc;
+        c.push_back(rows ? lit_i(r) : col[static_cast<size_t>(j)]);
+        c.push_back(rows ? col[static_cast<size_t>(j)] : lit_i(r));
+        kb.store_result(in, lk, c, acc[static_cast<size_t>(r)][static_cast<size_t>(j)]);
+      }
+    });
+  }
+}
+
+// A (batched) product C[m, n] = sum_k A[m, k] B[k, n] tiled in workgroup memory, for the
+// matrix products and the im2col-tiled convolutions: 16 x 16 invocations, each owning an
+// RM x RN block of C (rows ty + 16 i, columns tx + 16 j), so a workgroup computes a
+// 16 RM x 16 RN tile from 16-deep slices of A and B staged in workgroup memory. The operands
+// are read through callbacks (called in bounds only), so A can be an implicit im2col matrix.
+struct Gemm {
+  int64_t batches = 1, M = 0, N = 0, K = 0;
+  bool a_k_fastest = true;  // consecutive invocations stage consecutive k of A (else of m)
+  bool b_n_fastest = true;  // ... consecutive n of B (else of k)
+  std::function<void(Block&, const Ex& batch)> prologue;
+  std::function<Ex(Block&, const Ex& m, const Ex& k)> a;
+  std::function<Ex(Block&, const Ex& k, const Ex& n)> b;
+  std::function<void(Block&, const Ex& m, const Ex& n, const Ex& acc)> store;
+};
+
+void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
+  // 8-deep slices: SwiftShader's pipeline compile time grows with the workgroup memory
+  // declared (about 0.35 ms per element: 16-deep slices of 64 x 64 tiles took 0.7 s).
+  constexpr int64_t T = 16, BK = 8;
+  const int64_t RM = g.M >= 64 ? 4 : g.M >= 32 ? 2 : 1, RN = g.N >= 64 ? 4 : g.N >= 32 ? 2 : 1;
+  const int64_t BM = T * RM, BN = T * RN;
+  const int64_t tm = (g.M + BM - 1) / BM, tn = (g.N + BN - 1) / BN;
+  if (g.batches * tm * tn >= (1ll << 31) || g.batches * g.M * g.N >= (1ll << 31)) {
+    throw Unsupported("more than 2^31 elements in one kernel");
+  }
+  kb.k.workgroup_size = static_cast<int>(T * T);
+  kb.k.workgroups = std::max<int64_t>(1, g.batches * tm * tn);
+  kb.add_shared("ta", t, BM * BK);
+  kb.add_shared("tb", t, BK * BN);
+  Block b = kb.body();
+  const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex bt = b.let(bin("/", wg, lit_i(tm * tn)), "bt");
+  const Ex tile = b.let(bin("%", wg, lit_i(tm * tn)));
+  const Ex m0 = b.let(mul(bin("/", tile, lit_i(tn)), lit_i(BM)), "m0");
+  const Ex n0 = b.let(mul(bin("%", tile, lit_i(tn)), lit_i(BN)), "n0");
+  const Ex ty = b.let(bin("/", lid, lit_i(T))), tx = b.let(bin("%", lid, lit_i(T)));
+  if (g.prologue) g.prologue(b, bt);
+  // The RM x RN accumulators: a private array indexed by literals in the inner loop and by
+  // the loop of the final stores (so the epilogue appears once in the code).
+  b.array("acc", t, RM * RN);
+  for (int64_t i = 0; i < RM * RN; ++i) b.assign_elem("acc", lit_i(i), lit(t, 0));
+  // Stages a rows x cols slice (row-major in workgroup memory `name`), `count` elements at
+  // most 256 per step; `inner_fastest`: consecutive invocations take consecutive columns.
+  auto stage = [&](Block& in, const char* name, int64_t rows, int64_t cols, bool inner_fastest,
+                   const std::function<Ex(Block&, const Ex& r, const Ex& c)>& at) {
+    const int64_t count = rows * cols, steps = (count + T * T - 1) / (T * T);
+    in.loop("s", lit_i(0), lit_i(steps), lit_i(1), [&](Block& l, const Ex& step) {
+      const Ex idx = l.let(add(lid, mul(step, lit_i(T * T))));
+      auto body = [&](Block& bb) {
+        const Ex r = bb.let(inner_fastest ? bin("/", idx, lit_i(cols)) : bin("%", idx, lit_i(rows)));
+        const Ex c = bb.let(inner_fastest ? bin("%", idx, lit_i(cols)) : bin("/", idx, lit_i(rows)));
+        bb.shared_store(name, add(mul(r, lit_i(cols)), c), at(bb, r, c));
+      };
+      if (count % (T * T) == 0) body(l);
+      else l.if_(bin("<", idx, lit_i(count)), body);
+    });
+  };
+  b.loop("k0", lit_i(0), lit_i(g.K), lit_i(BK), [&](Block& in, const Ex& k0) {
+    stage(in, "ta", BM, BK, g.a_k_fastest, [&](Block& l, const Ex& mm, const Ex& kk) {
+      const Ex gm = l.let(add(m0, mm)), gk = l.let(add(k0, kk));
+      const Ex v = l.mut(t, lit(t, 0), "av");
+      l.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
+      return v;
+    });
+    stage(in, "tb", BK, BN, g.b_n_fastest, [&](Block& l, const Ex& kk, const Ex& nn) {
+      const Ex gk = l.let(add(k0, kk)), gn = l.let(add(n0, nn));
+      const Ex v = l.mut(t, lit(t, 0), "bv");
+      l.if_(bin("&&", bin("<", gk, lit_i(g.K)), bin("<", gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
+      return v;
+    });
+    in.barrier();
+    in.loop("kk", lit_i(0), lit_i(BK), lit_i(1), [&](Block& l, const Ex& kk) {
+      std::vector<Ex> av, bv;
+      for (int64_t i = 0; i < RM; ++i) {
+        av.push_back(l.let(load_array(Space::kShared, "ta", t, add(mul(add(ty, lit_i(i * T)), lit_i(BK)), kk)), "a"));
+      }
+      for (int64_t j = 0; j < RN; ++j) {
+        bv.push_back(l.let(load_array(Space::kShared, "tb", t, add(add(mul(kk, lit_i(BN)), tx), lit_i(j * T))), "b"));
+      }
+      for (int64_t i = 0; i < RM; ++i) {
+        for (int64_t j = 0; j < RN; ++j) {
+          const Ex ai = lit_i(i * RN + j);
+          l.assign_elem("acc", ai, add(load_array(Space::kPrivate, "acc", t, ai), mul(av[static_cast<size_t>(i)], bv[static_cast<size_t>(j)])));
+        }
+      }
+    });
+    in.barrier();
+  });
+  b.loop("o", lit_i(0), lit_i(RM * RN), lit_i(1), [&](Block& l, const Ex& i) {
+    const Ex gm = l.let(add(add(m0, ty), mul(bin("/", i, lit_i(RN)), lit_i(T))), "gm");
+    const Ex gn = l.let(add(add(n0, tx), mul(bin("%", i, lit_i(RN)), lit_i(T))), "gn");
+    l.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gn, lit_i(g.N))),
+          [&](Block& in) { g.store(in, gm, gn, in.let(load_array(Space::kPrivate, "acc", t, i))); });
+  });
+}
+
+// Whether consecutive elements of the last (else the second-to-last) dimension of a loaded
+// operand are adjacent in memory; fused expressions count as row-major.
+bool inner_contiguous(const Expr& e) {
+  if (e.kind != Expr::kLoad) return true;
+  const size_t r = e.layout.strides.size();
+  return !(e.layout.strides[r - 1] != 1 && e.layout.strides[r - 2] == 1);
+}
+
+}  // namespace
+
+// C = A B over batch dimensions: few rows or columns go to t_matmul_skinny; otherwise
+// tiled_gemm.
+void t_matmul(KB& kb, const chroma::Kernel& lk) {
+  const Expr& A = lk.inputs[0];
+  const Expr& B = lk.inputs[1];
+  const Ty t = compute_type(A.dtype);  // float32, or integers in i32 (wrapping as int32 does)
+  if (t == Ty::kBool) throw Unsupported("matrix products of bool");
+  const size_t r = lk.shape.size();
+  const int64_t M = lk.shape[r - 2], N = lk.shape[r - 1], K = A.shape()[r - 1];
+  const Shape batch(lk.shape.begin(), lk.shape.end() - 2);
+  if (M <= 8 || N <= 8) return t_matmul_skinny(kb, lk, M <= 8, t, batch, M, N, K);
+  std::vector<Ex> bc;
+  auto coords = [&](const Ex& i, const Ex& j) {
+    std::vector<Ex> c = bc;
+    c.push_back(i);
+    c.push_back(j);
+    return c;
+  };
+  Gemm g;
+  g.batches = numel(batch);
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.a_k_fastest = inner_contiguous(A);
+  g.b_n_fastest = inner_contiguous(B);
+  g.prologue = [&](Block& b, const Ex& bt) { bc = KB::coords_of(b, bt, batch); };
+  g.a = [&](Block& b, const Ex& m, const Ex& k) { return kb.eval(b, A, coords(m, k)); };
+  g.b = [&](Block& b, const Ex& k, const Ex& n) { return kb.eval(b, B, coords(k, n)); };
+  g.store = [&](Block& b, const Ex& m, const Ex& n, const Ex& acc) { kb.store_result(b, lk, coords(m, n), acc); };
+  tiled_gemm(kb, t, g);
+}
+
+// Convolution. Grouped ones with at least 16 output channels per group and 64 products per
+// output run im2col-tiled: per group, the product of the implicit im2col matrix
+// [batch x output positions, Cin/g x kernel positions] (never written; zero padding by
+// bounds tests) and the weights [Cin/g x kernel positions, Cout/g], through tiled_gemm. The
+// rest (depthwise and other thin ones) run direct: one invocation per output element.
+void t_conv(KB& kb, const chroma::Kernel& lk) {
+  const Expr& x = lk.inputs[0];
+  const Expr& w = lk.inputs[1];
+  if (compute_type(x.dtype) != Ty::kF32) throw Unsupported("convolution of a non-float32 tensor");
+  if (!lk.post_ops.empty()) throw Unsupported("convolution post-ops (a CPU lowering choice)");
+  const Shape xs = x.shape(), ws = w.shape();
+  const size_t d = xs.size() - 2;
+  const int64_t groups = lk.attrs.k, cout = ws[0], cin_g = ws[1], cout_g = cout / groups;
+  const Shape window(ws.begin() + 2, ws.end());
+  const Shape out_space(lk.shape.begin() + 2, lk.shape.end());
+  const int64_t kdim = cin_g * numel(window);
+  // The input element at output position `o` (spatial coordinates) and window position
+  // `kw`: zero where that is padding, read branch-free (the address clamped inside, the
+  // value selected): SwiftShader compiles a conditional read per tap very slowly.
+  auto input_at = [&](Block& b, const Ex& n, const Ex& cx, const std::vector<Ex>& o, const std::vector<Ex>& kw) {
+    Ex ok;
+    std::vector<Ex> xc{n, cx};
+    for (size_t dim = 0; dim < d; ++dim) {
+      const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
+      const Ex pos = b.let(add(bin("-", mul(o[dim], lit_i(st)), lit_i(pd)), mul(kw[dim], lit_i(dl))));
+      if (pd == 0 && (out_space[dim] - 1) * st + (window[dim] - 1) * dl < xs[2 + dim]) {  // never outside
+        xc.push_back(pos);
+        continue;
+      }
+      xc.push_back(b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {pos, lit_i(0)}), lit_i(xs[2 + dim] - 1)})));
+      const Ex inside = bin("&&", bin(">=", pos, lit_i(0)), bin("<", pos, lit_i(xs[2 + dim])));
+      ok = ok ? bin("&&", ok, inside) : inside;
+    }
+    const Ex v = b.let(kb.eval(b, x, xc));
+    return ok ? b.let(select(lit_f(0), v, ok)) : v;
+  };
+  if (cout_g >= 16 && kdim >= 64) {
+    Shape mshape{lk.shape[0]};
+    mshape.insert(mshape.end(), out_space.begin(), out_space.end());
+    Shape kshape{cin_g};
+    kshape.insert(kshape.end(), window.begin(), window.end());
+    Ex grp;
+    Gemm g;
+    g.batches = groups;
+    g.M = numel(mshape);
+    g.N = cout_g;
+    g.K = kdim;
+    g.a_k_fastest = false;  // consecutive output positions: consecutive input columns
+    g.b_n_fastest = false;  // the weights are [Cout, Cin/g x window] row-major
+    g.prologue = [&](Block&, const Ex& bt) { grp = bt; };
+    g.a = [&](Block& b, const Ex& m, const Ex& k) {
+      const std::vector<Ex> mc = KB::coords_of(b, m, mshape), kc = KB::coords_of(b, k, kshape);
+      const Ex cx = groups == 1 ? kc[0] : b.let(add(mul(grp, lit_i(cin_g)), kc[0]));
+      return input_at(b, mc[0], cx, std::vector<Ex>(mc.begin() + 1, mc.end()), std::vector<Ex>(kc.begin() + 1, kc.end()));
+    };
+    g.b = [&](Block& b, const Ex& k, const Ex& n) {
+      std::vector<Ex> wc = KB::coords_of(b, k, kshape);
+      wc.insert(wc.begin(), groups == 1 ? n : b.let(add(mul(grp, lit_i(cout_g)), n)));
+      return kb.eval(b, w, wc);
+    };
+    g.store = [&](Block& b, const Ex& m, const Ex& n, const Ex& acc) {
+      std::vector<Ex> oc = KB::coords_of(b, m, mshape);
+      oc.insert(oc.begin() + 1, groups == 1 ? n : b.let(add(mul(grp, lit_i(cout_g)), n)));
+      kb.store_result(b, lk, oc, acc);
+    };
+    return tiled_gemm(kb, Ty::kF32, g);
+  }
+  // Direct: one invocation per output position and block of CB output channels of a group
+  // (each input tap read once for CB products); CB divides Cout/g.
+  int64_t cb = cout_g <= 8 ? cout_g : 1;
+  for (int64_t c : {8, 4, 2}) {
+    if (cout_g > 8 && cout_g % c == 0) {
+      cb = c;
+      break;
+    }
+  }
+  Shape grid = lk.shape;
+  grid[1] = cout / cb;
+  kb.per_element(numel(grid), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> o = KB::coords_of(b, i, grid);
+    const std::vector<Ex> os(o.begin() + 2, o.end());
+    const Ex co0 = b.let(mul(o[1], lit_i(cb)), "co");
+    const Ex g = b.let(bin("/", co0, lit_i(cout_g)));
+    b.array("acc", Ty::kF32, cb);
+    for (int64_t c = 0; c < cb; ++c) b.assign_elem("acc", lit_i(c), lit_f(0));
+    b.loop("ci", lit_i(0), lit_i(cin_g), lit_i(1), [&](Block& in, const Ex& ci) {
+      const Ex cx = in.let(add(mul(g, lit_i(cin_g)), ci));
+      std::function<void(Block&, size_t, std::vector<Ex>)> win = [&](Block& bb, size_t dim, std::vector<Ex> kw) {
+        if (dim == d) {
+          const Ex xv = input_at(bb, o[0], cx, os, kw);
+          for (int64_t c = 0; c < cb; ++c) {
+            std::vector<Ex> wc{add(co0, lit_i(c)), ci};
+            wc.insert(wc.end(), kw.begin(), kw.end());
+            const Ex ai = lit_i(c);
+            bb.assign_elem("acc", ai, add(load_array(Space::kPrivate, "acc", Ty::kF32, ai), mul(xv, kb.eval(bb, w, wc))));
+          }
+          return;
+        }
+        bb.loop("kw", lit_i(0), lit_i(window[dim]), lit_i(1), [&](Block& l, const Ex& k) {
+          std::vector<Ex> kw2 = kw;
+          kw2.push_back(k);
+          win(l, dim + 1, kw2);
+        });
+      };
+      win(in, 0, {});
+    });
+    auto store = [&](Block& l, const Ex& c) {
+      std::vector<Ex> oc = o;
+      oc[1] = l.let(add(co0, c));
+      kb.store_result(l, lk, oc, l.let(load_array(Space::kPrivate, "acc", Ty::kF32, c)));
+    };
+    if (cb == 1) store(b, lit_i(0));
+    else b.loop("c", lit_i(0), lit_i(cb), lit_i(1), store);
+  });
+}
+
+}  // namespace chroma::gpu::internal
