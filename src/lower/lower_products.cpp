@@ -1,0 +1,462 @@
+// The lowering of matrix products and convolutions (Lowerer, lowerer.h): operands in the
+// layouts BLAS and oneDNN address, the Maps a product or convolution applies as it stores
+// (post-ops on the CPU, epilogues on GPU targets), pre-packed and gathered products and
+// row-major constant operands.
+#include "lower/lowerer.h"
+
+namespace chroma::lowering {
+
+bool Lowerer::blas_layout(Layout& l) {
+  const size_t r = l.shape.size();
+  int64_t& sr = l.strides[r - 2];
+  int64_t& sc = l.strides[r - 1];
+  const int64_t rows = l.shape[r - 2], cols = l.shape[r - 1];
+  if (cols == 1 && sc != 1 && !(rows > 1 && sr == 1)) sc = 1;
+  if (rows == 1 && sr != 1) sr = std::max<int64_t>(cols, 1);
+  if (sc == 1 && sr >= std::max<int64_t>(cols, 1)) return true;
+  if (sr == 1 && sc >= std::max<int64_t>(rows, 1)) return true;
+  return false;
+}
+
+Expr Lowerer::dense_operand(Value v) {
+  const size_t mark = fused_into_.size();
+  Expr e = expr_of(v);
+  if (e.kind == Expr::kLoad && e.layout.strides == contiguous_strides(e.layout.shape)) return e;
+  fused_into_.resize(mark);
+  return buffer_load(v, Want::kContiguous);
+}
+
+Value Lowerer::conv_post_ops(Kernel& k, Value v, Value* epilogue_root) {
+  const Shape& shape = k.shape;
+  using P = Kernel::PostOp;
+  auto literal = [&](Value o, float* out) {
+    const Node& src = g_.node(source_of(o.node));
+    if (src.op != Op::kFull || !is_float(src.type().dtype)) return false;
+    *out = static_cast<float>(src.attrs.scalar.as_double());
+    return !std::isnan(*out);
+  };
+  // A float32 constant seen through views, made a buffer now if the folder placed it after
+  // the convolution in node order.
+  auto constant = [&](Value o, Expr* e) {
+    const int32_t src = source_of(o.node);
+    if (g_.node(src).op != Op::kConstant || g_.type(o).dtype != DType::kF32) return false;
+    if (!buffer_of_.count(Value{src, 0})) new_buffer(Value{src, 0}, Region::kConstant, static_cast<int32_t>(g_.node(src).attrs.index));
+    const size_t mark = fused_into_.size();
+    *e = expr_of(o);
+    fused_into_.resize(mark);
+    return e->kind == Expr::kLoad && p_.buffers[static_cast<size_t>(e->buffer)].region == Region::kConstant &&
+           e->layout.shape == shape;
+  };
+  auto per_channel = [&](const Expr& e) {
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] != 1 && e.layout.strides[d] != (d == 1 ? 1 : 0)) return false;
+    }
+    return true;
+  };
+  auto same_shape_map = [&](const Node& m) {
+    return m.op == Op::kMap && m.type().dtype == DType::kF32 && m.type().shape == shape;
+  };
+  Value cur = v;
+  *epilogue_root = Value{-1, 0};
+  const bool gpu = opts_.product_epilogues;
+  for (;;) {
+    if (gpu || output_slot_.count(cur)) break;
+    const std::vector<int32_t>& cs = consumers_[static_cast<size_t>(cur.node)];
+    if (cs.size() != 1) break;
+    const Node& m = g_.node(cs[0]);
+    if (!same_shape_map(m) || m.inputs.size() != 2) break;
+    const EwOp ew = m.attrs.ew;
+    if (ew != EwOp::k_add && ew != EwOp::k_sub && ew != EwOp::k_mul) break;
+    const bool first = m.inputs[0] == cur;
+    const Value o = m.inputs[first ? 1 : 0];
+    P op;
+    float c = 0;
+    Expr e;
+    if (literal(o, &c)) {
+      if (ew == EwOp::k_add) op = P{P::kLinear, 1.0f, c, -1};
+      else if (ew == EwOp::k_mul) op = P{P::kLinear, c, 0.0f, -1};
+      else op = first ? P{P::kLinear, 1.0f, -c, -1} : P{P::kLinear, -1.0f, c, -1};
+    } else if (constant(o, &e) && per_channel(e) && (ew != EwOp::k_sub || first)) {
+      op.kind = ew == EwOp::k_mul ? P::kMulC : ew == EwOp::k_sub ? P::kSubC : P::kAddC;
+      if (op.kind == P::kAddC && k.post_ops.empty()) op.kind = P::kBias;
+      k.inputs.push_back(std::move(e));
+      op.input = static_cast<int32_t>(k.inputs.size() - 1);
+    } else {
+      break;
+    }
+    k.post_ops.push_back(op);
+    absorbed_[static_cast<size_t>(cs[0])] = true;
+    fused_into_.push_back(cs[0]);
+    cur = Value{cs[0], 0};
+  }
+  // The epilogue: grow the set of Maps reading `cur` until one node of it (the root) is the
+  // only one read from outside; then try to take the root's readers in too, and so on.
+  if (output_slot_.count(cur) || consumers_[static_cast<size_t>(cur.node)].empty()) return cur;
+  constexpr size_t kMaxNodes = 16;
+  auto in = [](const std::vector<int32_t>& r, int32_t id) { return std::find(r.begin(), r.end(), id) != r.end(); };
+  // Every operand from outside: cur, a literal, a constant per channel or scalar, or a
+  // channels-last float32 buffer of the same shape, read directly (no view).
+  auto leaf_ok = [&](const std::vector<int32_t>& r, Value x) {
+    if (x == cur || in(r, x.node)) return true;
+    float c = 0;
+    Expr e;
+    if (literal(x, &c)) return true;
+    if (gpu) {
+      const int32_t src = source_of(x.node);
+      const Op op = g_.node(src).op;
+      if (op == Op::kConstant && !buffer_of_.count(Value{src, 0})) {
+        new_buffer(Value{src, 0}, Region::kConstant, static_cast<int32_t>(g_.node(src).attrs.index));
+      }
+      return op == Op::kConstant || op == Op::kFull || op == Op::kIota || x.node < v.node;
+    }
+    if (g_.node(source_of(x.node)).op == Op::kConstant) {
+      return constant(x, &e) &&
+             (per_channel(e) || std::all_of(e.layout.strides.begin(), e.layout.strides.end(), [](int64_t st) { return st == 0; }));
+    }
+    auto it = buffer_of_.find(x);
+    if (it == buffer_of_.end()) return false;
+    const Buffer& b = p_.buffers[static_cast<size_t>(it->second)];
+    return b.channels_last() && b.type.shape == shape && b.type.dtype == DType::kF32;
+  };
+  // The root of the smallest closed region containing `seed`, growing it in place; -1 if
+  // there is none within kMaxNodes.
+  auto close = [&](std::vector<int32_t>& r) -> int32_t {
+    for (;;) {
+      if (r.size() > kMaxNodes) return -1;
+      std::vector<int32_t> open;  // read from outside the region, or a graph output
+      for (int32_t id : r) {
+        if (!same_shape_map(g_.node(id))) return -1;
+        for (Value x : g_.node(id).inputs) {
+          if (!leaf_ok(r, x)) return -1;
+        }
+        bool outside = output_slot_.count(Value{id, 0}) > 0 || consumers_[static_cast<size_t>(id)].empty();
+        for (int32_t c : consumers_[static_cast<size_t>(id)]) outside = outside || !in(r, c);
+        if (outside) open.push_back(id);
+      }
+      if (open.size() == 1) return open[0];
+      if (open.empty()) return -1;
+      // Pull in the readers of every open node but the latest in node order (the root to be).
+      const int32_t latest = *std::max_element(open.begin(), open.end());
+      bool grew = false;
+      for (int32_t id : open) {
+        if (id == latest) continue;
+        if (output_slot_.count(Value{id, 0})) return -1;
+        for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+          if (!in(r, c)) {
+            r.push_back(c);
+            grew = true;
+          }
+        }
+      }
+      if (!grew) return -1;
+    }
+  };
+  std::vector<int32_t> region, trial = consumers_[static_cast<size_t>(cur.node)];
+  int32_t root = -1;
+  for (;;) {
+    const int32_t r = close(trial);
+    if (r < 0) break;
+    region = trial;
+    root = r;
+    if (output_slot_.count(Value{root, 0}) || consumers_[static_cast<size_t>(root)].empty()) break;
+    for (int32_t c : consumers_[static_cast<size_t>(root)]) {
+      if (!in(trial, c)) trial.push_back(c);
+    }
+  }
+  if (root < 0) return cur;
+  for (int32_t id : region) absorbed_[static_cast<size_t>(id)] = true;
+  *epilogue_root = Value{root, 0};
+  return cur;
+}
+
+void Lowerer::push_with_epilogue(Kernel k, const Node& n, Value v, std::vector<int64_t> strides) {
+  k.shape = n.type().shape;
+  Value root;
+  const Value last = conv_post_ops(k, v, &root);
+  // A row-major root that is a graph output is written there directly.
+  const int32_t out = new_buffer(root.node >= 0 ? root : last, Region::kArena, -1, std::move(strides));
+  buffer_of_[last] = out;
+  k.outputs.push_back(out);
+  k.out_layouts.push_back(p_.buffers[static_cast<size_t>(out)].layout());
+  if (root.node >= 0) {
+    // The epilogue's expression, `last` read from the buffer itself; the buffer then
+    // holds the root's value.
+    Expr e = compute(root);
+    buffer_of_.erase(last);
+    buffer_of_[root] = out;
+    k.inputs.push_back(std::move(e));
+    k.epilogue = static_cast<int32_t>(k.inputs.size() - 1);
+  }
+  push(std::move(k), n);
+}
+
+Expr Lowerer::channels_last_operand(Value v) {
+  const size_t mark = fused_into_.size();
+  Expr e = expr_of(v);
+  if (e.kind == Expr::kLoad && is_channels_last(e.layout)) return e;
+  fused_into_.resize(mark);
+  return buffer_load(v, Want::kChannelsLast);
+}
+
+Expr Lowerer::matmul_operand(Value v) {
+  const size_t mark = fused_into_.size();
+  Expr e = expr_of(v);
+  if (e.kind == Expr::kLoad && blas_layout(e.layout)) return e;
+  // An expression, or a view BLAS cannot address: copy it into a contiguous buffer.
+  fused_into_.resize(mark);
+  e = buffer_load(v, Want::kContiguous);
+  blas_layout(e.layout);
+  return e;
+}
+
+int32_t Lowerer::add_packed_constant(std::string name, Shape shape, const std::vector<float>& data) {
+  ConstantData pc;
+  pc.name = std::move(name);
+  pc.type = TensorType{DType::kF32, std::move(shape)};
+  auto bytes = std::make_shared<std::vector<uint8_t>>(data.size() * sizeof(float));
+  std::memcpy(bytes->data(), data.data(), bytes->size());
+  pc.bytes = std::move(bytes);
+  p_.constants.push_back(std::move(pc));
+  Buffer pb;
+  pb.region = Region::kConstant;
+  pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
+  pb.type = p_.constants.back().type;
+  pb.name = p_.constants.back().name;
+  p_.buffers.push_back(pb);
+  return static_cast<int32_t>(p_.buffers.size() - 1);
+}
+
+void Lowerer::row_major_constant(Expr* e) {
+  if (e->kind != Expr::kLoad || dtype_size(e->dtype) != 4) return;
+  const Buffer& buf = p_.buffers[static_cast<size_t>(e->buffer)];
+  if (buf.region != Region::kConstant) return;
+  const Layout& l = e->layout;
+  const size_t r = l.shape.size();
+  if (r < 2 || l.strides[r - 1] == 1 || numel(l.shape) == 0) return;
+  const Shape batch(l.shape.begin(), l.shape.end() - 2);
+  bool broadcast = true, distinct = true;
+  for (size_t d = 0; d < batch.size(); ++d) {
+    if (batch[d] == 1) continue;
+    broadcast = broadcast && l.strides[d] == 0;
+    distinct = distinct && l.strides[d] != 0;
+  }
+  if (!broadcast && !distinct) return;
+  const int64_t kk = l.shape[r - 2], nn = l.shape[r - 1];
+  const int64_t nb = broadcast ? 1 : numel(batch);
+  const ConstantData& c = p_.constants[static_cast<size_t>(buf.slot)];
+  const auto* src = reinterpret_cast<const uint32_t*>(c.data());
+  std::vector<float> out(static_cast<size_t>(nb * kk * nn));
+  auto* dst = reinterpret_cast<uint32_t*>(out.data());
+  std::vector<int64_t> idx(batch.size(), 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t o = l.offset;
+    for (size_t d = 0; d < batch.size(); ++d) o += idx[d] * l.strides[d];
+    for (int64_t q = 0; q < kk; ++q)
+      for (int64_t j = 0; j < nn; ++j) dst[(b * kk + q) * nn + j] = src[o + q * l.strides[r - 2] + j * l.strides[r - 1]];
+    for (size_t d = batch.size(); d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  Shape shape = broadcast ? Shape{kk, nn} : l.shape;
+  const int32_t nbuf = add_packed_constant((c.name.empty() ? "folded" : c.name) + ".row_major", shape, out);
+  p_.buffers[static_cast<size_t>(nbuf)].type.dtype = e->dtype;  // the bits of any 4-byte type
+  p_.constants.back().type.dtype = e->dtype;
+  Layout nl;
+  nl.shape = l.shape;
+  nl.strides.assign(r, 0);
+  nl.strides[r - 1] = 1;
+  nl.strides[r - 2] = nn;
+  if (!broadcast) {
+    int64_t st = kk * nn;
+    for (size_t d = batch.size(); d-- > 0;) {
+      nl.strides[d] = batch[d] == 1 ? 0 : st;
+      st *= batch[d];
+    }
+  }
+  e->buffer = nbuf;
+  e->layout = nl;
+}
+
+bool Lowerer::packed_matmul(const Node& n, Value v) {
+  const TensorType& ct = n.type();
+  const size_t r = ct.shape.size();
+  if (ct.dtype != DType::kF32 || r < 2 || opts_.packed_max_rows <= 0) return false;
+  const int64_t m = ct.shape[r - 2], nn = ct.shape[r - 1];
+  const int64_t kk = g_.type(n.inputs[0]).shape[r - 1];
+  if (m < 1 || m > opts_.packed_max_rows || nn < 1 || kk < 1) return false;
+  Expr eb;
+  {
+    // B must be a constant seen through views (no computation).
+    if (g_.node(source_of(n.inputs[1].node)).op != Op::kConstant) return false;
+    const size_t mark = fused_into_.size();
+    eb = expr_of(n.inputs[1]);
+    fused_into_.resize(mark);
+    if (eb.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(eb.buffer)].region != Region::kConstant) return false;
+  }
+  Kernel k = start(n, Kernel::kMatMulPacked);
+  Expr ea = matmul_operand(n.inputs[0]);
+  const ConstantData& cb = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(eb.buffer)].slot)];
+  const auto* bsrc = reinterpret_cast<const float*>(cb.data());
+  const int64_t panels = (nn + 15) / 16;
+  const int64_t panel_elems = panels * kk * 16;
+  const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
+  const int64_t nb = numel(batch);
+  std::map<int64_t, int64_t> packed_of;  // source offset -> packed index
+  std::vector<float> packed;
+  std::vector<int64_t> idx(batch.size(), 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t ao = ea.layout.offset, bo = eb.layout.offset;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      ao += idx[d] * ea.layout.strides[d];
+      bo += idx[d] * eb.layout.strides[d];
+    }
+    auto [pit, fresh] = packed_of.emplace(bo, static_cast<int64_t>(packed_of.size()));
+    if (fresh) {
+      const int64_t sk = eb.layout.strides[r - 2], sn = eb.layout.strides[r - 1];
+      packed.resize(packed.size() + static_cast<size_t>(panel_elems), 0.0f);
+      float* dst = packed.data() + pit->second * panel_elems;
+      for (int64_t p = 0; p < panels; ++p)
+        for (int64_t q = 0; q < kk; ++q)
+          for (int64_t j = 0; j < 16 && p * 16 + j < nn; ++j) dst[(p * kk + q) * 16 + j] = bsrc[bo + q * sk + (p * 16 + j) * sn];
+    }
+    k.batch_a.push_back(ao);
+    k.batch_b.push_back(pit->second * panel_elems);
+    k.batch_c.push_back(b * m * nn);
+    for (size_t d = batch.size(); d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  const int32_t pb = add_packed_constant((cb.name.empty() ? "folded" : cb.name) + ".packed16",
+                                         {static_cast<int64_t>(packed_of.size()), panels, kk, 16}, packed);
+  k.inputs.push_back(std::move(ea));
+  k.inputs.push_back(load(pb));
+  push_over_output(std::move(k), n, v);
+  p_.kernels.back().label.replace(0, 6, "MatMul.packed");
+  return true;
+}
+
+void Lowerer::emit_gather(const Node& n, Value v) {
+  Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
+  k.inputs.push_back(expr_of(n.inputs[0]));
+  k.inputs.push_back(expr_of(n.inputs[1]));
+  push_over_output(std::move(k), n, v);
+}
+
+bool Lowerer::gathered_matmul(const Node& n, Value v) {
+  const TensorType& ct = n.type();
+  const size_t r = ct.shape.size();
+  if (ct.dtype != DType::kF32 || r < 2 || opts_.packed_max_rows <= 0) return false;
+  const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
+  const int64_t nb = numel(batch), m = ct.shape[r - 2], nn = ct.shape[r - 1];
+  if (nb < 1 || m < 1 || nn < 1) return false;
+  for (int side = 1; side >= 0; --side) {
+    // The views from the Gather to the operand, applied to the gathered tensor's layout.
+    std::vector<int32_t> chain;
+    int32_t gid = n.inputs[static_cast<size_t>(side)].node;
+    while (is_view(g_.node(gid).op)) {
+      chain.push_back(gid);
+      gid = g_.node(gid).inputs[0].node;
+    }
+    const Node& gn = g_.node(gid);
+    if (gn.op != Op::kGather || !deferred_gather_[static_cast<size_t>(gid)] || buffer_of_.count(Value{gid, 0})) continue;
+    std::optional<Layout> xl = contiguous_layout(gn.type().shape);
+    for (size_t i = chain.size(); xl && i-- > 0;) xl = apply_view(g_.node(chain[i]), *xl);
+    if (!xl || xl->shape.size() != r) continue;
+    const Shape& ws = g_.type(gn.inputs[0]).shape;
+    const int64_t experts = ws[0], R = ws[1], C = ws[2], RC = R * C;
+    const int64_t slots = numel(g_.type(gn.inputs[1]).shape);
+    const Shape ys = g_.type(n.inputs[static_cast<size_t>(1 - side)]).shape;
+    if (experts < 1 || R < 1 || C < 1 || slots > 4096 || ys.size() != r ||
+        !std::equal(ys.begin(), ys.end() - 2, batch.begin())) {
+      continue;
+    }
+    // How each batch's matrix sits in the gathered tensor.
+    const int64_t xr = xl->shape[r - 2], xc = xl->shape[r - 1], sr = xl->strides[r - 2], sc = xl->strides[r - 1];
+    // Row-major: W[e] rows, experts stacked by rows; transposed: W[e]^T, stacked by columns.
+    const bool row_major = xc == C && (sc == 1 || C == 1) && xr % R == 0 && (sr == C || xr == 1);
+    const bool transposed = !row_major && xr == C && xc % R == 0 && (sr == 1 || C == 1) && (sc == C || xc == 1);
+    if (!row_major && !transposed) continue;
+    const int64_t per = row_major ? xr / R : xc / R;  // expert matrices per batch
+    // Experts stacked along the contracted dimension would be a sum of products: not here.
+    if (side == 1 && ((row_major && per != 1) || m > opts_.packed_max_rows)) continue;
+    if (side == 0 && (nn != 1 || (transposed && per != 1))) continue;
+    std::vector<int64_t> base(static_cast<size_t>(nb));  // each batch's first slot
+    {
+      std::vector<int64_t> idx(batch.size(), 0);
+      bool ok = true;
+      for (int64_t b = 0; b < nb && ok; ++b) {
+        int64_t off = xl->offset;
+        for (size_t d = 0; d < batch.size(); ++d) off += idx[d] * xl->strides[d];
+        ok = off % RC == 0 && off / RC + per <= slots;
+        base[static_cast<size_t>(b)] = off / RC;
+        for (size_t d = batch.size(); d-- > 0;) {
+          if (++idx[d] < batch[d]) break;
+          idx[d] = 0;
+        }
+      }
+      if (!ok) continue;
+    }
+    // The constant, seen through views (W[e][i][j] at offset + e*s0 + i*s1 + j*s2).
+    const size_t mark = fused_into_.size();
+    Expr ew = expr_of(gn.inputs[0]);
+    fused_into_.resize(mark);
+    if (ew.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(ew.buffer)].region != Region::kConstant) continue;
+    Kernel k = start(n, Kernel::kMatMulGathered);
+    Expr ey = matmul_operand(n.inputs[static_cast<size_t>(1 - side)]);
+    Expr ei = dense_operand(gn.inputs[1]);
+    const ConstantData& cw = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(ew.buffer)].slot)];
+    const float* w = reinterpret_cast<const float*>(cw.data()) + ew.layout.offset;
+    const int64_t s0 = ew.layout.strides[0], s1 = ew.layout.strides[1], s2 = ew.layout.strides[2];
+    // The packed product: B side, m x K times K x N with B_b itself; A side, one row (B_b^T)
+    // times A_b^T. Packed as stored (W[e], K = R) or transposed (W[e]^T, K = C).
+    const bool stored = (side == 1) == row_major;
+    Kernel::Gathered& gg = k.gathered;
+    gg.m = side == 1 ? m : 1;
+    gg.k = stored ? R : C;
+    gg.n = stored ? C : R;
+    gg.experts = experts;
+    gg.sar = side == 1 ? ey.layout.strides[r - 2] : 0;
+    gg.sac = side == 1 ? ey.layout.strides[r - 1] : ey.layout.strides[r - 2];
+    gg.ldc = side == 1 ? nn : gg.n;
+    const int64_t panels = (gg.n + 15) / 16, panel_elems = panels * gg.k * 16;
+    std::vector<float> packed(static_cast<size_t>(experts * panel_elems), 0.0f);
+    for (int64_t e = 0; e < experts; ++e) {
+      const float* we = w + e * s0;
+      float* dst = packed.data() + e * panel_elems;
+      for (int64_t p = 0; p < panels; ++p)
+        for (int64_t q = 0; q < gg.k; ++q)
+          for (int64_t j = 0; j < 16 && p * 16 + j < gg.n; ++j) {
+            const int64_t col = p * 16 + j;
+            dst[(p * gg.k + q) * 16 + j] = stored ? we[q * s1 + col * s2] : we[col * s1 + q * s2];
+          }
+    }
+    std::vector<int64_t> idx(batch.size(), 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      int64_t yo = ey.layout.offset;
+      for (size_t d = 0; d < batch.size(); ++d) yo += idx[d] * ey.layout.strides[d];
+      for (int64_t i = 0; i < per; ++i) {
+        k.batch_a.push_back(yo);
+        k.batch_b.push_back(ei.layout.offset + base[static_cast<size_t>(b)] + i);
+        k.batch_c.push_back(b * m * nn + i * gg.n);
+      }
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+    const int32_t pb = add_packed_constant((cw.name.empty() ? "folded" : cw.name) + (stored ? ".packed16" : ".t.packed16"),
+                                           {experts, panels, gg.k, 16}, packed);
+    k.attrs.axis = 0;
+    k.inputs.push_back(std::move(ey));
+    k.inputs.push_back(load(pb));
+    k.inputs.push_back(std::move(ei));
+    push_over_output(std::move(k), n, v);
+    p_.kernels.back().label.replace(0, 6, "MatMul.gathered");
+    return true;
+  }
+  return false;
+}
+
+}  // namespace chroma::lowering

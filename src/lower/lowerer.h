@@ -1,0 +1,201 @@
+// The lowering pass (lower.cpp; products and their epilogues in lower_products.cpp): the
+// Lowerer class, internal to src/lower. See lower.cpp for the design.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <map>
+#include <sstream>
+
+#include "chroma/cpu/linalg.h"
+#include "lower/program.h"
+#include "memory/planner.h"
+
+namespace chroma::lowering {
+
+class Lowerer {
+ public:
+  Lowerer(const Graph& g, const LowerOptions& o) : g_(g), opts_(o), mat_(g.size(), false), depth_(g.size(), 0) {}
+
+  Program run();
+
+ private:
+  enum class Want : uint8_t { kAny, kContiguous, kChannelsLast };
+  const Graph& g_;
+  LowerOptions opts_;
+  Program p_;
+  std::vector<bool> mat_;
+  std::vector<int> depth_;
+  std::map<Value, int32_t> buffer_of_;
+  std::map<Value, int32_t> output_slot_;  // first graph-output position of a value
+  std::vector<int32_t> fused_into_;        // scratch: nodes inlined into the kernel being built
+  std::vector<int32_t> state_of_input_;    // graph input -> state slot, or -1
+  std::vector<int32_t> state_of_output_;   // graph output -> state slot, or -1
+  std::vector<bool> in_place_;             // IndexPut nodes that write their state directly
+  std::vector<bool> deferred_gather_;      // Gathers of constant matrices read only by products
+  std::map<std::pair<Value, bool>, int32_t> copies_;  // (value, channels-last?) -> relayout copy
+  std::vector<std::vector<int32_t>> consumers_;  // node -> nodes reading it (once per input)
+  std::vector<bool> absorbed_;                   // Maps a convolution applies as post-ops
+
+  // ---- decisions ---------------------------------------------------------------------------
+
+  void decide();
+
+  // (a)'s exception: a Map that every reader may compute again for itself, because that costs
+  // less than a buffer: one arithmetic operation (add, sub, mul, neg, relu, maximum, minimum)
+  // on operands that are all read from memory already (no deferred computation under it), at
+  // most one of them as large as the result (the others broadcast, a bias or a scale), at
+  // most 4 readers. Each reader then reads the large operand (the same bytes as the buffer)
+  // and the buffer's write and read pass are saved: a convolution's or linear layer's bias add
+  // fuses into the GELU or SiLU after it, which reads its input twice.
+  bool cheap_to_repeat(size_t i, int readers) const;
+
+  // Follows views back to the node that computes the data.
+  int32_t source_of(int32_t id) const;
+
+  // ---- buffers -----------------------------------------------------------------------------
+
+  // A buffer holding value v; an arena buffer for a graph output becomes that output, unless
+  // it is laid out otherwise than row-major (`strides`: see Buffer): finish_outputs then
+  // copies it.
+  int32_t new_buffer(Value v, Region r, int32_t slot, std::vector<int64_t> strides = {});
+
+  // ---- channels-last activations -------------------------------------------------------
+  //
+  // With LowerOptions::channels_last, a float32 convolution reads and writes its activations
+  // channels-last (the channel innermost, NHWC for images), the layout in which oneDNN's
+  // direct kernels run without reordering them into and out of their blocked layouts around
+  // each convolution (mobilenet_v2 spent 4.2 of 10.2 ms in those reorders). The layout then
+  // spreads to what lies between convolutions: an Assign (bias, activation, residual add) or
+  // a Concat whose operands include a channels-last buffer of its own shape is written
+  // channels-last too, and the elementwise loops run in the destination's memory order
+  // (codegen/cpu/emit.cpp), so both are contiguous passes. Everything else reads a
+  // channels-last buffer through its layout like any strided view; a consumer that needs
+  // row-major memory (a BLAS operand, a reshape the layout cannot express, a graph output)
+  // gets a row-major copy, made once per value.
+
+  // Some operand of e is a channels-last buffer seen over a shape of `shape`'s rank.
+  bool prefers_channels_last(const Expr& e, const Shape& shape) const;
+
+  std::vector<int64_t> strides_for(const Expr& e, const Shape& shape, Value v, Want want) const;
+
+  // A copy of buffer b (holding v) laid out row-major or channels-last, made once.
+  int32_t copy_of(Value v, int32_t b, bool channels_last);
+
+  // Value v read from a buffer in the layout `want` asks for: its own buffer (written now if
+  // v is deferred) when that fits, else a copy.
+  Expr buffer_load(Value v, Want want);
+
+  // ---- expressions -------------------------------------------------------------------------
+
+  Expr load(int32_t buf);
+
+  // Expression for value v: a load when v has a buffer, else its computation inlined.
+  Expr expr_of(Value v);
+
+  static bool map_leaves(Expr& e, const Node& view);
+
+  Expr compute(Value v);
+
+  // ---- kernels -----------------------------------------------------------------------------
+
+  Kernel start(const Node& n, Kernel::Kind k);
+
+  void push(Kernel k, const Node& n);
+
+  // Finishes a kernel that iterates over its node's output shape and writes one new,
+  // contiguous buffer for value v.
+  void push_over_output(Kernel k, const Node& n, Value v);
+
+  // Writes value v (a deferred node) into a new buffer with an Assign kernel, laid out as
+  // `want` says (kAny: channels-last when its operands are; see strides_for).
+  void materialize(Value v, Want want = Want::kAny);
+
+  // A BLAS-addressable operand: inner two dims row- or column-major.
+  static bool blas_layout(Layout& l);
+
+  // A contiguous row-major operand (a buffer at some offset), copied into one if needed.
+  Expr dense_operand(Value v);
+
+  // What a channels-last convolution applies to its result before the next kernel reads it.
+  //  1. A prefix oneDNN applies in registers (Kernel::PostOp): from the convolution's value,
+  //     while the value has one reader, is no graph output, and that reader is a float32 Map
+  //     of the same shape adding, subtracting or multiplying it by a literal or a per-channel
+  //     constant vector (a bias, an unfolded batch norm's scale and shift).
+  //  2. An epilogue (Kernel::epilogue): the float32 Maps of the same shape that read the
+  //     value, up to the one node every path from it reaches (SiLU's x * sigmoid(x), GELU,
+  //     hardswish, clamps, a residual add and the relu after it), whose other operands are
+  //     literals, per-channel or scalar constants, or channels-last buffers of the same shape
+  //     (read at the same element). It runs on each slice of the result right after oneDNN
+  //     stores it, while it is in cache, and computes exactly what those Maps compute
+  //     (emit.cpp prints it with the same scalar functions).
+  // The absorbed Maps are never computed again; returns the value the convolution's buffer
+  // holds (the last node absorbed), and sets *epilogue_root to the epilogue's root (or to
+  // an invalid value when there is none) for the caller to build its expression.
+  // With LowerOptions::product_epilogues (GPU targets, where a kernel evaluates any fused
+  // expression at the element it stores), there is no post-op prefix and the epilogue's
+  // outside operands may be any value computed before the product, read through views.
+  Value conv_post_ops(Kernel& k, Value v, Value* epilogue_root);
+
+  // A product (convolution, matrix product) whose result is not a graph output, with the
+  // post-ops and epilogue conv_post_ops finds; its buffer laid out with `strides` (empty:
+  // contiguous).
+  void push_with_epilogue(Kernel k, const Node& n, Value v, std::vector<int64_t> strides);
+
+  // A convolution's input, channels-last.
+  Expr channels_last_operand(Value v);
+
+  Expr matmul_operand(Value v);
+
+  // Adds a float32 constant made at compile time (packed panels) and its buffer; returns
+  // the buffer.
+  int32_t add_packed_constant(std::string name, Shape shape, const std::vector<float>& data);
+
+  // A constant matrix operand read transposed (a linear layer's weight [N, K] as B = W^T) is
+  // stored row-major [K, N] instead, a new constant made at compile time (the original is
+  // dropped when nothing else reads it): GPU products then read B rows in consecutive
+  // invocations (LowerOptions::row_major_constant_b). Handles batches of distinct matrices
+  // and one matrix broadcast over every batch; anything else is left as it is.
+  void row_major_constant(Expr* e);
+
+  // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
+  // at compile time (a new constant; the original is dropped when nothing else reads it)
+  // and the product streams each panel once for all rows.
+  bool packed_matmul(const Node& n, Value v);
+
+  void emit_gather(const Node& n, Value v);
+
+  // C = A @ B where one operand is, through views, a deferred Gather of a constant stack of
+  // matrices W [E, R, C] by a run-time index (a mixture of experts written as
+  // `W[expert_indices]` then a batched product or einsum). Nothing is gathered: every expert
+  // matrix is packed at compile time as for packed_matmul, and each product reads the panels
+  // of the expert its index selects (bounds-checked like the Gather). The operand's layout
+  // over the gathered tensor says which matrix each batch reads and how:
+  //  - B gathered, B_b = W[e], or W[e]^T or several experts' W^T side by side: C_b = A_b @ B_b,
+  //    column block by column block (A_b at most packed_max_rows rows);
+  //  - A gathered, A_b = W[e], W[e]^T, or several experts' W stacked by rows, and B_b one
+  //    column: C_b^T = B_b^T @ A_b^T, row block by row block.
+  bool gathered_matmul(const Node& n, Value v);
+
+  void visit(int32_t id);
+
+  // Outputs not written in place by their producer (inputs, constants, views, repeats) get
+  // a copy kernel.
+  void finish_outputs();
+
+  // New state values not written in place are copied into their state after everything
+  // else has run (so every reader saw the old value); a value that is itself some state's
+  // buffer is first copied out, so updates like a swap read the old contents.
+  void finish_states();
+
+  int32_t new_buffer_of(const TensorType& t, Region r, const std::string& name);
+
+  static void reads(const Expr& e, std::vector<int32_t>& out);
+
+  void plan_memory();
+};
+
+}  // namespace chroma::lowering
