@@ -297,8 +297,9 @@ class Narrow(torch.nn.Module):
 
 def test_packed_narrow_types(tmp_path):
     """bool, uint8, int8 and int16 are stored packed (4 or 2 to a 32-bit word) in the arena,
-    the weights and the inputs and outputs; stores are bit-field replacements (atomic and/or),
-    so neighbouring elements written by different invocations do not race."""
+    the weights and the inputs and outputs. Elementwise kernels give each invocation whole
+    words; other kernels store with bit-field replacements (atomic and/or), so neighbouring
+    elements written by different invocations do not race."""
     torch.manual_seed(0)
     m = Narrow().eval()
     args = (randn(3, 7), torch.rand(3, 7) > 0.5, torch.randint(-128, 128, (3, 7), dtype=torch.int8),
@@ -319,7 +320,9 @@ def test_packed_narrow_types(tmp_path):
     assert io["output5"] == ("u8", 64) and io["output1"] == ("u8", 24), io                 # cat: 63 bools
     weights = {t["name"]: t["bytes"] for t in man["weights"]["tensors"]}
     assert sorted(weights.values()) == [12, 24], weights  # lut: 11 bytes, keep: 21, padded to words
-    assert any("atomicOr" in k["code"] for k in man["kernels"])
+    assert any("atomicOr" in k["code"] for k in man["kernels"])  # concat, gather, sort, ...
+    owned = [k for k in man["kernels"] if "var word" in k["code"]]  # casts and comparisons
+    assert len(owned) >= 3 and not any("atomic" in k["code"] for k in owned), [k["name"] for k in owned]
     assert prog.self_check()["ok"]
     _node_check(str(tmp_path / "m.chroma-web"))
 
@@ -335,7 +338,8 @@ GOLDEN_CASES = {
     "reduce_sum": (lambda x: x.sum(-1), (randn(4, 100),)),
     "softmax": (lambda x: x.softmax(-1), (randn(4, 64),)),
     "matmul_epilogue": (lambda a, b: torch.relu(a @ b + 1), (randn(40, 24), randn(24, 72))),
-    "packed_bool": (lambda x, m: (x > 0) ^ m, (randn(5, 9), torch.rand(5, 9) > 0.5)),
+    "packed_bool": (lambda x, m: (x > 0) ^ m, (randn(5, 9), torch.rand(5, 9) > 0.5)),  # words owned
+    "packed_concat": (lambda x, m: torch.cat([x > 0, m], 1), (randn(5, 9), torch.rand(5, 3) > 0.5)),  # atomic or
 }
 
 
@@ -376,8 +380,9 @@ def test_cuda_dialect_compiles_with_nvcc(tmp_path):
     sources += more
     packed = tmp_path / "packed"  # packed bool/int8 loads and bit-field stores (atomicAnd/atomicOr)
     packed.mkdir()
-    narrow = _compiler.gpu_kernel_sources(_graph(lambda x, q: ((x > 0) ^ (q > 3), q * 2), (randn(5, 9), randint(-9, 9, 5, 9).to(torch.int8)), packed), "cuda")
-    assert any("atomicOr" in s for s in narrow), narrow
+    narrow = _compiler.gpu_kernel_sources(_graph(lambda x, q: (torch.cat([x > 0, q > 3], 1), q * 2),
+                                                 (randn(5, 9), randint(-9, 9, 5, 9).to(torch.int8)), packed), "cuda")
+    assert any("atomicOr" in s for s in narrow) and any("word" in s and "atomic" not in s for s in narrow), narrow
     sources += narrow
     # nvcc without the sanitizers scripts/sanitize.sh preloads into this process
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}

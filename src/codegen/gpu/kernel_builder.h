@@ -258,6 +258,41 @@ class KB {
     return c;
   }
 
+  // Stores elements [0, n) of a packed output that lie contiguously from `l.offset` (row-major
+  // in its layout) with each invocation owning whole words (DESIGN.md, layer C): invocation w
+  // computes the elements of word w, `value_at(block, linear index)` each, and writes the word
+  // once; a word the output shares with other data (its first and last) keeps those bits with a
+  // plain read-modify-write, which no other invocation of the dispatch touches. No atomics.
+  template <class F> void per_owned_word(const void* site, int32_t buf, const Layout& l, int64_t n, F value_at) {
+    const DType t = buffer(buf).type.dtype;
+    const int eb = device_element_bytes(t), per = 4 / eb;
+    const int64_t first = place_(buf).word * per + l.offset;  // in elements from the slot's start
+    const int64_t lead = first % per;                         // elements of the first word before ours
+    auto [s, base_ex] = base(site, buf, l.offset, true);
+    const Ex ones = lit_u(eb == 1 ? 0xffu : 0xffffu);
+    per_element((lead + n + per - 1) / per, [&](Block& b, const Ex& w) {
+      const Ex word = b.mut(Ty::kU32, lit_u(0), "word");
+      const Ex keep = b.mut(Ty::kU32, lit_u(0), "keep");  // bits of the word this kernel does not write
+      b.loop("j", lit_i(0), lit_i(per), lit_i(1), [&](Block& lb, const Ex& j) {
+        const Ex e = lb.let(bin("-", add(mul(w, lit_i(per)), j), lit_i(lead)), "e");
+        const Ex shift = lb.let(mul(j, lit_i(8 * eb)));
+        lb.if_else(bin("&&", bin(">=", e, lit_i(0)), bin("<", e, lit_i(n))),
+                   [&](Block& in) {
+                     const Ex v = in.let(bin("&", to_word(t, value_at(in, e)), ones));
+                     in.assign(word, bin("|", word, bin("<<", v, shift)));
+                   },
+                   [&](Block& in) { in.assign(keep, bin("|", keep, bin("<<", ones, shift))); });
+      });
+      const Ex at = b.let(add(bin(">>", base_ex, lit_i(per == 4 ? 2 : 1)), w), "w");
+      if (lead == 0 && n % per == 0) {
+        b.store(s, at, word);
+        return;
+      }
+      b.if_else(bin("==", keep, lit_u(0)), [&](Block& in) { in.store(s, at, word); },
+                [&](Block& in) { in.store(s, at, bin("|", bin("&", load_word(s, at), keep), word)); });
+    });
+  }
+
   // The invocation's linear index over `total` elements, `wg * W + lid`; the body runs when it
   // is in range.
   template <class F> void per_element(int64_t total, F body_fn) {

@@ -82,8 +82,25 @@ std::function<Ex(Block&, Ex, Ex)> combiner(ReduceKind r, DType t) {
 
 // ---- templates ---------------------------------------------------------------------------
 
+// Whether the layout's elements lie row-major and contiguous from its offset.
+bool row_major(const Layout& l) {
+  int64_t expect = 1;
+  for (size_t d = l.shape.size(); d-- > 0;) {
+    if (l.shape[d] == 1) continue;
+    if (l.strides[d] != expect) return false;
+    expect *= l.shape[d];
+  }
+  return true;
+}
+
 void t_assign(KB& kb, const chroma::Kernel& lk) {
   const Expr& e = lk.inputs[0];
+  const Layout& ol = lk.out_layouts[0];
+  if (device_element_bytes(kb.buffer(lk.outputs[0]).type.dtype) < 4 && row_major(ol) && ol.shape == lk.shape) {
+    kb.per_owned_word(&ol, lk.outputs[0], ol, numel(lk.shape),
+                      [&](Block& b, const Ex& i) { return kb.eval(b, e, KB::coords_of(b, i, lk.shape)); });
+    return;
+  }
   kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
     const std::vector<Ex> c = KB::coords_of(b, i, lk.shape);
     kb.store(b, &lk.out_layouts[0], lk.outputs[0], lk.out_layouts[0], c, kb.eval(b, e, c));
