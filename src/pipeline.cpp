@@ -10,11 +10,13 @@
 #include "passes/dce.h"
 #include "passes/fold_constants.h"
 #include "passes/rewrite.h"
+#include "passes/widen_half.h"
 
 namespace chroma {
 
-Graph optimize(const Graph& g) {
-  Graph r = run_pass("fold_constants", &fold_constants, g);
+Graph optimize(const Graph& g, bool keep_half_weights) {
+  Graph r = run_pass("widen_half", &widen_half, g);
+  r = keep_half_weights ? run_pass("fold_constants", &fold_constants_keep_half, r) : run_pass("fold_constants", &fold_constants, r);
   r = run_pass("eliminate_dead_code", &eliminate_dead_code, r);
   r = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, r);
   r = run_pass("eliminate_dead_code", &eliminate_dead_code, r);
@@ -71,7 +73,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     Graph imported = import_graph_file(s.graph_path);
     e.imported_nodes = imported.size();
     timer.lap("import");
-    e.graph = optimize(imported);
+    e.graph = optimize(imported, opts.target != "cpu");
     timer.lap("optimize");
     e.program = lower(e.graph, lo);
     timer.lap("lower");
@@ -86,7 +88,7 @@ std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const
   if (!d) throw CompileError("unknown GPU dialect '" + dialect + "' (wgsl, cuda)");
   CompileOptions o;
   o.target = "webgpu";
-  Program p = lower(optimize(import_graph_file(graph_path)), lower_options(o));
+  Program p = lower(optimize(import_graph_file(graph_path), true), lower_options(o));
   // Placement does not change a kernel's text (offsets are params); every buffer in one slot
   // per region, as a package would bind them.
   auto place = [&](int32_t id) {
@@ -121,6 +123,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
     const std::string& p = passes[i];
     if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
+    else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);
     else if (p == "cse") g = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, g);
     else if (p == "optimize") g = optimize(g);
     else if (p == "lower") {
@@ -129,7 +132,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
       lo.max_expression_depth = max_expression_depth;
       return describe(lower(g, lo));
     } else {
-      throw CompileError("unknown pass '" + p + "' (fold_constants, dce, cse, optimize, lower)");
+      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, lower)");
     }
   }
   return print(g);

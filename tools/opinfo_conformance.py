@@ -43,10 +43,21 @@ RANDOM = re.compile(r"(^|[._])(rand|randn|randint|normal|bernoulli|multinomial|d
                     r"svd_lowrank|pca_lowrank)|_like_random", re.I)
 UNINITIALIZED = re.compile(r"(^|[._])(empty|new_empty|empty_like|empty_strided|empty_permuted)$")
 
-# --dtypes all: float32 plus the integer, bool and bfloat16 types the issue names.
-ALL_DTYPES = "float32,int64,int32,bool,uint8,bfloat16"
+# --dtypes all: float32 plus the integer, bool and half types.
+ALL_DTYPES = "float32,int64,int32,bool,uint8,bfloat16,float16"
 DTYPES = {"float32": "float32", "float64": "float64", "int64": "int64", "int32": "int32", "bool": "bool",
-          "uint8": "uint8", "bfloat16": "bfloat16"}
+          "uint8": "uint8", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def _np(t):
+    """A tensor as a NumPy array (bfloat16: ml_dtypes' type, which NumPy lacks)."""
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def excluded_name(name: str) -> str:
@@ -201,6 +212,16 @@ class Case:
         return self.op.op(inp, *args, **kwargs)
 
 
+def _torch(a):
+    """A NumPy array as a tensor (ml_dtypes' bfloat16 through its bits)."""
+    import numpy as np
+    import torch
+
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def _compare(got, want, tol=None, canon=None):
     import numpy as np
     import torch
@@ -208,7 +229,7 @@ def _compare(got, want, tol=None, canon=None):
     if len(got) != len(want):
         return f"{len(got)} outputs, eager gives {len(want)}"
     # (np.array, not ascontiguousarray, which would make 0-d arrays 1-d)
-    got = [torch.from_numpy(np.array(g, copy=True)) for g in got]
+    got = [_torch(np.array(g, copy=True)) for g in got]
     want = [w.detach().contiguous() for w in want]
     if canon is not None:
         got, want = canon(got), canon(want)
@@ -308,7 +329,7 @@ def run_cases(cases, workdir, cache, groups=None, probe=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prog = chroma.compile(fn, tuple(flat), out=os.path.join(workdir, tag), cache_dir=cache)
-        got = prog(*[t.numpy() for t in flat])
+        got = prog(*[_np(t) for t in flat])
         got = list(got) if isinstance(got, tuple) else [got]
         res, k = [], 0
         for i in idx:
@@ -443,8 +464,8 @@ def cause(sample):
         return "*by design*: data-dependent output shape"
     if re.search(r"sparse|layout", r, re.I):
         return "*by design*: sparse tensors"
-    if re.search(r"bfloat16|float16|uint64|uint16|uint32", r):
-        return "dtype without a Chroma type (bfloat16, float16, unsigned 16-64 bit)"
+    if re.search(r"uint64|uint16|uint32", r):
+        return "dtype without a Chroma type (unsigned 16-64 bit)"
     if r.startswith("op "):
         return "ATen op without a handler"
     if r.startswith("export:"):

@@ -47,6 +47,28 @@ def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = 
         golden=golden)
 
 
+def to_numpy(t: "torch.Tensor") -> np.ndarray:
+    """A tensor's values as a NumPy array (bfloat16 as ml_dtypes.bfloat16, which NumPy lacks)."""
+    import torch
+
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def from_numpy(a: np.ndarray) -> "torch.Tensor":
+    """A NumPy array as a tensor sharing its memory (ml_dtypes.bfloat16 as torch.bfloat16)."""
+    import numpy as np
+    import torch
+
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 # Tolerance stored with a package's golden outputs: |y - golden| <= atol + rtol |golden|, with
 # atol relative to the output's largest magnitude (a GPU's exp, log and sums differ from the
 # CPU's in the last bits, and deep models carry that forward).
@@ -91,14 +113,17 @@ def _write_golden(fn: Any, example_inputs: tuple, input_names: list, directory: 
             inputs[i] = torch.from_numpy(golden_uniform(t.numel(), spec["seed"], spec["low"], spec["high"]).reshape(t.shape))
     with torch.no_grad():
         outputs = tree_flatten(fn(*inputs))[0]
-    scale = max([float(np.max(np.abs(o.detach().numpy()))) for o in outputs
+    scale = max([float(np.max(np.abs(o.detach().float().numpy()))) for o in outputs
                  if o.is_floating_point() and o.numel() and bool(torch.isfinite(o).all())] + [1.0])
+    # A half output may differ from the CPU's by one unit in its last place (sums in another
+    # order, rounded to 11 or 8 bits): the tolerance covers two.
+    ulp = max([{torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}.get(o.dtype, 0.0) for o in outputs] + [0.0])
     desc: Dict[str, Any] = {"inputs": [], "outputs": [],
-                            "tolerance": {"atol": GOLDEN_ATOL * scale, "rtol": GOLDEN_RTOL}}
+                            "tolerance": {"atol": max(GOLDEN_ATOL, 2 * ulp) * scale, "rtol": max(GOLDEN_RTOL, 2 * ulp)}}
     per_output = max(budget // max(len(outputs), 1), 4096)
     for kind, tensors in (("inputs", inputs), ("outputs", outputs)):
         for i, t in enumerate(tensors):
-            a = t.detach().contiguous().numpy()  # (np.ascontiguousarray makes 0-d arrays 1-d)
+            a = to_numpy(t)
             name = input_names[i] if kind == "inputs" else f"output{i}"
             entry: Dict[str, Any] = {"name": name, "dtype": str(a.dtype) if a.dtype != np.bool_ else "bool",
                                      "shape": list(a.shape)}

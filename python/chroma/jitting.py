@@ -29,7 +29,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .compiler import build_graph, default_cache_dir
+from .compiler import build_graph, default_cache_dir, from_numpy, to_numpy
 from .program import Program, load
 
 __all__ = ["jit", "JitFunction", "chroma_backend", "register_backend"]
@@ -132,15 +132,15 @@ class JitFunction:
 
         torch_in = any(type(a).__module__.startswith("torch") for a in args)
         prog = self.program_for(args)
-        arrays = [a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a) for a in args]
+        arrays = [to_numpy(a.cpu()) if hasattr(a, "detach") else np.asarray(a) for a in args]
         result = prog(*arrays)
         if not torch_in:
             return result
         import torch
 
         if isinstance(result, tuple):
-            return tuple(torch.from_numpy(r) for r in result)
-        return torch.from_numpy(result)
+            return tuple(from_numpy(r) for r in result)
+        return from_numpy(result)
 
 
 def jit(fn_or_module: Any = None, **options: Any):

@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["Program", "Entry", "load", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
@@ -21,6 +22,7 @@ ABI_VERSION = 3
 _DTYPES = {
     "float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
     "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_,
+    "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,  # NumPy has no bfloat16: ml_dtypes' (PyPI)
 }
 
 

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+import ml_dtypes
 import numpy as np
 
 from .golden import golden_uniform
@@ -39,12 +40,13 @@ STATUS_BYTES = 256   # the status block at arena.status_offset
 _HEADER = struct.Struct("<8sIIQQQQ32s16s")
 
 _DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "int16": np.int16, "int8": np.int8,
-           "bool": np.bool_, "uint8": np.uint8}
+           "bool": np.bool_, "uint8": np.uint8, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 # How the device stores each dtype (docs/webgpu_package.md "Storage"): int64 narrowed to 32
 # bits, 8- and 16-bit types packed; every tensor padded to whole 32-bit words.
-_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "int16": "i16", "int8": "i8", "bool": "u8", "uint8": "u8"}
+_STORAGE = {"float32": "f32", "int32": "i32", "int64": "i32", "int16": "i16", "int8": "i8", "bool": "u8", "uint8": "u8",
+            "float16": "f16", "bfloat16": "bf16"}
 _WORD = {"f32": np.dtype("<f4"), "i32": np.dtype("<i4"), "i16": np.dtype("<i2"), "i8": np.dtype("i1"),
-         "u8": np.dtype("u1")}
+         "u8": np.dtype("u1"), "f16": np.dtype("<f2"), "bf16": np.dtype(ml_dtypes.bfloat16)}
 _BINDING_TYPES = ("uniform", "storage", "read-only-storage")
 _I32 = np.iinfo(np.int32)
 _CLOSED = "the program was closed"
@@ -712,7 +714,7 @@ class WebGPUProgram:
         for t, gt, y, g in zip(self.outputs, self.package.golden[1], [got] if self._single else got,
                                self.package.golden_outputs()):
             y, g = y.reshape(-1)[::gt.stride].astype(np.float64), g.reshape(-1).astype(np.float64)
-            if t.dtype.kind == "f":
+            if t.dtype.kind == "f" or t.dtype == ml_dtypes.bfloat16:  # (bfloat16 is kind "V")
                 finite = np.isfinite(y) & np.isfinite(g)
                 special = (np.isnan(y) & np.isnan(g)) | (np.isinf(g) & (y == g))
                 with np.errstate(invalid="ignore"):

@@ -105,6 +105,8 @@ std::string storage_name(DType t) {
     case DType::kU8: return "u8";
     case DType::kI8: return "i8";
     case DType::kI16: return "i16";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
     default: return "i32";
   }
 }

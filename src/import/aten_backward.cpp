@@ -193,9 +193,9 @@ std::vector<Value> convolution_backward(Call& c) {
            std::to_string(d + 2) + ") for the weight " + wt.str());
   }
   const DType dt = xt.dtype;
-  if ((dt != DType::kF32 && dt != DType::kF64) || wt.dtype != dt || gt.dtype != dt) {
+  if (!is_float(dt) || wt.dtype != dt || gt.dtype != dt) {
     c.fail("convolution_backward: grad_output " + gt.str() + ", input " + xt.str() + " and weight " + wt.str() +
-           " must all be float32 or all float64");
+           " must all have one floating type");
   }
   const std::vector<int64_t> stride = per_dim(c, 4, "stride", d, 1), padding = per_dim(c, 5, "padding", d, 0),
                              dilation = per_dim(c, 6, "dilation", d, 1);

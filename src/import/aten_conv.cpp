@@ -78,8 +78,8 @@ Value convolution(Call& c) {
   }
   if (!batched) x = b.unsqueeze(x, 0);
   const DType dt = b.type(x).dtype;
-  if (dt != DType::kF32 && dt != DType::kF64) {
-    c.fail("convolution of " + b.type(x).str() + " is not supported (float32 and float64 are)");
+  if (!is_float(dt)) {
+    c.fail("convolution of " + b.type(x).str() + " is not supported (float32, float64, float16 and bfloat16 are)");
   }
   if (wt.dtype != dt) c.fail("convolution: input " + b.type(x).str() + " and weight " + wt.str() + " dtypes differ");
   const std::vector<int64_t> stride = per_dim(c, 3, "stride", d, 1);

@@ -409,9 +409,9 @@ Value linspace(Call& c) {
   const int64_t steps = c.int_(2, "steps");
   if (steps < 0) c.fail("linspace: steps must be non-negative, got " + std::to_string(steps));
   const Scalar s = c.scalar(0, "start"), e = c.scalar(1, "end");
-  if (t == DType::kF32 || t == DType::kF64) {
+  if (is_float(t)) {
     std::vector<double> v;
-    if (t == DType::kF32) {
+    if (t != DType::kF64) {  // float32 (half types: computed in float32, rounded once)
       for (float x : linspace_values<float>(static_cast<float>(s.as_double()), static_cast<float>(e.as_double()), steps)) v.push_back(x);
     } else {
       v = linspace_values<double>(s.as_double(), e.as_double(), steps);

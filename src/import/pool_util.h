@@ -27,6 +27,7 @@ inline Value const_i64(Builder& b, const Shape& shape, const std::vector<int64_t
 
 // A float constant in dtype `t` (float32 or float64).
 inline Value const_float(Builder& b, DType t, const Shape& shape, const std::vector<double>& v) {
+  if (is_half(t)) return b.cast(const_float(b, DType::kF32, shape, v), t);  // rounded once, to t
   std::vector<uint8_t> bytes;
   if (t == DType::kF64) {
     bytes.resize(v.size() * sizeof(double));

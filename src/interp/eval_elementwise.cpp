@@ -89,9 +89,35 @@ Tensors eval_Map(const Node& n, const Tensors& in) {
   throw CompileError("internal: Map without an elementwise operation");
 }
 
+// Casts between a half type and float32 (the only ones widen_half leaves): exact one way,
+// rounded to nearest even the other, as chroma/half.h does in the generated code.
+template <class H> void cast_half(const Tensor& x, DType to, OutBuffer& out, int64_t count) {
+  if (to == DType::kF32) {
+    const H* src = x.data<H>();
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
+  } else if (x.type.dtype == DType::kF32) {
+    const float* src = x.data<float>();
+    H* dst = out.data<H>();
+    for (int64_t i = 0; i < count; ++i) dst[i] = H(src[i]);
+  } else {
+    throw CompileError("internal: a cast from " + std::string(dtype_name(x.type.dtype)) + " to " +
+                       std::string(dtype_name(to)) + " (half types convert to and from float32 only)");
+  }
+}
+
 Tensors eval_Cast(const Node& n, const Tensors& in) {
   OutBuffer out(n.type());
   const int64_t count = n.type().numel();
+  const DType from = in[0].type.dtype, to = n.type().dtype;
+  if (from == DType::kF16 || to == DType::kF16) {
+    cast_half<f16>(in[0], to, out, count);
+    return {out.finish()};
+  }
+  if (from == DType::kBF16 || to == DType::kBF16) {
+    cast_half<bf16>(in[0], to, out, count);
+    return {out.finish()};
+  }
   dispatch_dtype(in[0].type.dtype, [&](auto from_tag) {
     using From = typename decltype(from_tag)::type;
     dispatch_dtype(n.type().dtype, [&](auto to_tag) {

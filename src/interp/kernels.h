@@ -29,14 +29,19 @@ using Tensors = std::vector<Tensor>;
 #undef CHROMA_OP
 
 // Calls f(std::type_identity<C>{}) with C the C++ element type of `t`.
+// Half types are not computed with (widen_half turned their operations into float32 ones);
+// only dispatch_bits and the casts (eval_Cast) see them.
 template <class F> decltype(auto) dispatch_dtype(DType t, F&& f) {
   switch (t) {
 #define CHROMA_DISPATCH_CASE(e, n, c, b) \
   case DType::e: return f(std::type_identity<c>{});
-    CHROMA_FOR_EACH_DTYPE(CHROMA_DISPATCH_CASE)
+    CHROMA_FOR_EACH_COMPUTE_DTYPE(CHROMA_DISPATCH_CASE)
 #undef CHROMA_DISPATCH_CASE
+    case DType::kF16:
+    case DType::kBF16: break;
   }
-  throw CompileError("internal: unknown dtype");
+  throw CompileError("internal: an operation on " + std::string(dtype_name(t)) +
+                     " reached the constant folder (widen_half computes half types in float32)");
 }
 
 // Calls f(std::type_identity<U>{}) with U an unsigned integer type as wide as one element of

@@ -113,6 +113,8 @@ std::string TensorType::str() const {
   else if (n == "int16") short_name = "i16";
   else if (n == "int8") short_name = "i8";
   else if (n == "uint8") short_name = "u8";
+  else if (n == "float16") short_name = "f16";
+  else if (n == "bfloat16") short_name = "bf16";
   else short_name = "bool";
   return short_name + shape_str(shape);
 }

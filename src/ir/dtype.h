@@ -9,10 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "chroma/half.h"
+
 namespace chroma {
 
 // Columns: CHROMA_DTYPE(Enum, name in graph/manifest files, C++ type in generated code, bytes)
-#define CHROMA_FOR_EACH_DTYPE(X)      \
+// The types kernels compute with:
+#define CHROMA_FOR_EACH_COMPUTE_DTYPE(X) \
   X(kF32, "float32", float, 4)        \
   X(kF64, "float64", double, 8)       \
   X(kI64, "int64", int64_t, 8)        \
@@ -21,6 +24,13 @@ namespace chroma {
   X(kI8, "int8", int8_t, 1)           \
   X(kU8, "uint8", uint8_t, 1)         \
   X(kBool, "bool", bool, 1)
+// Storage-only types (chroma/half.h): computed in float32 and rounded after every operation,
+// as PyTorch's CPU does; the widen_half pass (passes/widen_half.cpp) rewrites every operation
+// on them into float32 between casts, so kernels only load, store and convert them.
+#define CHROMA_FOR_EACH_HALF_DTYPE(X) \
+  X(kF16, "float16", chroma::f16, 2)  \
+  X(kBF16, "bfloat16", chroma::bf16, 2)
+#define CHROMA_FOR_EACH_DTYPE(X) CHROMA_FOR_EACH_COMPUTE_DTYPE(X) CHROMA_FOR_EACH_HALF_DTYPE(X)
 
 enum class DType : uint8_t {
 #define X(e, n, c, b) e,
@@ -31,9 +41,10 @@ enum class DType : uint8_t {
 std::string_view dtype_name(DType t);
 std::string_view dtype_ctype(DType t);
 int64_t dtype_size(DType t);
-// Returns false for names Chroma does not compute with (e.g. "bfloat16" for now).
+// Returns false for names Chroma does not compute with (e.g. "complex64").
 bool parse_dtype(std::string_view name, DType* out);
-inline bool is_float(DType t) { return t == DType::kF32 || t == DType::kF64; }
+inline bool is_half(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+inline bool is_float(DType t) { return t == DType::kF32 || t == DType::kF64 || is_half(t); }
 inline bool is_int(DType t) { return !is_float(t) && t != DType::kBool; }
 
 // Thrown for any problem with the user's model or inputs; the message names the op, node

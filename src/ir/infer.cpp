@@ -220,8 +220,8 @@ Types infer_Conv(const Graph& g, const Inputs& in, const Attrs& a) {
   const int64_t d = x.rank() - 2;
   if (d < 1 || d > 3) fail("input " + x.str() + " is not [N, C, S...] with 1 to 3 spatial dims");
   if (w.rank() != x.rank()) fail("weight " + w.str() + " does not have the input's rank");
-  if (w.dtype != x.dtype || (x.dtype != DType::kF32 && x.dtype != DType::kF64)) {
-    fail("input " + x.str() + " and weight " + w.str() + " must both be f32 or both f64");
+  if (w.dtype != x.dtype || !is_float(x.dtype)) {
+    fail("input " + x.str() + " and weight " + w.str() + " must have one floating type");
   }
   if (static_cast<int64_t>(a.ints.size()) != 3 * d) fail("needs stride, padding and dilation for each spatial dim");
   const int64_t groups = a.k;

@@ -161,7 +161,8 @@ class Parser {
   TensorType type() {
     static const std::map<std::string, DType> kShort = {{"f32", DType::kF32}, {"f64", DType::kF64}, {"i64", DType::kI64},
                                                         {"i32", DType::kI32}, {"i16", DType::kI16}, {"i8", DType::kI8},
-                                                        {"u8", DType::kU8},   {"bool", DType::kBool}};
+                                                        {"u8", DType::kU8},   {"bool", DType::kBool}, {"f16", DType::kF16},
+                                                        {"bf16", DType::kBF16}};
     const std::string w = word();
     auto it = kShort.find(w);
     if (it == kShort.end()) fail("unknown element type '" + w + "'");

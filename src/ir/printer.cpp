@@ -25,6 +25,12 @@ std::string value_str(Value v) {
 // parser can read them back.
 constexpr int64_t kPrintDataLimit = 16;
 
+template <class T> std::string element_str(T v) {
+  if constexpr (kIsHalf<T>) return Scalar::of_float(static_cast<float>(v)).str();
+  else if constexpr (std::is_floating_point_v<T>) return Scalar::of_float(static_cast<double>(v)).str();
+  else return std::to_string(static_cast<int64_t>(v));
+}
+
 std::string data_str(const ConstantData& c) {
   std::string r = "[";
   const int64_t n = c.type.numel();
@@ -33,9 +39,7 @@ std::string data_str(const ConstantData& c) {
     switch (c.type.dtype) {
 #define X(e, nm, ct, b)                                                                      \
   case DType::e: {                                                                           \
-    const ct v = reinterpret_cast<const ct*>(c.data())[i];                                   \
-    r += std::is_floating_point_v<ct> ? Scalar::of_float(static_cast<double>(v)).str()       \
-                                      : std::to_string(static_cast<int64_t>(v));             \
+    r += element_str(reinterpret_cast<const ct*>(c.data())[i]);                              \
     break;                                                                                   \
   }
       CHROMA_FOR_EACH_DTYPE(X)

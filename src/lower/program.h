@@ -101,13 +101,15 @@ struct Program {
 };
 
 // The bytes one element of `t` takes on a GPU device: 1 for bool, uint8 and int8, 2 for int16,
-// 4 for everything else (int64 is narrowed to 32 bits, float64 is refused).
+// float16 and bfloat16, 4 for everything else (int64 is narrowed to 32 bits, float64 is refused).
 inline int device_element_bytes(DType t) {
   switch (t) {
     case DType::kBool:
     case DType::kU8:
     case DType::kI8: return 1;
-    case DType::kI16: return 2;
+    case DType::kI16:
+    case DType::kF16:
+    case DType::kBF16: return 2;
     default: return 4;
   }
 }

@@ -12,7 +12,7 @@ bool is_symbolic_constant(Op op) { return op == Op::kConstant || op == Op::kFull
 
 class Folder {
  public:
-  explicit Folder(const Graph& g) : g_(g), rw_(g), known_(g.size(), false) {}
+  Folder(const Graph& g, bool keep_half) : g_(g), rw_(g), known_(g.size(), false), keep_half_(keep_half) {}
 
   Graph run() {
     for (size_t i = 0; i < g_.size(); ++i) {
@@ -27,7 +27,8 @@ class Folder {
       known_[i] = true;
       int64_t bytes = 0;
       for (const TensorType& t : n.types) bytes += t.nbytes();
-      if (is_symbolic_constant(n.op) || bytes > kMaxFoldBytes) {
+      const bool half_weight = keep_half_ && n.op == Op::kCast && is_half(g_.type(n.inputs[0]).dtype);
+      if (is_symbolic_constant(n.op) || half_weight || bytes > kMaxFoldBytes) {
         if (bytes > kMaxFoldBytes && !is_symbolic_constant(n.op)) known_[i] = false;
         rw_.copy(id);
         continue;
@@ -58,6 +59,7 @@ class Folder {
   std::vector<bool> known_;
   std::map<Value, interp::Tensor> cache_;
   int64_t folded_ = 0;
+  bool keep_half_ = false;
 
   // Dense value of a known node of the source graph.
   interp::Tensor value(Value v) {
@@ -79,6 +81,7 @@ class Folder {
 
 }  // namespace
 
-Graph fold_constants(const Graph& g) { return Folder(g).run(); }
+Graph fold_constants(const Graph& g) { return Folder(g, false).run(); }
+Graph fold_constants_keep_half(const Graph& g) { return Folder(g, true).run(); }
 
 }  // namespace chroma

@@ -8,5 +8,9 @@ namespace chroma {
 // symbolic: they cost nothing at run time and folding them would only grow the weights.
 // Graph::folded_constants counts the replaced nodes. Run DCE afterwards.
 Graph fold_constants(const Graph& g);
+// The same, except that a half constant's conversion to float32 (widen_half's Cast) stays a
+// Cast: the weights keep their 16 bits and the kernels that read them convert (GPU targets,
+// where the conversion fuses into the reading kernel and the weights' bytes are the cost).
+Graph fold_constants_keep_half(const Graph& g);
 inline constexpr int64_t kMaxFoldBytes = 16 << 20;
 }  // namespace chroma

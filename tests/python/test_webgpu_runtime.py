@@ -398,9 +398,9 @@ def test_buffer_larger_than_default_binding_limit():
 def test_weight_table_of_a_later_dtype():
     # Kernels bind whole shards: a weight tensor of a dtype this runtime cannot decode loads,
     # and only weight() of that tensor fails.
-    data = fx.affine_package(X, W, edit=lambda m: m["weights"]["tensors"][0].update(dtype="float16", bytes=12))
+    data = fx.affine_package(X, W, edit=lambda m: m["weights"]["tensors"][0].update(dtype="complex64", bytes=24))
     pkg = read_package(data)
-    with pytest.raises(PackageError, match=r"'weights.tensors\[0\]': dtype 'float16' is not supported"):
+    with pytest.raises(PackageError, match=r"'weights.tensors\[0\]': dtype 'complex64' is not supported"):
         pkg.weight("w")
     p = WebGPUProgram(pkg)
     try:

@@ -10,12 +10,12 @@ export const ALIGNMENT = 256;
 export const STATUS_BYTES = 256;
 
 /** The tensor types of format version 2. */
-export type DType = 'float32' | 'int32' | 'int64' | 'int16' | 'int8' | 'bool' | 'uint8';
+export type DType = 'float32' | 'int32' | 'int64' | 'int16' | 'int8' | 'bool' | 'uint8' | 'float16' | 'bfloat16';
 /**
  * How a tensor is stored on the GPU: 32-bit types one word per element (int64 narrowed to i32),
  * 8- and 16-bit types packed little-endian; every tensor padded to whole 32-bit words.
  */
-export type Storage = 'f32' | 'i32' | 'i16' | 'i8' | 'u8';
+export type Storage = 'f32' | 'i32' | 'i16' | 'i8' | 'u8' | 'f16' | 'bf16';
 
 export interface DTypeInfo {
   /** The storage the format requires for this dtype in the arena. */
@@ -25,7 +25,9 @@ export interface DTypeInfo {
   /** Bytes per element in golden data (the dtype's own size). */
   goldenBytes: number;
   /** The typed array a caller passes and gets back. */
-  arrayName: 'Float32Array' | 'Int32Array' | 'BigInt64Array' | 'Int16Array' | 'Int8Array' | 'Uint8Array';
+  arrayName: 'Float32Array' | 'Int32Array' | 'BigInt64Array' | 'Int16Array' | 'Int8Array' | 'Uint8Array' | 'Uint16Array';
+  /** float16 and bfloat16: the caller's Uint16Array holds the bits (halfToFloat decodes them). */
+  half?: boolean;
   float: boolean;
 }
 
@@ -37,6 +39,8 @@ export const DTYPES: Readonly<Record<DType, DTypeInfo>> = {
   int8: { storage: 'i8', storageBytes: 1, goldenBytes: 1, arrayName: 'Int8Array', float: false },
   bool: { storage: 'u8', storageBytes: 1, goldenBytes: 1, arrayName: 'Uint8Array', float: false },
   uint8: { storage: 'u8', storageBytes: 1, goldenBytes: 1, arrayName: 'Uint8Array', float: false },
+  float16: { storage: 'f16', storageBytes: 2, goldenBytes: 2, arrayName: 'Uint16Array', float: true, half: true },
+  bfloat16: { storage: 'bf16', storageBytes: 2, goldenBytes: 2, arrayName: 'Uint16Array', float: true, half: true },
 };
 
 /** The bytes a tensor takes on the device: its elements in their storage, whole words. */
@@ -45,7 +49,7 @@ export function storageBytes(dtype: DType, shape: readonly number[]): number {
 }
 
 /** The typed arrays the runtime takes as inputs and returns as outputs. */
-export type TensorData = Float32Array | Int32Array | BigInt64Array | Int16Array | Int8Array | Uint8Array;
+export type TensorData = Float32Array | Int32Array | BigInt64Array | Int16Array | Int8Array | Uint8Array | Uint16Array;
 
 /**
  * WebGPU's default limits for the ones that matter to a package: a package that does not

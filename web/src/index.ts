@@ -16,6 +16,6 @@ export type {
 export { parsePackage } from './parse.js';
 export { checkAdapter, kernelCode, loadPackage, Model } from './model.js';
 export type { LoadOptions, ModelInfo, RunResult, SelfCheckResult } from './model.js';
-export { arrayTypeOf, compareOutput, decodeOutput, encodeInput, goldenInputs, goldenOutputs, goldenUniform, readGolden, sampleOutput } from './tensors.js';
+export { arrayTypeOf, compareOutput, decodeOutput, encodeInput, goldenInputs, goldenOutputs, goldenUniform, halfToFloat, readGolden, sampleOutput } from './tensors.js';
 export type { OutputCheck } from './tensors.js';
 export { describePackage } from './describe.js';

@@ -6,7 +6,7 @@ import { DTYPES, numel } from './format.js';
 import type { DType, GoldenTensor, IOTensor, ParsedPackage, TensorData, Tolerance } from './format.js';
 
 const ARRAYS = {
-  Float32Array, Int32Array, BigInt64Array, Int16Array, Int8Array, Uint8Array,
+  Float32Array, Int32Array, BigInt64Array, Int16Array, Int8Array, Uint8Array, Uint16Array,
 } as const;
 
 const INT32_MIN = -2147483648n;
@@ -74,7 +74,24 @@ export function decodeOutput(spec: IOTensor, bytes: ArrayBuffer): TensorData {
     case 'bool':
     case 'uint8':
       return new Uint8Array(bytes, 0, n);
+    case 'float16':
+    case 'bfloat16':
+      return new Uint16Array(bytes, 0, n);
   }
+}
+
+/**
+ * The value of a float16 or bfloat16 element from its 16 bits (exact). Half tensors travel as
+ * Uint16Array of their bits (JavaScript has no 16-bit float array everywhere yet).
+ */
+export function halfToFloat(dtype: 'float16' | 'bfloat16', bits: number): number {
+  if (dtype === 'bfloat16') return new Float32Array(new Uint32Array([bits << 16]).buffer)[0]!;
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exp = (bits >> 10) & 0x1f;
+  const man = bits & 0x3ff;
+  if (exp === 0x1f) return man ? NaN : sign * Infinity;
+  if (exp === 0) return sign * man * 2 ** -24;
+  return sign * (1 + man / 1024) * 2 ** (exp - 15);
 }
 
 /**
@@ -120,6 +137,8 @@ export function readGolden(pkg: ParsedPackage, t: GoldenTensor): TensorData {
     case 'int8': return new Int8Array(bytes.buffer, 0, n);
     case 'bool':
     case 'uint8': return bytes;
+    case 'float16':
+    case 'bfloat16': return new Uint16Array(bytes.buffer, 0, n);
   }
 }
 
@@ -162,9 +181,10 @@ export function compareOutput(name: string, dtype: DType, got: TensorData, expec
   let mismatches = 0;
   let first: OutputCheck['first'] = null;
   const float = DTYPES[dtype].float;
+  const half = dtype === 'float16' || dtype === 'bfloat16' ? dtype : null;
   for (let i = 0; i < got.length; i++) {
-    const y = got[i]!;
-    const g = expected[i]!;
+    const y = half ? halfToFloat(half, got[i] as number) : got[i]!;
+    const g = half ? halfToFloat(half, expected[i] as number) : expected[i]!;
     let err: number;
     let ok: boolean;
     if (float) {

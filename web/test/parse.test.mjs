@@ -147,8 +147,8 @@ test('tensor fields are checked against their dtype', async () => {
     exact('manifest field outputs[1].bytes: expected 8 (bool[2,3] stored as u8, whole words), got 24'));
   await rejects(affinePackage({ edit: (m) => { m.outputs[1].storage = 'u32'; } }),
     exact('manifest field outputs[1].storage: expected "u8" for bool, got "u32"'));
-  await rejects(affinePackage({ edit: (m) => { m.outputs[1].dtype = 'float16'; } }),
-    /^manifest field outputs\[1\]\.dtype: expected one of float32, int32, int64, int16, int8, bool, uint8, got "float16"$/);
+  await rejects(affinePackage({ edit: (m) => { m.outputs[1].dtype = 'float64'; } }),
+    /^manifest field outputs\[1\]\.dtype: expected one of float32, int32, int64, int16, int8, bool, uint8, float16, bfloat16, got "float64"$/);
   await rejects(gatherPackage({ edit: (m) => { m.golden.inputs[0].bytes = 16; } }),
     exact('manifest field golden.inputs[0].bytes: expected 32 for int64 [4], got 16'));
 });

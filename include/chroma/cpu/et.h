@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "chroma/cpu/scalar.h"
+#include "chroma/half.h"
 #include "chroma/cpu/threads.h"
 
 // Loops over whole tensors (assign, reduce) prefer 512-bit vectors where the target has

@@ -100,7 +100,9 @@ Ex pow_i(Block& bl, const Ex& a, const Ex& b) {
 
 Ty compute_type(DType t) {
   switch (t) {
-    case DType::kF32: return Ty::kF32;
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return Ty::kF32;
     case DType::kBool: return Ty::kBool;
     case DType::kI64:
     case DType::kI32:
@@ -121,7 +123,54 @@ Ex wrap_to(DType t, Ex v) {
   }
 }
 
-Ex cast_value(Ex v, DType from, DType to) {
+Ex half_bits(Block& b, DType t, const Ex& v) {
+  const Ex x = b.let(bitcast(Ty::kU32, v), "hb");
+  const Ex is_nan = b.let(bin(">", bin("&", x, lit_u(0x7fffffffu)), lit_u(0x7f800000u)));
+  if (t == DType::kBF16) {  // the upper half, rounded to nearest even; NaN kept quiet
+    const Ex r = bin(">>", add(add(x, lit_u(0x7fffu)), bin("&", bin(">>", x, lit_i(16)), lit_u(1))), lit_i(16));
+    return b.let(select(r, bin("|", bin(">>", x, lit_i(16)), lit_u(0x40u)), is_nan));
+  }
+  const Ex sign = b.let(bin("&", bin(">>", x, lit_i(16)), lit_u(0x8000u)));
+  const Ex man = b.let(bin("&", x, lit_u(0x7fffffu)));
+  const Ex e = b.let(bin("-", bitcast(Ty::kI32, bin("&", bin(">>", x, lit_i(23)), lit_u(0xffu))), lit_i(112)));  // binary16 exponent
+  // normal: round the 13 dropped bits to nearest even (a carry into the exponent is right, up to infinity)
+  const Ex m = bin(">>", man, lit_i(13)), rest = b.let(bin("&", man, lit_u(0x1fffu)));
+  const Ex up = bin("||", bin(">", rest, lit_u(0x1000u)), bin("&&", bin("==", rest, lit_u(0x1000u)), bin("==", bin("&", m, lit_u(1)), lit_u(1))));
+  const Ex normal = add(bin("|", bin("<<", bitcast(Ty::kU32, call("max", Ty::kI32, {e, lit_i(0)})), lit_i(10)), m), convert(Ty::kU32, up));
+  // subnormal (e in [-10, 0]): the 24-bit significand shifted right by 14 - e, rounded
+  const Ex sh = b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {bin("-", lit_i(14), e), lit_i(14)}), lit_i(24)}));
+  const Ex full = b.let(bin("|", man, lit_u(0x800000u)));
+  const Ex sm = b.let(bin(">>", full, sh));
+  const Ex srest = b.let(bin("&", full, bin("-", bin("<<", lit_u(1), sh), lit_u(1))));
+  const Ex shalf = b.let(bin("<<", lit_u(1), bin("-", sh, lit_i(1))));
+  const Ex sup = bin("||", bin(">", srest, shalf), bin("&&", bin("==", srest, shalf), bin("==", bin("&", sm, lit_u(1)), lit_u(1))));
+  const Ex sub = add(sm, convert(Ty::kU32, sup));
+  Ex h = select(lit_u(0), sub, bin(">=", e, lit_i(-10)));   // below half the smallest subnormal: 0
+  h = select(h, normal, bin(">=", e, lit_i(1)));
+  h = select(h, lit_u(0x7c00u), bin(">=", e, lit_i(31)));     // overflow (and infinity): infinity
+  h = select(h, bin("|", lit_u(0x7e00u), bin(">>", man, lit_i(13))), is_nan);
+  return b.let(bin("|", sign, h));
+}
+
+Ex half_value(Block& b, DType t, const Ex& bits) {
+  if (t == DType::kBF16) return b.let(bitcast(Ty::kF32, bin("<<", bin("&", bits, lit_u(0xffffu)), lit_i(16))));
+  const Ex h = b.let(bin("&", bits, lit_u(0xffffu)), "hv");
+  const Ex sign = b.let(bin("<<", bin("&", h, lit_u(0x8000u)), lit_i(16)));
+  const Ex exp = b.let(bin("&", bin(">>", h, lit_i(10)), lit_u(0x1fu)));
+  const Ex man = b.let(bin("&", h, lit_u(0x3ffu)));
+  const Ex normal = bin("|", bin("<<", add(exp, lit_u(112)), lit_i(23)), bin("<<", man, lit_i(13)));
+  const Ex special = bin("|", lit_u(0x7f800000u), bin("<<", man, lit_i(13)));  // infinity, NaN
+  const Ex sub = bitcast(Ty::kU32, mul(convert(Ty::kF32, man), lit_f(5.9604644775390625e-8)));  // man * 2^-24, exact
+  Ex r = select(normal, sub, bin("==", exp, lit_u(0)));
+  r = select(r, special, bin("==", exp, lit_u(0x1fu)));
+  return b.let(bitcast(Ty::kF32, bin("|", sign, r)));
+}
+
+Ex cast_value(Block& b, Ex v, DType from, DType to) {
+  if (is_half(to) && to != from) {  // round to the type; from another half type through float32 (exact)
+    const Ex f = compute_type(from) == Ty::kF32 ? v : cast_value(b, v, from, DType::kF32);
+    return half_value(b, to, half_bits(b, to, f));
+  }
   const Ty ft = compute_type(from), tt = compute_type(to);
   if (tt == Ty::kBool) return truthy(v);
   if (ft == Ty::kBool) return convert(tt, v);

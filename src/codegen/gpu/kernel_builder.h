@@ -96,9 +96,10 @@ class KB {
       default: return bitcast(Ty::kI32, w);
     }
   }
-  static Ex to_word(DType t, const Ex& v) {
+  // The stored bits of a value of dtype t (half types: their 16 bits, rounded).
+  static Ex to_word(Block& b, DType t, const Ex& v) {
+    if (is_half(t)) return half_bits(b, t, v);
     if (v->ty == Ty::kBool) return convert(Ty::kU32, v);
-    (void)t;
     return bitcast(Ty::kU32, v);
   }
 
@@ -113,7 +114,7 @@ class KB {
         const int eb = device_element_bytes(e.dtype);
         if (eb == 4) return from_word(e.dtype, load_word(s, a));
         const auto [word, shift] = packed_position(b, a, eb);
-        return b.let(from_bits(e.dtype, bin(">>", load_word(s, word), shift)));
+        return b.let(from_bits(b, e.dtype, bin(">>", load_word(s, word), shift)));
       }
       case Expr::kLiteral: {
         const Ty t = compute_type(e.dtype);
@@ -146,7 +147,7 @@ class KB {
       }
       case Expr::kCast: {
         const Expr& c = e.children[0];
-        return b.let(cast_value(eval(b, c, coords), c.dtype, e.dtype));
+        return b.let(cast_value(b, eval(b, c, coords), c.dtype, e.dtype));
       }
       case Expr::kMap: {
         std::vector<Ex> xs;
@@ -171,14 +172,14 @@ class KB {
     const Ex a = address(base_ex, l.strides, coords);
     const int eb = device_element_bytes(t);
     if (eb == 4) {
-      b.store(s, a, to_word(t, v));
+      b.store(s, a, to_word(b, t, v));
       return;
     }
     // A packed element: replace its bits of the word (atomically: neighbours may be written
     // by other invocations at the same time).
     const auto [word, shift] = packed_position(b, a, eb);
     const Ex ones = lit_u(eb == 1 ? 0xffu : 0xffffu);
-    b.store_bits(s, word, b.let(bin("<<", bin("&", to_word(t, v), ones), shift)), b.let(bin("<<", ones, shift)));
+    b.store_bits(s, word, b.let(bin("<<", bin("&", to_word(b, t, v), ones), shift)), b.let(bin("<<", ones, shift)));
     k.slots[static_cast<size_t>(s)].atomic = true;
   }
 
@@ -193,8 +194,10 @@ class KB {
   }
 
   // A packed element's value from its bits at the bottom of a word (higher bits: neighbours).
-  static Ex from_bits(DType t, const Ex& w) {
+  static Ex from_bits(Block& b, DType t, const Ex& w) {
     switch (t) {
+      case DType::kF16:
+      case DType::kBF16: return half_value(b, t, w);
       case DType::kBool: return bin("!=", bin("&", w, lit_u(0xff)), lit_u(0));
       case DType::kU8: return bitcast(Ty::kI32, bin("&", w, lit_u(0xff)));
       case DType::kI8: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(24))), lit_i(24));  // sign-extended
@@ -278,7 +281,7 @@ class KB {
         const Ex shift = lb.let(mul(j, lit_i(8 * eb)));
         lb.if_else(bin("&&", bin(">=", e, lit_i(0)), bin("<", e, lit_i(n))),
                    [&](Block& in) {
-                     const Ex v = in.let(bin("&", to_word(t, value_at(in, e)), ones));
+                     const Ex v = in.let(bin("&", to_word(in, t, value_at(in, e)), ones));
                      in.assign(word, bin("|", word, bin("<<", v, shift)));
                    },
                    [&](Block& in) { in.assign(keep, bin("|", keep, bin("<<", ones, shift))); });

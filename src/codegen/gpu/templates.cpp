@@ -153,7 +153,7 @@ void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
     kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
       const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
-        const Ex v = in.let(cast_value(kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
+        const Ex v = in.let(cast_value(in, kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
         in.assign(acc, comb(in, acc, v));
       });
       kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], merge(b, s, o, lit_i(0)), acc);
@@ -167,7 +167,7 @@ void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
   const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
   const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
   b.loop("r", lid, lit_i(R), lit_i(kb.k.workgroup_size), [&](Block& in, const Ex& r) {
-    const Ex v = in.let(cast_value(kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
+    const Ex v = in.let(cast_value(in, kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
     in.assign(acc, comb(in, acc, v));
   });
   // subgroup operations where they give the combiner's result: sums and products; max and
@@ -395,7 +395,7 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
     const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
     b.loop("r", lit_i(0), lit_i(s.extent()), lit_i(1), [&](Block& in, const Ex& r) {
       const std::vector<Ex> c = merge(in, s, o, r);
-      const Ex v = in.let(cast_value(kb.eval(in, e, c), e.dtype, ot));
+      const Ex v = in.let(cast_value(in, kb.eval(in, e, c), e.dtype, ot));
       if (lk.attrs.log) {  // log(exp(acc) + exp(v)), exact at infinities
         if (t != Ty::kF32) throw Unsupported("logcumsumexp of a non-float tensor");
         const Ex m = in.let(map_op(in, EwOp::k_maximum, ot, {ot, ot}, {acc, v}, {nullptr, nullptr}));
@@ -429,7 +429,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       const Ex v = b.let(kb.eval(b, idx, {o[axis]}), "ix");
       const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
       kb.flag_bad_index(b, bad, v, dim, lk.attrs.axis);
-      const Ex val = b.let(cast_value(kb.eval(b, vals, o), vals.dtype, ot));
+      const Ex val = b.let(cast_value(b, kb.eval(b, vals, o), vals.dtype, ot));
       b.if_(un("!", bad), [&](Block& t) {
         std::vector<Ex> dc = o;
         dc[axis] = v;
@@ -457,7 +457,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       in.if_(bin("==", v, dc[axis]), [&](Block& t) {
         std::vector<Ex> vc = dc;
         vc[axis] = j;
-        t.assign(acc, comb(t, acc, t.let(cast_value(kb.eval(t, vals, vc), vals.dtype, ot))));
+        t.assign(acc, comb(t, acc, t.let(cast_value(t, kb.eval(t, vals, vc), vals.dtype, ot))));
       });
     });
     kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], dc, acc);

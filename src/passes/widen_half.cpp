@@ -1,0 +1,76 @@
+#include "passes/widen_half.h"
+
+#include <map>
+
+#include "passes/rewrite.h"
+
+namespace chroma {
+
+namespace {
+
+bool touches_half(const Graph& g, const Node& n) {
+  for (Value v : n.inputs) {
+    if (is_half(g.type(v).dtype)) return true;
+  }
+  for (const TensorType& t : n.types) {
+    if (is_half(t.dtype)) return true;
+  }
+  return (n.op == Op::kCast || n.op == Op::kFull || n.op == Op::kIota) && is_half(n.attrs.dtype);
+}
+
+}  // namespace
+
+Graph widen_half(const Graph& g) {
+  GraphRewriter rw(g);
+  Graph& d = rw.out();
+  std::map<Value, Value> wide;     // half value -> its float32 value, not rounded
+  std::map<Value, Value> rounded;  // half value -> its float32 value after rounding to its type
+  // The float32 value a consumer in ATen operation `name` reads for half value v.
+  auto read = [&](Value v, const std::string& name) -> Value {
+    const Node& p = g.node(v);
+    const Value w = wide.at(v);
+    if (p.op == Op::kInput || p.op == Op::kConstant) return w;  // exact already
+    if (!name.empty() && p.name == name) return w;  // inside one ATen operation: not rounded
+    auto it = rounded.find(v);
+    if (it == rounded.end()) it = rounded.emplace(v, d.cast(rw.map(v), DType::kF32)).first;
+    return it->second;
+  };
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    const Node& n = g.node(id);
+    if (!touches_half(g, n)) {
+      rw.copy(id);
+      continue;
+    }
+    if (n.op == Op::kInput || n.op == Op::kConstant) {
+      rw.copy(id);
+      d.set_origin(n.name, n.source);
+      wide[Value{id, 0}] = d.cast(rw.map(Value{id, 0}), DType::kF32);
+      continue;
+    }
+    d.set_origin(n.name, n.source);
+    std::vector<Value> ins;
+    for (Value v : n.inputs) ins.push_back(is_half(g.type(v).dtype) ? read(v, n.name) : rw.map(v));
+    Attrs a = n.attrs;
+    if ((n.op == Op::kCast || n.op == Op::kFull || n.op == Op::kIota) && is_half(a.dtype)) a.dtype = DType::kF32;
+    std::vector<Value> outs;
+    if (n.op == Op::kCast && d.type(ins[0]).dtype == a.dtype) {
+      outs.push_back(ins[0]);  // half <-> float32, or float16 <-> bfloat16: float32 already
+    } else {
+      const Value nv = d.add(n.op, ins, a);
+      for (size_t k = 0; k < n.types.size(); ++k) outs.push_back(Value{nv.node, static_cast<int32_t>(k)});
+    }
+    // Each half output: its float32 value, and the value rounded to its type (what the graph's
+    // outputs and the rounding reads see).
+    for (size_t k = 0; k < n.types.size(); ++k) {
+      if (!is_half(n.types[k].dtype)) continue;
+      const Value old{id, static_cast<int32_t>(k)};
+      wide[old] = outs[k];
+      outs[k] = d.cast(outs[k], n.types[k].dtype);
+    }
+    rw.replace(id, outs);
+  }
+  return rw.finish();
+}
+
+}  // namespace chroma

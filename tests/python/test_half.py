@@ -1,0 +1,175 @@
+"""float16 and bfloat16 tensors on the CPU target (chroma/half.h, passes/widen_half.cpp):
+stored in 16 bits, computed as PyTorch's CPU computes them (each ATen operation in float32,
+its result rounded to the tensor's type), NumPy arrays in and out (np.float16,
+ml_dtypes.bfloat16)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import chroma
+from conftest import randn
+
+HALVES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _np(t):
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _run(model, args, tmp_path):
+    with torch.no_grad():
+        want = model(*args)
+        prog = chroma.compile(model, args, out=str(tmp_path / "m"))
+    got = prog(*[_np(a) for a in args])
+    return got, want
+
+
+def _check(got, want, ulps=0):
+    """got (NumPy) against want (torch): same dtype and shape; values within `ulps` units in the
+    last place of the half type (0: bit for bit)."""
+    assert str(got.dtype) == str(want.dtype).replace("torch.", ""), (got.dtype, want.dtype)
+    assert got.shape == tuple(want.shape)
+    w = want.float().numpy()
+    g = got.astype(np.float32)
+    eps = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[want.dtype]
+    tol = ulps * eps * np.maximum(np.abs(w), 2.0 ** -14)
+    bad = ~((np.abs(g - w) <= tol) | (np.isnan(g) & np.isnan(w)) | (g == w))
+    assert not bad.any(), f"{bad.sum()} of {bad.size} differ; first at {np.argwhere(bad)[0]}: {g[bad][0]} vs {w[bad][0]}"
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.h = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / (d // self.h) ** 0.5
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_mlp_matches_pytorch_bit_for_bit(dt, tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                            torch.nn.Linear(32, 8)).to(HALVES[dt]).eval()
+    got, want = _run(m, (randn(4, 16).to(HALVES[dt]),), tmp_path)
+    _check(got, want)
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_transformer_block(dt, tmp_path):
+    torch.manual_seed(0)
+    m = Block().to(HALVES[dt]).eval()
+    got, want = _run(m, (randn(2, 8, 32).to(HALVES[dt]),), tmp_path)
+    _check(got, want, ulps=2)  # products: BLAS and PyTorch's kernels sum in different orders
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_convolution_network(dt, tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
+                            torch.nn.Flatten()).to(HALVES[dt]).eval()
+    got, want = _run(m, (randn(2, 3, 12, 12).to(HALVES[dt]),), tmp_path)
+    _check(got, want, ulps=2)
+
+
+def test_a_decomposed_operation_is_rounded_once(tmp_path):
+    """mean is a sum and a division inside one ATen operation: PyTorch keeps the float32 sum,
+    so a mean of values whose sum overflows float16 (65504) is still finite."""
+    x = torch.full((4, 4096), 100.0, dtype=torch.float16) + randn(4, 4096).half()
+    got, want = _run(lambda a: (a.mean(-1), a.var(-1), torch.nn.functional.layer_norm(a, (4096,))), (x,), tmp_path)
+    assert torch.isfinite(want[0]).all()
+    _check(got[0], want[0], ulps=1)
+    _check(got[1], want[1], ulps=1)
+    # x - mean cancels about 100 of the input's magnitude: summation order shows at the ~1e-5 level
+    np.testing.assert_allclose(got[2].astype(np.float32), want[2].float().numpy(), rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_casts_and_mixed_types(dt, tmp_path):
+    """Conversions are exact one way and round to nearest even the other (overflow to inf, NaN
+    kept); a half op with a float32 tensor computes in float32; scalars are not rounded first."""
+    h = HALVES[dt]
+    x = torch.tensor([0.1, 1 / 3, 65519.0, 65520.0, 1e6, -1e-8, 6e-8, float("nan"), float("-inf"), 2.5])
+    i = torch.tensor([1, 2049, 4097, -7, 65535, 300000, 0, 3, 5, 9])
+
+    def f(x, i, y):
+        return x.to(h), i.to(h), (x.to(h) * 0.1), y + x, (y * 3).to(torch.int32), y.to(torch.float32), y > 0.5
+
+    got, want = _run(f, (x, i, x.to(h)), tmp_path)
+    for g, w in zip(got, want):
+        if w.dtype in (torch.float16, torch.bfloat16):
+            _check(g, w)
+        else:
+            np.testing.assert_array_equal(g, w.numpy())
+
+
+def test_conversions_match_numpy_for_every_float16():
+    """Every float16 bit pattern through float32 and back (through a program): the identity."""
+    bits = np.arange(65536, dtype=np.uint16)
+    h = bits.view(np.float16)
+    m = lambda a: a.float()  # noqa: E731
+    prog = chroma.compile(m, (torch.from_numpy(h.copy()),))
+    f = prog(h)
+    np.testing.assert_array_equal(f, h.astype(np.float32))
+    back = chroma.compile(lambda a: a.half(), (torch.from_numpy(f.copy()),))(f)
+    same = (back.view(np.uint16) == bits) | np.isnan(h)
+    assert same.all()
+
+
+def test_bfloat16_numpy_interop(tmp_path):
+    x = randn(3, 5).to(torch.bfloat16)
+    prog = chroma.compile(lambda a: (a * 2 + 1, a.sum(-1)), (x,), out=str(tmp_path / "m"))
+    y, s = prog(_np(x))
+    assert y.dtype == ml_dtypes.bfloat16 and s.dtype == ml_dtypes.bfloat16
+    with torch.no_grad():
+        _check(y, x * 2 + 1)
+        _check(s, x.sum(-1))
+    with pytest.raises(Exception, match="bfloat16"):
+        prog(x.float().numpy())  # float32 where bfloat16 is expected: named
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_webgpu_stores_halves_in_16_bits(dt, tmp_path):
+    """On WebGPU a half tensor is two to a word (storage "f16"/"bf16"), computed in f32 and
+    rounded where the CPU rounds: the same values, in Python (lavapipe) and in Node (Dawn)."""
+    from test_webgpu import _node_check
+    from chroma import webgpu
+
+    torch.manual_seed(0)
+    m = Block().to(HALVES[dt]).eval()
+    x = randn(2, 8, 32).to(HALVES[dt])
+    with torch.no_grad():
+        want = m(x)
+        prog = chroma.compile(m, (x,), target="webgpu", out=str(tmp_path / "m"))
+    _check(prog(_np(x)), want, ulps=2)
+    man = webgpu.read_package(str(tmp_path / "m.chroma-web")).manifest
+    assert man["inputs"][0]["storage"] == {"float16": "f16", "bfloat16": "bf16"}[dt]
+    assert man["inputs"][0]["bytes"] == 2 * 8 * 32 * 2
+    weights = {t["dtype"] for t in man["weights"]["tensors"]}
+    assert dt in weights and "float32" not in weights, weights  # kept in 16 bits, converted by the kernels
+    assert prog.self_check()["ok"]
+    _node_check(str(tmp_path / "m.chroma-web"))
+
+
+def test_jit_takes_and_returns_bfloat16_tensors():
+    f = chroma.jit(lambda a: torch.nn.functional.silu(a) * 2)
+    x = randn(4, 6).to(torch.bfloat16)
+    y = f(x)
+    assert y.dtype == torch.bfloat16
+    with torch.no_grad():
+        _check(y.view(torch.int16).numpy().view(ml_dtypes.bfloat16), torch.nn.functional.silu(x) * 2)
