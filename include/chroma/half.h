@@ -44,12 +44,12 @@ constexpr uint16_t f32_to_f16(float x) {
   return static_cast<uint16_t>(h);
 }
 
-// binary16 -> float32, exact.
+// binary16 -> float32, exact (a signaling NaN comes out quiet, as the hardware's conversion does).
 constexpr float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t man = h & 0x3ffu;
-  if (exp == 0x1fu) return f32_from(sign | 0x7f800000u | (man << 13));
+  if (exp == 0x1fu) return f32_from(sign | 0x7f800000u | (man ? 0x400000u | (man << 13) : 0u));  // NaN made quiet
   if (exp == 0) {
     if (man == 0) return f32_from(sign);
     int e = -1;  // normalize the subnormal
@@ -73,12 +73,24 @@ constexpr float bf16_to_f32(uint16_t h) { return f32_from(static_cast<uint32_t>(
 
 }  // namespace half_detail
 
+// With a compiler _Float16 (GCC 12+ and Clang on x86-64 and AArch64), the conversions are the
+// hardware's (F16C / AVX512-FP16 vcvtps2ph and vcvtph2ps, vectorized in the kernels' loops);
+// they round exactly as the integer code above (tests/cpp/test_half.cpp checks the two agree).
+#if defined(__FLT16_MANT_DIG__)
+#define CHROMA_HAS_FLOAT16 1
+constexpr uint16_t to_f16_bits(float x) { return std::bit_cast<uint16_t>(static_cast<_Float16>(x)); }
+constexpr float from_f16_bits(uint16_t b) { return static_cast<float>(std::bit_cast<_Float16>(b)); }
+#else
+constexpr uint16_t to_f16_bits(float x) { return half_detail::f32_to_f16(x); }
+constexpr float from_f16_bits(uint16_t b) { return half_detail::f16_to_f32(b); }
+#endif
+
 // IEEE binary16.
 struct f16 {
   uint16_t bits = 0;
   f16() = default;
-  constexpr explicit f16(float x) : bits(half_detail::f32_to_f16(x)) {}
-  constexpr explicit operator float() const { return half_detail::f16_to_f32(bits); }
+  constexpr explicit f16(float x) : bits(to_f16_bits(x)) {}
+  constexpr explicit operator float() const { return from_f16_bits(bits); }
   static constexpr f16 from_bits(uint16_t b) {
     f16 h;
     h.bits = b;

@@ -88,8 +88,8 @@ Value tree(Builder& b, EwOp op, std::vector<Value> xs) {
 }
 
 Scalar lowest(DType t) {
+  if (is_float(t)) return Scalar::of_float(-INFINITY);
   switch (t) {
-    case DType::kF32: case DType::kF64: return Scalar::of_float(-INFINITY);
     case DType::kI64: return Scalar::of_int(std::numeric_limits<int64_t>::lowest());
     case DType::kI32: return Scalar::of_int(std::numeric_limits<int32_t>::lowest());
     case DType::kI16: return Scalar::of_int(std::numeric_limits<int16_t>::lowest());

@@ -3,6 +3,7 @@
 // has one, bfloat16 against its definition (the nearest, ties to the even bits).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -22,6 +23,9 @@ float bits_f(uint32_t b) {
 
 TEST(Half, EveryFloat16RoundTripsThroughFloat32) {
   for (uint32_t b = 0; b < 65536; ++b) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(chroma::half_detail::f16_to_f32(static_cast<uint16_t>(b))),
+              std::bit_cast<uint32_t>(static_cast<float>(f16::from_bits(static_cast<uint16_t>(b)))))
+        << b;  // the integer code and the one in use agree on every value
     const float f = static_cast<float>(f16::from_bits(static_cast<uint16_t>(b)));
     const f16 back(f);
     if (std::isnan(f)) {
@@ -53,6 +57,7 @@ TEST(Half, Float16RoundsToNearestEven) {
     uint16_t want;
     std::memcpy(&want, &h, 2);
     if (std::isnan(x)) continue;
+    ASSERT_EQ(chroma::half_detail::f32_to_f16(x), want) << x;  // the integer code (GPU kernels, no _Float16)
     ASSERT_EQ(f16(x).bits, want) << x;
   }
 #endif

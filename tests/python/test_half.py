@@ -173,3 +173,16 @@ def test_jit_takes_and_returns_bfloat16_tensors():
     assert y.dtype == torch.bfloat16
     with torch.no_grad():
         _check(y.view(torch.int16).numpy().view(ml_dtypes.bfloat16), torch.nn.functional.silu(x) * 2)
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_topk_and_sort_with_ties(dt, tmp_path):
+    """Half values tie often: the values equal PyTorch's, and every returned index points at
+    the value returned beside it (PyTorch's order among equal values is not specified)."""
+    x = (randn(3, 40) * 3).round().to(HALVES[dt])  # many ties
+    f = lambda a: (torch.topk(a, 7, dim=1), torch.sort(a, dim=1, descending=True), torch.topk(a, 2, dim=0, largest=False))  # noqa: E731
+    got, want = _run(lambda a: tuple(t for pair in f(a) for t in pair), (x,), tmp_path)
+    for k, dim in ((0, 1), (2, 1), (4, 0)):
+        _check(got[k], want[k])
+        idx = torch.from_numpy(got[k + 1])
+        assert torch.equal(torch.take_along_dim(x, idx, dim), want[k])

@@ -78,3 +78,25 @@ def test_opinfo_samples(family, name, tmp_path):
     bad = [(c.text, s, r) for c, (s, r) in zip(cases, results) if s not in ("pass", "skip")]
     assert not bad, f"{family} / {name}: " + "; ".join(f"{s}: {r} [{t}]" for t, s, r in bad)
     assert any(s == "pass" for s, _ in results), f"{name}: no sample ran"
+
+
+# float16 and bfloat16 (computed as PyTorch's CPU does: each ATen operation in float32, rounded
+# to the type): one entry per family that has half samples on the CPU, at OpInfo's tolerances
+# for the dtype. (topk and sort: with 8 or 11 significant bits OpInfo's samples have ties, and
+# PyTorch orders equal values' indices otherwise than in float32; test_half.py checks them
+# tie-aware.)
+HALF_FAMILIES = ["sin", "nn.functional.gelu", "where", "lt", "sum", "softmax", "var", "matmul",
+                 "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.group_norm",
+                 "nn.functional.interpolate.bilinear", "cat", "index_select", "scatter_add", "cumsum"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("name", HALF_FAMILIES)
+def test_opinfo_half_samples(name, dtype, tmp_path):
+    op = _op(name)
+    samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:MAX_SAMPLES]
+    assert samples, f"{name} has no {dtype} samples"
+    cases = [Case(op, s, tolerances(op, dtype)) for s in samples]
+    results = run_cases(cases, str(tmp_path), str(tmp_path / "cache"))
+    bad = [(c.text, s, r) for c, (s, r) in zip(cases, results) if s not in ("pass", "skip")]
+    assert not bad, f"{name} ({dtype}): " + "; ".join(f"{s}: {r} [{t}]" for t, s, r in bad)

@@ -159,7 +159,8 @@ Ex half_value(Block& b, DType t, const Ex& bits) {
   const Ex exp = b.let(bin("&", bin(">>", h, lit_i(10)), lit_u(0x1fu)));
   const Ex man = b.let(bin("&", h, lit_u(0x3ffu)));
   const Ex normal = bin("|", bin("<<", add(exp, lit_u(112)), lit_i(23)), bin("<<", man, lit_i(13)));
-  const Ex special = bin("|", lit_u(0x7f800000u), bin("<<", man, lit_i(13)));  // infinity, NaN
+  const Ex special = bin("|", select(lit_u(0x7f800000u), lit_u(0x7fc00000u), bin("!=", man, lit_u(0))),
+                        bin("<<", man, lit_i(13)));  // infinity; NaN, made quiet as the CPU does
   const Ex sub = bitcast(Ty::kU32, mul(convert(Ty::kF32, man), lit_f(5.9604644775390625e-8)));  // man * 2^-24, exact
   Ex r = select(normal, sub, bin("==", exp, lit_u(0)));
   r = select(r, special, bin("==", exp, lit_u(0x1fu)));
