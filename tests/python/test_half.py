@@ -10,6 +10,7 @@ import torch
 
 import chroma
 from conftest import randn
+from test_webgpu import Block  # a pre-norm transformer block
 
 HALVES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -40,24 +41,6 @@ def _check(got, want, ulps=0):
     tol = ulps * eps * np.maximum(np.abs(w), 2.0 ** -14)
     bad = ~((np.abs(g - w) <= tol) | (np.isnan(g) & np.isnan(w)) | (g == w))
     assert not bad.any(), f"{bad.sum()} of {bad.size} differ; first at {np.argwhere(bad)[0]}: {g[bad][0]} vs {w[bad][0]}"
-
-
-class Block(torch.nn.Module):
-    def __init__(self, d=32, heads=4):
-        super().__init__()
-        self.h = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
-        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-1, -2)) / (d // self.h) ** 0.5
-        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
 @pytest.mark.parametrize("dt", sorted(HALVES))
