@@ -271,7 +271,9 @@ class KB {
     const int eb = device_element_bytes(t), per = 4 / eb;
     const int64_t first = place_(buf).word * per + l.offset;  // in elements from the slot's start
     const int64_t lead = first % per;                         // elements of the first word before ours
-    auto [s, base_ex] = base(site, buf, l.offset, true);
+    const std::pair<int, Ex> sb = base(site, buf, l.offset, true);  // (no structured binding: a lambda captures them)
+    const int s = sb.first;
+    const Ex base_ex = sb.second;
     const Ex ones = lit_u(eb == 1 ? 0xffu : 0xffffu);
     per_element((lead + n + per - 1) / per, [&](Block& b, const Ex& w) {
       const Ex word = b.mut(Ty::kU32, lit_u(0), "word");
