@@ -5,6 +5,7 @@
 
 #include "import/importer.h"
 #include "pipeline.h"
+#include "quant/quant.h"
 
 namespace nb = nanobind;
 
@@ -12,7 +13,7 @@ namespace {
 
 chroma::CompileOptions options(const std::string& target, bool blas, const std::string& include_dir,
                                const std::string& python_include, const std::string& cache_dir, int jobs, int max_depth,
-                               const std::string& golden = "") {
+                               const std::string& golden = "", const std::string& weights = "") {
   chroma::CompileOptions o;
   o.target = target;
   o.blas = blas;
@@ -22,6 +23,7 @@ chroma::CompileOptions options(const std::string& target, bool blas, const std::
   o.jobs = jobs;
   o.max_expression_depth = max_depth;
   o.golden_path = golden;
+  o.weights = weights;
   return o;
 }
 
@@ -34,23 +36,24 @@ NB_MODULE(_compiler, m) {
       "compile_graph",
       [](const std::string& graph, const std::string& out, const std::string& target, bool blas,
          const std::string& include_dir, const std::string& python_include, const std::string& cache_dir, int jobs,
-         int max_depth, const std::string& golden) {
-        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth, golden);
+         int max_depth, const std::string& golden, const std::string& weights) {
+        const chroma::CompileOptions o =
+            options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth, golden, weights);
         nb::gil_scoped_release release;
         return chroma::compile_graph_file(graph, out, o);
       },
       nb::arg("graph"), nb::arg("out"), nb::arg("target") = "cpu", nb::arg("blas") = true, nb::arg("include_dir"),
       nb::arg("python_include") = "", nb::arg("cache_dir") = "", nb::arg("jobs") = 0, nb::arg("max_depth") = 32,
-      nb::arg("golden") = "",
+      nb::arg("golden") = "", nb::arg("weights") = "",
       "Compiles a .cgraph file into an artifact directory (target 'webgpu': also <out>.chroma-web, with the golden "
       "data described by the JSON file `golden`); returns the manifest JSON text.");
   m.def(
       "compile_graphs",
       [](const std::vector<std::string>& names, const std::vector<std::string>& graphs, const std::string& out,
          const std::string& target, bool blas, const std::string& include_dir, const std::string& python_include,
-         const std::string& cache_dir, int jobs, int max_depth) {
+         const std::string& cache_dir, int jobs, int max_depth, const std::string& weights) {
         if (names.size() != graphs.size()) throw chroma::CompileError("compile_graphs: one name per graph file");
-        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth);
+        const chroma::CompileOptions o = options(target, blas, include_dir, python_include, cache_dir, jobs, max_depth, "", weights);
         std::vector<chroma::EntrySpec> specs;
         for (size_t i = 0; i < names.size(); ++i) specs.push_back({names[i], graphs[i]});
         nb::gil_scoped_release release;
@@ -58,7 +61,7 @@ NB_MODULE(_compiler, m) {
       },
       nb::arg("names"), nb::arg("graphs"), nb::arg("out"), nb::arg("target") = "cpu", nb::arg("blas") = true,
       nb::arg("include_dir"), nb::arg("python_include") = "", nb::arg("cache_dir") = "", nb::arg("jobs") = 0,
-      nb::arg("max_depth") = 32,
+      nb::arg("max_depth") = 32, nb::arg("weights") = "",
       "Compiles several .cgraph files into one artifact with one entry point each (shared weights and state).");
   m.def(
       "dump_graph",
@@ -79,6 +82,38 @@ NB_MODULE(_compiler, m) {
       [](const std::string& graph, const std::string& dialect) { return chroma::gpu_kernel_sources(graph, dialect); },
       nb::arg("graph"), nb::arg("dialect") = "wgsl",
       "The GPU kernels of a .cgraph file in one dialect ('wgsl', 'cuda'): each distinct module's text.");
+  m.def(
+      "quantize",
+      [](nb::bytes data, int64_t rows, int64_t k, int bits) {
+        if (static_cast<int64_t>(data.size()) != rows * k * 4) throw chroma::CompileError("quantize: expected rows * k float32 values");
+        if (bits != 4 && bits != 6 && bits != 8) throw chroma::CompileError("quantize: bits must be 4, 6 or 8");
+        const chroma::quant::Quantized q =
+            chroma::quant::quantize_matrix(reinterpret_cast<const float*>(data.c_str()), rows, k, k, 1, bits);
+        if (!q.ok) throw chroma::CompileError("quantize: a group's scale or bias does not fit float16");
+        return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(q.q.data()), q.q.size()),
+                              nb::bytes(reinterpret_cast<const char*>(q.scales.data()), q.scales.size() * 2),
+                              nb::bytes(reinterpret_cast<const char*>(q.biases.data()), q.biases.size() * 2));
+      },
+      nb::arg("data"), nb::arg("rows"), nb::arg("k"), nb::arg("bits"),
+      "MLX affine quantization of a row-major float32 [rows, k] matrix along k (groups of 64, float16 scales and "
+      "biases): (q as uint8 [rows, k], scales float16 bits [rows, groups], biases likewise), as raw bytes.");
+  m.def(
+      "pack_weights",
+      [](nb::bytes data, int64_t k, int64_t n, const std::string& format) {
+        const auto f = chroma::quant::parse_format(format);
+        if (!f || *f == chroma::quant::Format::kF32) throw chroma::CompileError("pack_weights: format must be bf16, q8, q6 or q4");
+        if (static_cast<int64_t>(data.size()) != k * n * 4) throw chroma::CompileError("pack_weights: expected k * n float32 values");
+        std::vector<uint8_t> packed(static_cast<size_t>(chroma::quant::matrix_bytes(*f, k, n)));
+        if (!chroma::quant::pack(*f, reinterpret_cast<const float*>(data.c_str()), k, n, n, 1, packed.data())) {
+          throw chroma::CompileError("pack_weights: a group's scale or bias does not fit float16");
+        }
+        const std::vector<float> w = chroma::quant::unpack(*f, packed.data(), k, n);
+        return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(packed.data()), packed.size()),
+                              nb::bytes(reinterpret_cast<const char*>(w.data()), w.size() * 4));
+      },
+      nb::arg("data"), nb::arg("k"), nb::arg("n"), nb::arg("format"),
+      "Packs a row-major float32 [k, n] product operand as the CPU kernels read it; returns (packed bytes, the "
+      "float32 [k, n] weights they stand for).");
   m.def("supported_aten_targets", &chroma::supported_aten_targets);
   m.def("refusal", &chroma::refusal, nb::arg("target"),
         "Why an ATen target cannot be compiled by design (random numbers, data-dependent shapes, complex "

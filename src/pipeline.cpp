@@ -37,6 +37,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
 #if __has_include(<oneapi/dnnl/dnnl.hpp>)
     lo.channels_last = opts.blas;  // float32 convolutions run on oneDNN
 #endif
+    lo.weights = quant::parse_policy(opts.weights);
   } else {
     lo.max_expression_depth = std::min(opts.max_expression_depth, 24);
     lo.packed_max_rows = 0;
@@ -61,6 +62,10 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     throw CompileError("target '" + opts.target + "' is not supported (available: cpu, webgpu)");
   }
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
+  if (opts.target != "cpu" && quant::parse_policy(opts.weights).quantizes()) {
+    throw CompileError("weights '" + opts.weights + "': quantized and bfloat16 weights are implemented for the cpu target only (target '" +
+                       opts.target + "' stores float32 weights)");
+  }
   PhaseTimer timer;
   const LowerOptions lo = lower_options(opts);
   std::vector<CompiledEntry> entries;

@@ -23,6 +23,9 @@ struct CompileOptions {
   // GPU targets: a JSON file describing the golden inputs and outputs to store in the
   // package for its self-check ("" = none; docs/webgpu_package.md, "Golden data").
   std::string golden_path;
+  // Weight formats (quant/quant.h parse_policy: "q4", "default=q4;unembedding=q8;*.gate.weight=fp32";
+  // "" or "fp32": every weight exact). CPU target.
+  std::string weights;
 };
 
 // The optimizing passes, in order. `keep_half_weights` (GPU targets): float16 and bfloat16

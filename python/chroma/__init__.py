@@ -32,7 +32,7 @@ from .program import ArtifactError, Entry, Program, load  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["info", "compile", "compile_entries", "compile_decoder", "load", "jit", "export", "Program", "Entry", "Decoder",
-           "ArtifactError", "CompileError", "__version__"]
+           "quant_report", "ArtifactError", "CompileError", "__version__"]
 
 
 def compile(model_or_function, example_inputs, *, out=None, target="cpu", blas=True, **options):  # noqa: A001
@@ -58,6 +58,14 @@ def compile_decoder(model, *, prompt_len, cache_size, out=None, threads=None, **
     from .decoder import compile_decoder as _cd
 
     return _cd(model, prompt_len=prompt_len, cache_size=cache_size, out=out, threads=threads, **options)
+
+
+def quant_report(model, example_inputs, *, weights="q4", sensitivity=True, top=20):
+    """A dry run of weights=: bytes per layer and in total, and the layers ranked by the output
+    error each causes alone (see chroma.quant.quant_report)."""
+    from .quant import quant_report as _qr
+
+    return _qr(model, example_inputs, weights=weights, sensitivity=sensitivity, top=top)
 
 
 def jit(fn_or_module=None, **options):

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .program import Program, load
+from .quant import record_accuracy, weights_spec
 
 __all__ = ["compile", "compile_entries", "include_dir", "default_cache_dir"]
 
@@ -33,7 +34,7 @@ TARGETS = ("cpu", "webgpu")
 
 
 def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                cache_dir: Optional[str] = None, max_depth: int = 32, golden: str = "") -> None:
+                cache_dir: Optional[str] = None, max_depth: int = 32, golden: str = "", weights: Any = None) -> None:
     """Compiles a .cgraph file (from chroma.export) into the artifact directory `out`
     (target "webgpu": also the package `<out>.chroma-web`, with the golden data `golden`
     describes, see _write_golden)."""
@@ -44,7 +45,7 @@ def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = 
         graph_path, out, target=target, blas=blas, include_dir=include_dir(),
         python_include=sysconfig.get_paths()["include"],
         cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth,
-        golden=golden)
+        golden=golden, weights=weights_spec(weights))
 
 
 def to_numpy(t: "torch.Tensor") -> np.ndarray:
@@ -144,31 +145,35 @@ def _write_golden(fn: Any, example_inputs: tuple, input_names: list, directory: 
 
 
 def compile_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                  cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
+                  cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None,
+                  weights: Any = None) -> Program:
     """Compiles a .cgraph file (from chroma.export) into `out` and loads it."""
     timings: Dict[str, Any] = {"model_cache": "off (a graph file)"}
     _timed(timings, "compiler", build_graph, graph_path, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir,
-           max_depth=max_depth)
+           max_depth=max_depth, weights=weights)
     prog = _timed_load(out, threads, timings)
     prog.timings = timings
     return prog
 
 
 def _build_graphs(entries: Dict[str, str], out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                  cache_dir: Optional[str] = None, max_depth: int = 32) -> None:
+                  cache_dir: Optional[str] = None, max_depth: int = 32, weights: Any = None) -> None:
     from . import _compiler
 
     os.makedirs(out, exist_ok=True)
     _compiler.compile_graphs(
         list(entries.keys()), list(entries.values()), out, target=target, blas=blas, include_dir=include_dir(),
         python_include=sysconfig.get_paths()["include"],
-        cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth)
+        cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth,
+        weights=weights_spec(weights))
 
 
 def compile_graphs(entries: Dict[str, str], out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
-                   cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None) -> Program:
+                   cache_dir: Optional[str] = None, max_depth: int = 32, threads: Optional[int] = None,
+                   weights: Any = None) -> Program:
     """Compiles .cgraph files into one artifact, one entry point per graph; loads it."""
-    _build_graphs(entries, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth)
+    _build_graphs(entries, out, target=target, blas=blas, jobs=jobs, cache_dir=cache_dir, max_depth=max_depth,
+                  weights=weights)
     return load(out, threads=threads)
 
 
@@ -346,7 +351,7 @@ def _graph_dir(out: str, keep_graph: bool):
 
 def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] = None, target: str = "cpu",
                     blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
-                    threads: Optional[int] = None, keep_graph: bool = False) -> Program:
+                    threads: Optional[int] = None, keep_graph: bool = False, weights: Any = None) -> Program:
     """Compiles several functions into one artifact with one entry point each.
 
     entries: {name: (module_or_function, example_inputs)}, in order; the first is the
@@ -366,6 +371,7 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"entry name {name!r} must be an identifier")
     examples = {name: _example_inputs(ex) for name, (fn, ex) in entries.items()}
+    spec = weights_spec(weights)
 
     def build(timings: Dict[str, Any]) -> Program:
         graphs = _timed(timings, "export", lambda: {name: export(fn, examples[name]) for name, (fn, _) in entries.items()})
@@ -385,19 +391,21 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
 
             _timed(timings, "graph_write", write)
             _timed(timings, "compiler", _build_graphs, paths, out, target=target, blas=blas, jobs=jobs,
-                   cache_dir=cache_dir, max_depth=max_depth)
+                   cache_dir=cache_dir, max_depth=max_depth, weights=spec)
             return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
     models = [(name, fn, examples[name]) for name, (fn, _) in entries.items()]
     options = dict(entries=list(entries), target=target, blas=blas, max_depth=max_depth)
+    if spec:
+        options["weights"] = spec
     return _through_model_cache(models, options, out, cache_dir, threads, build)
 
 
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
             blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
-            threads: Optional[int] = None, keep_graph: bool = False) -> Program:  # noqa: A001
+            threads: Optional[int] = None, keep_graph: bool = False, weights: Any = None) -> Program:  # noqa: A001
     """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
 
     out:       artifact directory (a new temporary directory when None)
@@ -414,12 +422,20 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     threads:   threads the loaded program runs on (see chroma.load)
     keep_graph: also keep the exported graph in the artifact as graph.cgraph (for debugging;
                it holds a second copy of the weights; the artifact does not need it)
+    weights:   the format of the matrix products' weights (docs/quantization.md): "fp32" (the
+               default), "bf16", "q8", "q6", "q4" (MLX's affine groups of 64), or a dict of
+               rules {"default": "q4", "unembedding": "q8", "*.gate.weight": "fp32",
+               "activations": "fp32"} (name patterns as fnmatch; routers, norms, biases, sinks
+               and small matrices stay exact unless a rule names them). CPU target. The
+               manifest lists every decision; prog.accuracy compares the outputs on the example
+               inputs with float32 PyTorch.
     """
     from .exporter import export
 
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
     example_inputs = _example_inputs(example_inputs)
+    spec = weights_spec(weights)
     if out is None:
         out = tempfile.mkdtemp(prefix="chroma-")
     os.makedirs(out, exist_ok=True)
@@ -434,7 +450,9 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                 golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
                                 [i["name"] for i in graph.json["inputs"]], gdir)
             _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
-                   cache_dir=cache_dir, max_depth=max_depth, golden=golden)
+                   cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
+            if spec:
+                _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
             return _timed_load(out, threads, timings)
 
     if keep_graph:
@@ -442,5 +460,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     if target != "cpu":  # the package lies beside the directory the model cache stores
         return build({"model_cache": f"off (target {target})"})
     options = dict(target=target, blas=blas, max_depth=max_depth)
+    if spec:
+        options["weights"] = spec
     return _through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
                                 threads, build)

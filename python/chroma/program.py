@@ -203,6 +203,13 @@ class Program:
         """Kernels, fused expressions, folded constants, arena / weight / output bytes."""
         return dict(self.manifest["stats"])
 
+    @property
+    def accuracy(self) -> Optional[Dict[str, Any]]:
+        """With quantized weights: the outputs on the example inputs against float32 PyTorch
+        (per output relative L2, max abs, cosine; top-1 agreement and KL divergence over the
+        last axis), as computed at compile time; None otherwise."""
+        return self.manifest.get("accuracy")
+
     def entry(self, name: str) -> Entry:
         for e in self.entries:
             if e.name == name:

@@ -77,6 +77,15 @@ void Lowerer::decide() {
     for (Value v : g_.nodes()[i].inputs) consumers[static_cast<size_t>(v.node)].push_back(static_cast<int32_t>(i));
   }
   absorbed_.assign(g_.size(), false);
+  // The role "unembedding" of the weights policy: products whose value reaches an output
+  // through views and elementwise operations only (the logits of a language model).
+  final_.assign(g_.size(), false);
+  for (Value v : g_.outputs) final_[static_cast<size_t>(v.node)] = true;
+  for (size_t i = g_.size(); i-- > 0;) {
+    const Node& n = g_.nodes()[i];
+    if (!final_[i] || !(is_view(n.op) || is_elementwise(n.op))) continue;
+    for (Value v : n.inputs) final_[static_cast<size_t>(v.node)] = true;
+  }
   for (size_t k = 0; k < g_.outputs.size(); ++k) {
     if (state_of_output_[k] < 0) output_slot_.emplace(g_.outputs[k], static_cast<int32_t>(k));
   }

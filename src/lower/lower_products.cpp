@@ -278,13 +278,38 @@ void Lowerer::row_major_constant(Expr* e) {
   e->layout = nl;
 }
 
+int32_t Lowerer::add_packed_bytes(std::string name, std::vector<uint8_t> data) {
+  ConstantData pc;
+  pc.name = std::move(name);
+  pc.type = TensorType{DType::kU8, {static_cast<int64_t>(data.size())}};
+  pc.bytes = std::make_shared<std::vector<uint8_t>>(std::move(data));
+  p_.constants.push_back(std::move(pc));
+  Buffer pb;
+  pb.region = Region::kConstant;
+  pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
+  pb.type = p_.constants.back().type;
+  pb.name = p_.constants.back().name;
+  p_.buffers.push_back(pb);
+  return static_cast<int32_t>(p_.buffers.size() - 1);
+}
+
+quant::Format Lowerer::weight_format(const Node& n, const std::string& name, int64_t K, int64_t N, int64_t matrices) {
+  if (!opts_.weights.quantizes()) return quant::Format::kF32;
+  const int32_t id = static_cast<int32_t>(&n - g_.nodes().data());
+  quant::Decision d = quant::decide(opts_.weights, name.empty() ? "folded" : name, final_[static_cast<size_t>(id)] ? "unembedding" : "",
+                                    K, N, matrices);
+  const quant::Format f = d.format;
+  p_.weight_decisions.push_back(std::move(d));
+  return f;
+}
+
 bool Lowerer::packed_matmul(const Node& n, Value v) {
   const TensorType& ct = n.type();
   const size_t r = ct.shape.size();
   if (ct.dtype != DType::kF32 || r < 2 || opts_.packed_max_rows <= 0) return false;
   const int64_t m = ct.shape[r - 2], nn = ct.shape[r - 1];
   const int64_t kk = g_.type(n.inputs[0]).shape[r - 1];
-  if (m < 1 || m > opts_.packed_max_rows || nn < 1 || kk < 1) return false;
+  if (m < 1 || nn < 1 || kk < 1) return false;
   Expr eb;
   {
     // B must be a constant seen through views (no computation).
@@ -294,46 +319,80 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
     fused_into_.resize(mark);
     if (eb.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(eb.buffer)].region != Region::kConstant) return false;
   }
-  Kernel k = start(n, Kernel::kMatMulPacked);
-  Expr ea = matmul_operand(n.inputs[0]);
   const ConstantData& cb = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(eb.buffer)].slot)];
-  const auto* bsrc = reinterpret_cast<const float*>(cb.data());
-  const int64_t panels = (nn + 15) / 16;
-  const int64_t panel_elems = panels * kk * 16;
+  const std::string cname = cb.name;
   const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
   const int64_t nb = numel(batch);
+  // Each batch's matrix, by its offset in the constant (broadcast batches share one).
   std::map<int64_t, int64_t> packed_of;  // source offset -> packed index
-  std::vector<float> packed;
-  std::vector<int64_t> idx(batch.size(), 0);
-  for (int64_t b = 0; b < nb; ++b) {
-    int64_t ao = ea.layout.offset, bo = eb.layout.offset;
-    for (size_t d = 0; d < batch.size(); ++d) {
-      ao += idx[d] * ea.layout.strides[d];
-      bo += idx[d] * eb.layout.strides[d];
+  std::vector<int64_t> b_of(static_cast<size_t>(nb)), a_of(static_cast<size_t>(nb));
+  std::vector<int64_t> order;  // source offsets in packed order
+  {
+    std::vector<int64_t> idx(batch.size(), 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      int64_t bo = eb.layout.offset;
+      for (size_t d = 0; d < batch.size(); ++d) bo += idx[d] * eb.layout.strides[d];
+      auto [pit, fresh] = packed_of.emplace(bo, static_cast<int64_t>(packed_of.size()));
+      if (fresh) order.push_back(bo);
+      b_of[static_cast<size_t>(b)] = pit->second;
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
     }
-    auto [pit, fresh] = packed_of.emplace(bo, static_cast<int64_t>(packed_of.size()));
-    if (fresh) {
-      const int64_t sk = eb.layout.strides[r - 2], sn = eb.layout.strides[r - 1];
+  }
+  const quant::Format wf = weight_format(n, cname, kk, nn, static_cast<int64_t>(order.size()));
+  // A quantized weight is never stored in float32: its products take the packed kernel at any
+  // number of rows (panels dequantized a few at a time when there are many rows).
+  if (wf == quant::Format::kF32 && m > opts_.packed_max_rows) return false;
+  Kernel k = start(n, Kernel::kMatMulPacked);
+  Expr ea = matmul_operand(n.inputs[0]);
+  const auto* bsrc = reinterpret_cast<const float*>(cb.data());
+  const int64_t sk = eb.layout.strides[r - 2], sn = eb.layout.strides[r - 1];
+  const int64_t panels = (nn + 15) / 16;
+  const int64_t panel_elems = panels * kk * 16;
+  const int64_t mbytes = quant::matrix_bytes(wf, kk, nn);
+  std::vector<float> packed;
+  std::vector<uint8_t> qpacked;
+  for (int64_t bo : order) {
+    if (wf == quant::Format::kF32) {
       packed.resize(packed.size() + static_cast<size_t>(panel_elems), 0.0f);
-      float* dst = packed.data() + pit->second * panel_elems;
+      float* dst = packed.data() + packed.size() - static_cast<size_t>(panel_elems);
       for (int64_t p = 0; p < panels; ++p)
         for (int64_t q = 0; q < kk; ++q)
           for (int64_t j = 0; j < 16 && p * 16 + j < nn; ++j) dst[(p * kk + q) * 16 + j] = bsrc[bo + q * sk + (p * 16 + j) * sn];
+    } else {
+      qpacked.resize(qpacked.size() + static_cast<size_t>(mbytes));
+      if (!quant::pack(wf, bsrc + bo, kk, nn, sk, sn, qpacked.data() + qpacked.size() - static_cast<size_t>(mbytes))) {
+        throw CompileError("weights: " + (cname.empty() ? std::string("a folded constant") : "'" + cname + "'") + " read by node " +
+                           n.name + " cannot be stored as " + quant::format_name(wf) +
+                           ": a group's scale or bias does not fit float16 (keep it exact with a rule '" +
+                           (cname.empty() ? std::string("folded") : cname) + "': 'fp32')");
+      }
     }
+  }
+  std::vector<int64_t> idx(batch.size(), 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t ao = ea.layout.offset;
+    for (size_t d = 0; d < batch.size(); ++d) ao += idx[d] * ea.layout.strides[d];
     k.batch_a.push_back(ao);
-    k.batch_b.push_back(pit->second * panel_elems);
+    k.batch_b.push_back(b_of[static_cast<size_t>(b)] * (wf == quant::Format::kF32 ? panel_elems : mbytes));
     k.batch_c.push_back(b * m * nn);
     for (size_t d = batch.size(); d-- > 0;) {
       if (++idx[d] < batch[d]) break;
       idx[d] = 0;
     }
   }
-  const int32_t pb = add_packed_constant((cb.name.empty() ? "folded" : cb.name) + ".packed16",
-                                         {static_cast<int64_t>(packed_of.size()), panels, kk, 16}, packed);
+  const std::string base = cname.empty() ? "folded" : cname;
+  const int32_t pb = wf == quant::Format::kF32
+                         ? add_packed_constant(base + ".packed16", {static_cast<int64_t>(order.size()), panels, kk, 16}, packed)
+                         : add_packed_bytes(base + "." + quant::format_name(wf), std::move(qpacked));
+  k.weight_format = wf;
+  k.exact_products = opts_.weights.exact_activations;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(load(pb));
   push_over_output(std::move(k), n, v);
-  p_.kernels.back().label.replace(0, 6, "MatMul.packed");
+  p_.kernels.back().label.replace(0, 6, wf == quant::Format::kF32 ? "MatMul.packed" : std::string("MatMul.") + quant::format_name(wf));
   return true;
 }
 
@@ -421,16 +480,32 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
     gg.sac = side == 1 ? ey.layout.strides[r - 1] : ey.layout.strides[r - 2];
     gg.ldc = side == 1 ? nn : gg.n;
     const int64_t panels = (gg.n + 15) / 16, panel_elems = panels * gg.k * 16;
-    std::vector<float> packed(static_cast<size_t>(experts * panel_elems), 0.0f);
-    for (int64_t e = 0; e < experts; ++e) {
-      const float* we = w + e * s0;
-      float* dst = packed.data() + e * panel_elems;
-      for (int64_t p = 0; p < panels; ++p)
-        for (int64_t q = 0; q < gg.k; ++q)
-          for (int64_t j = 0; j < 16 && p * 16 + j < gg.n; ++j) {
-            const int64_t col = p * 16 + j;
-            dst[(p * gg.k + q) * 16 + j] = stored ? we[q * s1 + col * s2] : we[col * s1 + q * s2];
-          }
+    const std::string cname = cw.name;
+    const quant::Format wf = weight_format(n, cname, gg.k, gg.n, experts);
+    std::vector<float> packed;
+    std::vector<uint8_t> qpacked;
+    if (wf == quant::Format::kF32) {
+      packed.assign(static_cast<size_t>(experts * panel_elems), 0.0f);
+      for (int64_t e = 0; e < experts; ++e) {
+        const float* we = w + e * s0;
+        float* dst = packed.data() + e * panel_elems;
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t q = 0; q < gg.k; ++q)
+            for (int64_t j = 0; j < 16 && p * 16 + j < gg.n; ++j) {
+              const int64_t col = p * 16 + j;
+              dst[(p * gg.k + q) * 16 + j] = stored ? we[q * s1 + col * s2] : we[col * s1 + q * s2];
+            }
+      }
+    } else {
+      const int64_t mbytes = quant::matrix_bytes(wf, gg.k, gg.n);
+      qpacked.resize(static_cast<size_t>(experts * mbytes));
+      for (int64_t e = 0; e < experts; ++e) {
+        if (!quant::pack(wf, w + e * s0, gg.k, gg.n, stored ? s1 : s2, stored ? s2 : s1, qpacked.data() + e * mbytes)) {
+          throw CompileError("weights: '" + (cname.empty() ? std::string("folded") : cname) + "' read by node " + n.name +
+                             " cannot be stored as " + quant::format_name(wf) +
+                             ": a group's scale or bias does not fit float16 (keep it exact with a rule)");
+        }
+      }
     }
     std::vector<int64_t> idx(batch.size(), 0);
     for (int64_t b = 0; b < nb; ++b) {
@@ -446,14 +521,17 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
         idx[d] = 0;
       }
     }
-    const int32_t pb = add_packed_constant((cw.name.empty() ? "folded" : cw.name) + (stored ? ".packed16" : ".t.packed16"),
-                                           {experts, panels, gg.k, 16}, packed);
+    const std::string stem = (cname.empty() ? "folded" : cname) + (stored ? "" : ".t");
+    const int32_t pb = wf == quant::Format::kF32 ? add_packed_constant(stem + ".packed16", {experts, panels, gg.k, 16}, packed)
+                                                 : add_packed_bytes(stem + "." + quant::format_name(wf), std::move(qpacked));
+    k.weight_format = wf;
+    k.exact_products = opts_.weights.exact_activations;
     k.attrs.axis = 0;
     k.inputs.push_back(std::move(ey));
     k.inputs.push_back(load(pb));
     k.inputs.push_back(std::move(ei));
     push_over_output(std::move(k), n, v);
-    p_.kernels.back().label.replace(0, 6, "MatMul.gathered");
+    p_.kernels.back().label.replace(0, 6, wf == quant::Format::kF32 ? "MatMul.gathered" : std::string("MatMul.gathered.") + quant::format_name(wf));
     return true;
   }
   return false;

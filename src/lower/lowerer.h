@@ -39,6 +39,7 @@ class Lowerer {
   std::map<std::pair<Value, bool>, int32_t> copies_;  // (value, channels-last?) -> relayout copy
   std::vector<std::vector<int32_t>> consumers_;  // node -> nodes reading it (once per input)
   std::vector<bool> absorbed_;                   // Maps a convolution applies as post-ops
+  std::vector<bool> final_;  // nodes whose value reaches a graph output through views and elementwise ops
 
   // ---- decisions ---------------------------------------------------------------------------
 
@@ -153,6 +154,12 @@ class Lowerer {
   // Adds a float32 constant made at compile time (packed panels) and its buffer; returns
   // the buffer.
   int32_t add_packed_constant(std::string name, Shape shape, const std::vector<float>& data);
+  // The same for bytes (quantized panels: a uint8 constant).
+  int32_t add_packed_bytes(std::string name, std::vector<uint8_t> data);
+
+  // The weights policy's decision for a product's constant operand (K x N, `matrices` of
+  // them) read by node n, recorded in the program when the policy quantizes anything.
+  quant::Format weight_format(const Node& n, const std::string& name, int64_t K, int64_t N, int64_t matrices);
 
   // A constant matrix operand read transposed (a linear layer's weight [N, K] as B = W^T) is
   // stored row-major [K, N] instead, a new constant made at compile time (the original is

@@ -12,6 +12,7 @@
 
 #include "ir/graph.h"
 #include "lower/layout.h"
+#include "quant/quant.h"
 
 namespace chroma {
 
@@ -62,6 +63,11 @@ struct Kernel {
   // kMatMulGathered: per job, element offsets of A, of the job's index in the index buffer
   // (its value selects the packed matrix), of C.
   std::vector<int64_t> batch_a, batch_b, batch_c;
+  // kMatMulPacked / kMatMulGathered: the packed constant's format (quant/quant.h; kF32: float
+  // panels [batches][panels][K][16], else quant::pack's bytes, batch_b then in bytes) and
+  // whether its dot products run in float32 (else bfloat16 where the CPU has AVX512-BF16).
+  quant::Format weight_format = quant::Format::kF32;
+  bool exact_products = false;
   // kMatMulGathered (inputs: A, the packed experts [E, panels, K, 16], the index buffer):
   // each job is an m x k times k x n product, A addressed A[i * sar + kk * sac], C rows ldc apart.
   struct Gathered {
@@ -98,6 +104,8 @@ struct Program {
   int64_t temporaries_bytes = 0;         // sum of arena buffer sizes (no reuse)
   std::string plan_description;
   int fused_expressions = 0;             // Map/Cast nodes fused into a consumer
+  // Under a weights policy: the format chosen for each constant read by a matrix product, and why.
+  std::vector<quant::Decision> weight_decisions;
 };
 
 // The bytes one element of `t` takes on a GPU device: 1 for bool, uint8 and int8, 2 for int16,
@@ -139,6 +147,10 @@ struct LowerOptions {
   // activation, residual add: any same-shape float32 Maps whose other operands were computed
   // before the product) as they store it: Kernel::epilogue (GPU targets).
   bool product_epilogues = false;
+  // Weight formats for the constant right operands of matrix products (quant/quant.h): a
+  // quantized or bfloat16 weight is packed for chroma/cpu/gemm_quant.h, whatever the number
+  // of rows (CPU target).
+  quant::Policy weights;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

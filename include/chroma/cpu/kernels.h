@@ -14,6 +14,7 @@
 #include "chroma/cpu/conv.h"
 #include "chroma/cpu/et.h"
 #include "chroma/cpu/gemm_packed.h"
+#include "chroma/cpu/gemm_quant.h"
 #include "chroma/cpu/runtime.h"
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include "chroma/cpu/sgemm.h"

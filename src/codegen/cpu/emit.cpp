@@ -322,11 +322,14 @@ class Emitter {
         o << "  static constexpr int64_t ao[] = {" << int_list(k.batch_a) << "};\n";
         o << "  static constexpr int64_t io[] = {" << int_list(k.batch_b) << "};\n";
         o << "  static constexpr int64_t co[] = {" << int_list(k.batch_c) << "};\n";
-        o << "  int64_t bad = 0;\n  if (!et::gemm_packed_gathered<" << k.batch_a.size() << ", " << gg.m << ", " << gg.n << ", "
+        const bool q = k.weight_format != quant::Format::kF32;
+        o << "  int64_t bad = 0;\n  if (!et::" << (q ? "gemm_quant_gathered<" + std::to_string(static_cast<int>(k.weight_format)) + ", " : "gemm_packed_gathered<")
+          << k.batch_a.size() << ", " << gg.m << ", " << gg.n << ", "
           << gg.k << ", " << gg.experts << ">(static_cast<const float*>(" << ptr(k.inputs[0].buffer, false) << "), ao, "
-          << gg.sar << ", " << gg.sac << ",\n      static_cast<const float*>(" << ptr(k.inputs[1].buffer, false)
+          << gg.sar << ", " << gg.sac << ",\n      static_cast<const " << (q ? "uint8_t" : "float") << "*>(" << ptr(k.inputs[1].buffer, false)
           << "), static_cast<const " << ctype(idx.dtype) << "*>(" << ptr(idx.buffer, false) << "), io, static_cast<float*>("
-          << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, &bad)) return cx.index_error(" << ki << ", bad);\n";
+          << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, " << (q ? (k.exact_products ? "true, " : "false, ") : "")
+          << "&bad)) return cx.index_error(" << ki << ", bad);\n";
         break;
       }
       case Kernel::kIndexPut: {
@@ -359,6 +362,14 @@ class Emitter {
     o << "  static constexpr int64_t ao[] = {" << int_list(k.batch_a) << "};\n";
     o << "  static constexpr int64_t bo[] = {" << int_list(k.batch_b) << "};\n";
     o << "  static constexpr int64_t co[] = {" << int_list(k.batch_c) << "};\n";
+    if (k.weight_format != quant::Format::kF32) {
+      o << "  et::gemm_quant<" << static_cast<int>(k.weight_format) << ", " << k.batch_a.size() << ", " << m << ", " << n << ", "
+        << kk << ">(static_cast<const float*>(" << ptr(a.buffer, false) << "), ao, " << a.layout.strides[r - 2] << ", "
+        << a.layout.strides[r - 1] << ",\n      static_cast<const uint8_t*>(" << ptr(b.buffer, false)
+        << "), bo, static_cast<float*>(" << ptr(k.outputs[0], true) << "), co, " << n << ", cx.pool, "
+        << (k.exact_products ? "true" : "false") << ");\n";
+      return o.str();
+    }
     o << "  et::gemm_packed<" << k.batch_a.size() << ", " << m << ", " << n << ", " << kk << ">(static_cast<const float*>("
       << ptr(a.buffer, false) << "), ao, " << a.layout.strides[r - 2] << ", " << a.layout.strides[r - 1]
       << ",\n      static_cast<const float*>(" << ptr(b.buffer, false) << "), bo, static_cast<float*>("
