@@ -19,6 +19,11 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__AMX_TILE__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "chroma/cpu/gemm_packed.h"
 #include "chroma/half.h"
 
@@ -47,9 +52,9 @@ constexpr int64_t panel_bytes() {
   return b;
 }
 
-// One panel's weights as float32 [K][16].
+// One panel's weights as float32 [K][16] (portable code: the reference the vector paths follow).
 template <int F, int64_t K>
-inline void dequant_panel(const uint8_t* in, float* dst) {
+inline void dequant_panel_portable(const uint8_t* in, float* dst) {
   for (int64_t g = 0; g * kGroup < K; ++g) {
     const int64_t k0 = g * kGroup, rows = rows_padded(K, g);
     const int64_t kg = K - k0 < kGroup ? K - k0 : kGroup;
@@ -109,6 +114,77 @@ inline void dequant_panel(const uint8_t* in, float* dst) {
   }
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512F__)
+#define CHROMA_QUANT_AVX512 1
+
+// One step of a group's rows, decoded to 16-bit words in registers: word 2j+t of `pair[i]` is
+// row 2i+t's value in column j. q formats: the integer q (4 rows a step for q4/q6, 2 for q8);
+// bf16: the weight's bits (2 rows). Returns the next step's bytes.
+template <int F>
+__attribute__((always_inline)) inline const uint8_t* decode_step(const uint8_t* in, __m512i* pair) {
+  if constexpr (F == kBF16) {
+    pair[0] = _mm512_loadu_si512(in);
+    return in + 64;
+  } else if constexpr (F == kQ8) {
+    pair[0] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+    return in + 32;
+  } else {
+    const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+    pair[0] = _mm512_and_si512(words, _mm512_set1_epi16(15));
+    pair[1] = _mm512_srli_epi16(words, 4);
+    if constexpr (F == kQ6) {
+      const __m128i h16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32));
+      const __m512i h = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(h16), _mm_srli_epi16(h16, 4), 1));
+      pair[0] = _mm512_or_si512(pair[0], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(3)), 4));
+      pair[1] = _mm512_or_si512(pair[1], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(12)), 2));
+      return in + 48;
+    }
+    return in + 32;
+  }
+}
+template <int F>
+inline constexpr int kStepRows = (F == kQ4 || F == kQ6) ? 4 : 2;
+
+// One panel's weights as float32 [K][16], vectorized (the same values as the portable code).
+template <int F, int64_t K>
+inline void dequant_panel(const uint8_t* in, float* dst) {
+  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+  for (int64_t g = 0; g * kGroup < K; ++g) {
+    const int64_t k0 = g * kGroup, rows = rows_padded(K, g);
+    const int64_t kg = K - k0 < kGroup ? K - k0 : kGroup;
+    __m512 s = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    if constexpr (F != kBF16) {
+      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+      b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
+      in += 64;
+    }
+    float* out = dst + k0 * kPanel;
+    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
+      __m512i pair[2];
+      in = decode_step<F>(in, pair);
+      for (int i = 0; i < kStepRows<F> / 2; ++i) {
+        __m512 even, odd;
+        if constexpr (F == kBF16) {
+          even = _mm512_castsi512_ps(_mm512_slli_epi32(pair[i], 16));
+          odd = _mm512_castsi512_ps(_mm512_andnot_si512(lo16, pair[i]));
+        } else {
+          even = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_and_si512(pair[i], lo16)), b);
+          odd = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_srli_epi32(pair[i], 16)), b);
+        }
+        const int64_t k = r + 2 * i;
+        if (k < kg) _mm512_storeu_ps(out + k * kPanel, even);
+        if (k + 1 < kg) _mm512_storeu_ps(out + (k + 1) * kPanel, odd);
+      }
+    }
+  }
+}
+#else
+template <int F, int64_t K>
+inline void dequant_panel(const uint8_t* in, float* dst) {
+  dequant_panel_portable<F, K>(in, dst);
+}
+#endif
+
 // The exact path: panels [p0, p1) of one matrix, dequantized a few at a time.
 template <int F, int64_t M, int64_t N, int64_t K>
 inline void exact_panels(const float* A, int64_t sar, int64_t sac, const uint8_t* Bq, float* C, int64_t ldc, int64_t p0,
@@ -125,41 +201,63 @@ inline void exact_panels(const float* A, int64_t sar, int64_t sac, const uint8_t
   }
 }
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512F__)
-#define CHROMA_QUANT_BF16_KERNELS 1
-
-// Activations for the bfloat16 path: per row, pairs (x[k], x[k+1]) as bfloat16 in one 32-bit
-// word (K padded with zeros to a multiple of 4), and per group the sum of the rounded values
-// (the 128 offset of the decoded weights) and of the exact values (the biases).
+// Activations for the bfloat16 paths: per row, pairs (x[k], x[k+1]) rounded to bfloat16 in one
+// 32-bit word (K padded with zeros to a multiple of 32, a whole AMX tile row), rows padded with
+// zeros to `rows_padded`; per group the sum of the rounded values (the offset the decoded
+// weights carry) and of the exact ones (for the biases). q8 on AMX also reads the rounded
+// values times 16 (exact) in `pairs16`.
 template <int64_t K>
 struct Activations {
-  static constexpr int64_t kPairs = (K + 3) / 4 * 2;
+  static constexpr int64_t kPairs = (K + 31) / 32 * 16;
   static constexpr int64_t kGroups = (K + kGroup - 1) / kGroup;
-  std::vector<uint32_t> pairs;  // [rows][kPairs]
-  std::vector<float> sums;      // [rows][kGroups][2]: rounded, exact
-  void fill(const float* A, int64_t sar, int64_t sac, int64_t rows, int64_t row0) {
+  std::vector<uint32_t> pairs, pairs16;  // [rows][kPairs]
+  std::vector<float> sums;               // [rows][kGroups][2]: rounded, exact
+  void resize(int64_t rows, bool times16) {
+    pairs.assign(static_cast<size_t>(rows * kPairs), 0u);
+    if (times16) pairs16.assign(static_cast<size_t>(rows * kPairs), 0u);
+    sums.assign(static_cast<size_t>(rows * kGroups * 2), 0.0f);
+  }
+  void fill(const float* A, int64_t sar, int64_t sac, int64_t rows, int64_t row0, bool times16) {
     for (int64_t i = 0; i < rows; ++i) {
       uint32_t* pr = pairs.data() + (row0 + i) * kPairs;
+      uint32_t* p16 = times16 ? pairs16.data() + (row0 + i) * kPairs : nullptr;
       float* sm = sums.data() + (row0 + i) * kGroups * 2;
-      for (int64_t g = 0; g < kGroups; ++g) sm[2 * g] = sm[2 * g + 1] = 0.0f;
-      for (int64_t p = 0; p < kPairs; ++p) {
-        uint32_t word = 0;
-        for (int t = 0; t < 2; ++t) {
-          const int64_t k = 2 * p + t;
-          if (k >= K) continue;
-          const float x = A[i * sar + k * sac];
-          const uint16_t h = half_detail::f32_to_bf16(x);
-          word |= static_cast<uint32_t>(h) << (16 * t);
-          sm[2 * (k / kGroup)] += half_detail::bf16_to_f32(h);
-          sm[2 * (k / kGroup) + 1] += x;
-        }
-        pr[p] = word;
+      for (int64_t k = 0; k < K; ++k) {
+        const float x = A[i * sar + k * sac];
+        const uint16_t h = half_detail::f32_to_bf16(x);
+        const float xr = half_detail::bf16_to_f32(h);
+        pr[k / 2] |= static_cast<uint32_t>(h) << (16 * (k & 1));
+        if (p16) p16[k / 2] |= static_cast<uint32_t>(half_detail::f32_to_bf16(xr * 16.0f)) << (16 * (k & 1));
+        sm[2 * (k / kGroup)] += xr;
+        sm[2 * (k / kGroup) + 1] += x;
       }
     }
   }
 };
 
-// One panel for MR rows (at most 8): C[MR, 16] (ncols of them stored).
+// What the decoded values add to every weight: 128 for q4/q6 (128 + q), 2176 for q8
+// (16 * (128 + hi) + 128 + lo), 0 for bf16.
+template <int F>
+inline constexpr float kOffset = F == kBF16 ? 0.0f : (F == kQ8 ? 2176.0f : 128.0f);
+
+#if defined(__AVX512BF16__) && defined(CHROMA_QUANT_AVX512)
+#define CHROMA_QUANT_BF16_KERNELS 1
+
+// Decoded words as bfloat16 operands of vdpbf16ps: q values v become 128 + v exactly (an OR
+// with the exponent of 128: v < 128); q8 splits into its high and low nibbles.
+template <int F>
+__attribute__((always_inline)) inline void to_bf16(__m512i* pair) {
+  const __m512i e128 = _mm512_set1_epi16(0x4300);
+  if constexpr (F == kQ8) {
+    pair[1] = _mm512_ternarylogic_epi32(pair[0], _mm512_set1_epi16(15), e128, 0xEA);  // (a & b) | c: low nibbles
+    pair[0] = _mm512_or_si512(_mm512_srli_epi16(pair[0], 4), e128);                     // high nibbles
+  } else if constexpr (F == kQ4 || F == kQ6) {
+    pair[0] = _mm512_or_si512(pair[0], e128);
+    pair[1] = _mm512_or_si512(pair[1], e128);
+  }
+}
+
+// One panel for MR rows (at most 8): C[MR, 16] (ncols of them stored), with vdpbf16ps.
 template <int F, int MR, int64_t K>
 __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const float* sums, const uint8_t* in, float* C,
                                                       int64_t ldc, int64_t ncols) {
@@ -167,7 +265,6 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
   __m512 tot[MR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) tot[i] = _mm512_setzero_ps();
-  const __m512i lo4 = _mm512_set1_epi16(0x000F), exp128 = _mm512_set1_epi16(0x4300);
   for (int64_t g = 0; g < kGroups; ++g) {
     const int64_t rows = rows_padded(K, g);
     const uint32_t* xg = xp + g * (kGroup / 2);
@@ -184,68 +281,31 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) acc2[i] = _mm512_setzero_ps();
     }
-    if constexpr (F == kBF16) {
-      for (int64_t r = 0; r < rows; r += 2, in += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
-        const __m512bh w = reinterpret_cast<__m512bh>(_mm512_loadu_si512(in));
+    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
+      _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
+      __m512i pair[2];
+      in = decode_step<F>(in, pair);
+      to_bf16<F>(pair);
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
-          acc[i] = _mm512_dpbf16_ps(acc[i], w, x);
-        }
-      }
-    } else if constexpr (F == kQ8) {
-      for (int64_t r = 0; r < rows; r += 2, in += 32) {
-        _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
-        const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
-        const __m512bh hi = reinterpret_cast<__m512bh>(_mm512_or_si512(_mm512_srli_epi16(words, 4), exp128));
-        const __m512bh lo = reinterpret_cast<__m512bh>(_mm512_ternarylogic_epi32(words, lo4, exp128, 0xEA));  // (a & b) | c
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
-          acc[i] = _mm512_dpbf16_ps(acc[i], hi, x);
-          acc2[i] = _mm512_dpbf16_ps(acc2[i], lo, x);
-        }
-      }
-    } else {
-      for (int64_t r = 0; r < rows; r += 4) {
-        _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
-        const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
-        __m512i a = _mm512_ternarylogic_epi32(words, lo4, exp128, 0xEA);
-        __m512i c = _mm512_or_si512(_mm512_srli_epi16(words, 4), exp128);
-        if constexpr (F == kQ6) {
-          const __m128i h16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32));
-          const __m256i h32 = _mm256_inserti128_si256(_mm256_castsi128_si256(h16), _mm_srli_epi16(h16, 4), 1);
-          const __m512i h = _mm512_cvtepu8_epi16(h32);
-          a = _mm512_or_si512(a, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(3)), 4));
-          c = _mm512_or_si512(c, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(12)), 2));
-          in += 48;
-        } else {
-          in += 32;
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512bh xa = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
-          const __m512bh xc = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2 + 1])));
-          acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(a), xa);
-          acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(c), xc);
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
+        acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(pair[0]), x0);
+        if constexpr (F == kQ8) {
+          acc2[i] = _mm512_dpbf16_ps(acc2[i], reinterpret_cast<__m512bh>(pair[1]), x0);
+        } else if constexpr (F != kBF16) {
+          const __m512bh x1 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2 + 1])));
+          acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(pair[1]), x1);
         }
       }
     }
-    // acc holds sum x' (128 + q) (q8: the high nibbles in acc, the low in acc2).
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       if constexpr (F == kBF16) {
         tot[i] = _mm512_add_ps(tot[i], acc[i]);
       } else {
         const float rounded = sums[(i * kGroups + g) * 2], exact = sums[(i * kGroups + g) * 2 + 1];
-        __m512 dot;
-        if constexpr (F == kQ8) {
-          dot = _mm512_fmadd_ps(_mm512_set1_ps(16.0f), acc[i], acc2[i]);
-          dot = _mm512_sub_ps(dot, _mm512_set1_ps(2176.0f * rounded));  // 16 * 128 + 128
-        } else {
-          dot = _mm512_sub_ps(acc[i], _mm512_set1_ps(128.0f * rounded));
-        }
+        __m512 dot = F == kQ8 ? _mm512_fmadd_ps(_mm512_set1_ps(16.0f), acc[i], acc2[i]) : acc[i];
+        dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * rounded));
         tot[i] = _mm512_fmadd_ps(s, dot, tot[i]);
         tot[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(exact), tot[i]);
       }
@@ -258,10 +318,138 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
 
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(CHROMA_QUANT_BF16_KERNELS)
+#define CHROMA_QUANT_AMX_KERNELS 1
+
+// AMX needs the kernel's permission for its tile data, once per process (Linux 5.16+); without
+// it the vdpbf16ps kernels run.
+inline bool amx_ready() {
+  static const bool ok = [] {
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles: tmm0 the group's C [rows x 16 float]; tmm1, tmm2 activations [rows x 32 bfloat16];
+// tmm3, tmm4 decoded weights [16 pairs of rows x 16 columns] (VNNI layout: one 64-byte row is
+// 2 rows of K x 16 columns, our packed layout).
+inline void amx_configure(int rows) {
+  TileConfig c;
+  for (int t = 0; t < 5; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = static_cast<uint8_t>(t >= 3 ? 16 : rows);
+  }
+  _tile_loadconfig(&c);
+}
+
+// Panel p of one matrix for rows [0, M) in blocks of R (<= 16) rows (activations padded to
+// whole blocks): each group's weights decoded once to bfloat16 in `wb` (zero past the group's
+// rows), multiplied on AMX per row block, the group's result folded into C with its scales:
+// C = sum over groups of s * (dot - offset * sum x') + b * sum x.
+template <int F, int64_t M, int R, int64_t K>
+inline void amx_panel(const uint32_t* pairs, const uint32_t* pairs16, const float* sums, const uint8_t* in, float* C,
+                      int64_t ldc, int64_t ncols, uint16_t* wb, float* cb, bool stream) {
+  constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+  constexpr int64_t kStride = kPairs * 4;
+  const __mmask16 m = ncols >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << ncols) - 1u);
+  __m512 tot[M <= 16 ? M : 1];
+  for (int64_t g = 0; g < kGroups; ++g) {
+    const int64_t rows = rows_padded(K, g);
+    __m512 s = _mm512_set1_ps(1.0f), b = _mm512_setzero_ps();
+    if constexpr (F != kBF16) {
+      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+      b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
+      in += 64;
+    }
+    // Decode: wb holds 32 pair-rows (64 rows of K) of 32 words; q8 holds its low nibbles there
+    // and its high nibbles in the second half (wb + 1024 words), read against 16 x.
+    __m512i* w = reinterpret_cast<__m512i*>(wb);
+    int64_t pr = 0;
+    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
+      __m512i pair[2];
+      in = decode_step<F>(in, pair);
+      to_bf16<F>(pair);
+      if constexpr (F == kQ8) {
+        _mm512_store_si512(w + pr, pair[1]);       // low nibbles, times x
+        _mm512_store_si512(w + 32 + pr, pair[0]);  // high nibbles, times 16 x
+        pr += 1;
+      } else if constexpr (F == kBF16) {
+        _mm512_store_si512(w + pr, pair[0]);
+        pr += 1;
+      } else {
+        _mm512_store_si512(w + pr, pair[0]);
+        _mm512_store_si512(w + pr + 1, pair[1]);
+        pr += 2;
+      }
+    }
+    for (; pr < 32; ++pr) {  // a short last group: zero weights past its rows
+      _mm512_store_si512(w + pr, _mm512_setzero_si512());
+      if constexpr (F == kQ8) _mm512_store_si512(w + 32 + pr, _mm512_setzero_si512());
+    }
+    const int64_t halves = rows > 32 ? 2 : 1;
+    for (int64_t r0 = 0; r0 < M; r0 += R) {
+      _tile_zero(0);
+      for (int64_t h = 0; h < halves; ++h) {
+        const int64_t col = g * (kGroup / 2) + h * 16;  // pair index of the half's first row
+        _tile_loadd(1, pairs + r0 * kPairs + col, kStride);
+        _tile_loadd(3, wb + h * 512, 64);
+        _tile_dpbf16ps(0, 1, 3);
+        if constexpr (F == kQ8) {
+          _tile_loadd(2, pairs16 + r0 * kPairs + col, kStride);
+          _tile_loadd(4, wb + 1024 + h * 512, 64);
+          _tile_dpbf16ps(0, 2, 4);
+        }
+      }
+      _tile_stored(0, cb, 64);
+      const int64_t nr = M - r0 < R ? M - r0 : R;
+      for (int64_t i = 0; i < nr; ++i) {
+        const float* sm = sums + ((r0 + i) * kGroups + g) * 2;
+        __m512 dot = _mm512_load_ps(cb + i * kPanel);
+        __m512 v;
+        if constexpr (F == kBF16) {
+          v = dot;
+        } else {
+          dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * sm[0]));
+          v = _mm512_fmadd_ps(b, _mm512_set1_ps(sm[1]), _mm512_mul_ps(s, dot));
+        }
+        if constexpr (M <= 16) {
+          tot[i] = g > 0 ? _mm512_add_ps(tot[i], v) : v;
+        } else {
+          float* c = C + (r0 + i) * ldc;
+          if (g > 0) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
+          _mm512_mask_storeu_ps(c, m, v);
+        }
+      }
+    }
+  }
+  if constexpr (M <= 16) {
+    // A large result that nothing reads soon (the logits) is streamed past the caches: no read
+    // for ownership, and the weights' lines are not evicted.
+    for (int64_t i = 0; i < M; ++i) {
+      float* c = C + i * ldc;
+      if (stream && ncols >= kPanel && (reinterpret_cast<uintptr_t>(c) & 63) == 0) {
+        _mm512_stream_ps(c, tot[i]);
+      } else {
+        _mm512_mask_storeu_ps(c, m, tot[i]);
+      }
+    }
+  }
+}
+
+#endif
+
 }  // namespace quant_detail
 
 // Batched C[b] = A[b] @ B[b] (M x K times K x N), B packed in format F (quant::Format's
-// value); b_off in bytes. As gemm_packed otherwise.
+// value); b_off in bytes. As gemm_packed otherwise. `exact`: float32 arithmetic throughout.
 template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
 inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_t sac, const uint8_t* Bq,
                        const int64_t* b_off, float* C, const int64_t* c_off, int64_t ldc, rt::ThreadPool* pool,
@@ -270,33 +458,63 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
   constexpr int64_t P = (N + kPanel - 1) / kPanel;
   constexpr int64_t kWork = BATCH * P;
   constexpr int64_t kPanelBytes = panel_bytes<F, K>();
-#if defined(CHROMA_QUANT_BF16_KERNELS)
-  if constexpr (M <= 8) {
-   if (!exact) {
-    thread_local Activations<K> x;
-    x.pairs.resize(static_cast<size_t>(BATCH * M * Activations<K>::kPairs));
-    x.sums.resize(static_cast<size_t>(BATCH * M * Activations<K>::kGroups * 2));
-    for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
-    const uint32_t* pairs = x.pairs.data();
-    const float* sums = x.sums.data();
-    auto range = [&](int64_t w0, int64_t w1) {
-      for (int64_t w = w0; w < w1; ++w) {
-        const int64_t b = w / P, p = w % P;
-        bf16_panel<F, static_cast<int>(M), K>(pairs + b * M * Activations<K>::kPairs, sums + b * M * Activations<K>::kGroups * 2,
-                             Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel, ldc, N - p * kPanel);
-      }
-    };
-    if (pool && pool->size() > 1 && kWork * kPanelBytes >= (int64_t{128} << 10) && kWork > 1) {
+  const bool threaded = pool && pool->size() > 1 && kWork * kPanelBytes >= (int64_t{128} << 10) && kWork > 1;
+  auto run = [&](auto&& range) {
+    if (threaded) {
       pool->parallel_for(kWork, range);
     } else {
       range(0, kWork);
     }
-    return;
-   }
+  };
+#if defined(CHROMA_QUANT_BF16_KERNELS)
+  if (!exact) {
+    // Activations rounded to bfloat16 once per call, by the calling thread.
+    constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+    // AMX from 2 rows (one row is bound by memory either way), in blocks of up to 16 rows.
+    if (M >= 2 && amx_ready()) {
+      constexpr int R = M < 16 ? static_cast<int>(M) : 16;
+      // A result of 4 MB or more (the logits) is streamed to memory (amx_panel).
+      constexpr bool kStream = BATCH * M * N * 4 >= (int64_t{4} << 20);
+      constexpr int64_t MP = (M + R - 1) / R * R;
+      thread_local Activations<K> x;
+      x.resize(BATCH * MP, F == kQ8);
+      for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * MP, F == kQ8);
+      run([&](int64_t w0, int64_t w1) {
+        alignas(64) uint16_t wb[2 * 32 * 32];
+        alignas(64) float cb[16 * kPanel];
+        amx_configure(R);
+        for (int64_t w = w0; w < w1; ++w) {
+          const int64_t b = w / P, p = w % P;
+          amx_panel<F, M, R, K>(x.pairs.data() + b * MP * kPairs, F == kQ8 ? x.pairs16.data() + b * MP * kPairs : nullptr,
+                                x.sums.data() + b * MP * kGroups * 2, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel,
+                                ldc, N - p * kPanel, wb, cb, kStream);
+        }
+        _tile_release();
+        if (kStream) _mm_sfence();  // the streamed stores are visible before the range is done
+      });
+      return;
+    }
+#endif
+    if constexpr (M <= 8) {
+      thread_local Activations<K> x;
+      x.resize(BATCH * M, false);
+      for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M, false);
+      const uint32_t* pairs = x.pairs.data();
+      const float* sums = x.sums.data();
+      run([&](int64_t w0, int64_t w1) {
+        for (int64_t w = w0; w < w1; ++w) {
+          const int64_t b = w / P, p = w % P;
+          bf16_panel<F, static_cast<int>(M), K>(pairs + b * M * kPairs, sums + b * M * kGroups * 2,
+                                                Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel, ldc, N - p * kPanel);
+        }
+      });
+      return;
+    }
   }
 #endif
   (void)exact;
-  auto range = [&](int64_t w0, int64_t w1) {
+  run([&](int64_t w0, int64_t w1) {
     while (w0 < w1) {
       const int64_t b = w0 / P;
       const int64_t p0 = w0 % P;
@@ -304,12 +522,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       exact_panels<F, M, N, K>(A + a_off[b], sar, sac, Bq + b_off[b], C + c_off[b], ldc, p0, p1);
       w0 = b * P + p1;
     }
-  };
-  if (pool && pool->size() > 1 && kWork * kPanelBytes >= (int64_t{128} << 10) && kWork > 1) {
-    pool->parallel_for(kWork, range);
-  } else {
-    range(0, kWork);
-  }
+  });
 }
 
 // The products of a mixture of experts with quantized expert matrices (gemm_packed_gathered).
