@@ -203,33 +203,33 @@ inline void exact_panels(const float* A, int64_t sar, int64_t sac, const uint8_t
 
 // Activations for the bfloat16 paths: per row, pairs (x[k], x[k+1]) rounded to bfloat16 in one
 // 32-bit word (K padded with zeros to a multiple of 32, a whole AMX tile row), rows padded with
-// zeros to `rows_padded`; per group the sum of the rounded values (the offset the decoded
-// weights carry) and of the exact ones (for the biases). q8 on AMX also reads the rounded
-// values times 16 (exact) in `pairs16`.
+// zeros; per group the sum of the rounded values (for the offset the decoded weights carry and
+// for the biases: the result is then exactly the dot product of the rounded activations with
+// s * q + b, so the only error added is what rounding x alone causes). q8 on AMX also reads the
+// rounded values times 16 (exact) in `pairs16`.
 template <int64_t K>
 struct Activations {
   static constexpr int64_t kPairs = (K + 31) / 32 * 16;
   static constexpr int64_t kGroups = (K + kGroup - 1) / kGroup;
   std::vector<uint32_t> pairs, pairs16;  // [rows][kPairs]
-  std::vector<float> sums;               // [rows][kGroups][2]: rounded, exact
+  std::vector<float> sums;               // [rows][kGroups]
   void resize(int64_t rows, bool times16) {
     pairs.assign(static_cast<size_t>(rows * kPairs), 0u);
     if (times16) pairs16.assign(static_cast<size_t>(rows * kPairs), 0u);
-    sums.assign(static_cast<size_t>(rows * kGroups * 2), 0.0f);
+    sums.assign(static_cast<size_t>(rows * kGroups), 0.0f);
   }
   void fill(const float* A, int64_t sar, int64_t sac, int64_t rows, int64_t row0, bool times16) {
     for (int64_t i = 0; i < rows; ++i) {
       uint32_t* pr = pairs.data() + (row0 + i) * kPairs;
       uint32_t* p16 = times16 ? pairs16.data() + (row0 + i) * kPairs : nullptr;
-      float* sm = sums.data() + (row0 + i) * kGroups * 2;
+      float* sm = sums.data() + (row0 + i) * kGroups;
       for (int64_t k = 0; k < K; ++k) {
         const float x = A[i * sar + k * sac];
         const uint16_t h = half_detail::f32_to_bf16(x);
         const float xr = half_detail::bf16_to_f32(h);
         pr[k / 2] |= static_cast<uint32_t>(h) << (16 * (k & 1));
         if (p16) p16[k / 2] |= static_cast<uint32_t>(half_detail::f32_to_bf16(xr * 16.0f)) << (16 * (k & 1));
-        sm[2 * (k / kGroup)] += xr;
-        sm[2 * (k / kGroup) + 1] += x;
+        sm[k / kGroup] += xr;
       }
     }
   }
@@ -303,11 +303,11 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
       if constexpr (F == kBF16) {
         tot[i] = _mm512_add_ps(tot[i], acc[i]);
       } else {
-        const float rounded = sums[(i * kGroups + g) * 2], exact = sums[(i * kGroups + g) * 2 + 1];
+        const float rounded = sums[i * kGroups + g];
         __m512 dot = F == kQ8 ? _mm512_fmadd_ps(_mm512_set1_ps(16.0f), acc[i], acc2[i]) : acc[i];
         dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * rounded));
         tot[i] = _mm512_fmadd_ps(s, dot, tot[i]);
-        tot[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(exact), tot[i]);
+        tot[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(rounded), tot[i]);
       }
     }
   }
@@ -411,14 +411,14 @@ inline void amx_panel(const uint32_t* pairs, const uint32_t* pairs16, const floa
       _tile_stored(0, cb, 64);
       const int64_t nr = M - r0 < R ? M - r0 : R;
       for (int64_t i = 0; i < nr; ++i) {
-        const float* sm = sums + ((r0 + i) * kGroups + g) * 2;
+        const float sm = sums[(r0 + i) * kGroups + g];
         __m512 dot = _mm512_load_ps(cb + i * kPanel);
         __m512 v;
         if constexpr (F == kBF16) {
           v = dot;
         } else {
-          dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * sm[0]));
-          v = _mm512_fmadd_ps(b, _mm512_set1_ps(sm[1]), _mm512_mul_ps(s, dot));
+          dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * sm));
+          v = _mm512_fmadd_ps(b, _mm512_set1_ps(sm), _mm512_mul_ps(s, dot));
         }
         if constexpr (M <= 16) {
           tot[i] = g > 0 ? _mm512_add_ps(tot[i], v) : v;
@@ -487,7 +487,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / P, p = w % P;
           amx_panel<F, M, R, K>(x.pairs.data() + b * MP * kPairs, F == kQ8 ? x.pairs16.data() + b * MP * kPairs : nullptr,
-                                x.sums.data() + b * MP * kGroups * 2, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel,
+                                x.sums.data() + b * MP * kGroups, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel,
                                 ldc, N - p * kPanel, wb, cb, kStream);
         }
         _tile_release();
@@ -505,7 +505,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       run([&](int64_t w0, int64_t w1) {
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / P, p = w % P;
-          bf16_panel<F, static_cast<int>(M), K>(pairs + b * M * kPairs, sums + b * M * kGroups * 2,
+          bf16_panel<F, static_cast<int>(M), K>(pairs + b * M * kPairs, sums + b * M * kGroups,
                                                 Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel, ldc, N - p * kPanel);
         }
       });

@@ -1,0 +1,271 @@
+"""Quantized weights (docs/quantization.md).
+
+The quantizer is checked value for value against an independent NumPy implementation of
+MLX's affine_quantize (written here from its definition: groups of 64 along K, the zero-exact
+edge rule, half-to-even rounding, float16 scales and biases with q rounded again against the
+stored values). Products are checked against NumPy products with the reference's dequantized
+weights: with float32 activations ("activations": "fp32") to float32 rounding, with the
+default bfloat16 activations to the error bfloat16 rounding of the activations allows (each
+rounded with relative error at most 2^-9: relative L2 error of the product under 4e-3).
+"""
+
+import json
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import chroma
+from chroma import quant
+
+GROUP = 64
+FMTS = ["bf16", "q8", "q6", "q4"]
+BITS = {"q8": 8, "q6": 6, "q4": 4}
+
+
+def mlx_reference(w: np.ndarray, bits: int):
+    """MLX's affine_quantize in NumPy float32, with float16 scales and biases (q rounded
+    again with the float16 values)."""
+    w = np.asarray(w, np.float32)
+    rows, k = w.shape
+    groups = (k + GROUP - 1) // GROUP
+    n_bins = np.float32(2 ** bits - 1)
+    eps = np.float32(1e-7)
+    q = np.zeros((rows, k), np.uint8)
+    scales = np.zeros((rows, groups), np.float16)
+    biases = np.zeros((rows, groups), np.float16)
+    for r in range(rows):
+        for g in range(groups):
+            x = w[r, g * GROUP:(g + 1) * GROUP]
+            lo, hi = x.min(), x.max()
+            neg = abs(lo) > abs(hi)
+            scale = np.maximum((hi - lo) / n_bins, eps)
+            scale = scale if neg else -scale
+            edge = lo if neg else hi
+            q0 = np.rint(edge / scale)
+            bias = np.float32(0)
+            if q0 != 0:
+                scale = edge / q0
+                bias = edge
+            s16, b16 = np.float16(scale), np.float16(bias)
+            qq = np.rint((x - np.float32(b16)) / np.float32(s16))
+            q[r, g * GROUP:g * GROUP + x.size] = np.clip(qq, 0, n_bins).astype(np.uint8)
+            scales[r, g], biases[r, g] = s16, b16
+    return q, scales, biases
+
+
+def reference_weights(w: np.ndarray, fmt: str) -> np.ndarray:
+    """What a [rows, K] weight stands for in `fmt`, from the NumPy reference."""
+    if fmt == "bf16":
+        return w.astype(ml_dtypes.bfloat16).astype(np.float32)
+    q, s, b = mlx_reference(w, BITS[fmt])
+    k = w.shape[1]
+    rep = lambda a: np.repeat(a.astype(np.float32), GROUP, axis=1)[:, :k]  # noqa: E731
+    return rep(s) * q.astype(np.float32) + rep(b)
+
+
+@pytest.mark.parametrize("bits", [8, 6, 4])
+@pytest.mark.parametrize("k", [64, 200, 37])
+def test_quantizer_matches_mlx_reference(bits, k):
+    rng = np.random.default_rng(bits * 100 + k)
+    w = rng.standard_normal((24, k)).astype(np.float32) * 0.05
+    # Groups that test the edge rule: all positive, all negative, constant, all zero, a zero
+    # in the middle, a single large outlier.
+    w[0] = np.abs(w[0])
+    w[1] = -np.abs(w[1])
+    w[2] = 0.25
+    w[3] = 0.0
+    w[4, :] = rng.standard_normal(k) * 3
+    w[4, k // 2] = 0.0
+    w[5, 0] = 40.0
+    q, s, b = quant.quantize(w, bits)
+    rq, rs, rb = mlx_reference(w, bits)
+    np.testing.assert_array_equal(s.view(np.uint16), rs.view(np.uint16))
+    np.testing.assert_array_equal(b.view(np.uint16), rb.view(np.uint16))
+    np.testing.assert_array_equal(q, rq)
+    assert q.max() <= 2 ** bits - 1
+    # The dequantized weights are close: within half a step inside the grid; the end opposite
+    # the exact edge may lie up to half a step beyond it (the grid moved so that zero is on
+    # it) and is clipped: at most one step there.
+    deq = quant.dequantize(q, s, b)
+    step = np.repeat(np.abs(s.astype(np.float32)), GROUP, axis=1)[:, :k]
+    inner = (q > 0) & (q < 2 ** bits - 1)
+    err = np.abs(deq - w)
+    assert np.all(err[inner] <= 0.5 * step[inner] * 1.01 + 1e-3 * np.abs(w[inner]) + 1e-6)
+    assert np.all(err <= step * 1.01 + 1e-3 * np.abs(w) + 1e-6)
+    # A constant group is exact, and so is an all-zero one.
+    np.testing.assert_array_equal(deq[3], 0.0)
+    np.testing.assert_allclose(deq[2], 0.25, rtol=1e-3)
+
+
+def test_quantizer_refuses_groups_beyond_float16():
+    w = np.zeros((1, 64), np.float32)
+    w[0, 0] = 1e6  # the bias would be 1e6: not a float16
+    with pytest.raises(RuntimeError, match="float16"):
+        quant.quantize(w, 4)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("k,n", [(200, 77), (64, 16), (130, 33)])
+def test_packed_layout_stands_for_the_reference_weights(fmt, k, n):
+    from chroma import _compiler
+
+    rng = np.random.default_rng(k + n)
+    b = rng.standard_normal((k, n)).astype(np.float32)  # the product's operand [K, N]
+    packed, deq = _compiler.pack_weights(b.tobytes(), k, n, fmt)
+    deq = np.frombuffer(deq, np.float32).reshape(k, n)
+    # Groups run along K: the reference quantizes B^T's rows.
+    ref = reference_weights(b.T.copy(), fmt).T
+    np.testing.assert_allclose(deq, ref, rtol=1e-6, atol=1e-7)
+    bpw = len(packed) * 8 / (k * ((n + 15) // 16 * 16))
+    assert bpw <= {"bf16": 16.5, "q8": 8 + 32 / 64 + 1, "q6": 6 + 32 / 64 + 1, "q4": 4 + 32 / 64 + 1}[fmt]
+
+
+class Linear2(torch.nn.Module):
+    """A linear layer, a router-like gate and a norm: what the keep-list is about."""
+
+    def __init__(self, k=200, n=77):
+        super().__init__()
+        self.fc = torch.nn.Linear(k, n)
+        self.gate = torch.nn.Linear(k, 8)
+        self.norm = torch.nn.LayerNorm(k)
+
+    def forward(self, x):
+        return self.fc(self.norm(x)), self.gate(x)
+
+
+def _product_reference(m, x, fmt):
+    t = m.norm(x).detach().numpy()
+    w = reference_weights(m.fc.weight.detach().numpy(), fmt)
+    return t @ w.T + m.fc.bias.detach().numpy()
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("rows", [1, 5, 8, 24])
+def test_quantized_products_match_reference(tmp_path, fmt, rows):
+    torch.manual_seed(rows)
+    m = Linear2().eval()
+    x = torch.randn(rows, 200)
+    ref = _product_reference(m, x, fmt)
+    for act in ("fp32", "bf16"):
+        prog = chroma.compile(m, (x,), out=str(tmp_path / f"{fmt}{act}"), weights={"default": fmt, "activations": act})
+        y, gate = prog(x.numpy())
+        if act == "fp32":
+            np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+        else:
+            assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 4e-3
+        # The gate stays float32 (kept), exactly as eager computes it.
+        np.testing.assert_allclose(gate, m.gate(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+        names = {d["name"]: d for d in prog.manifest["options"]["weights"]["decisions"]}
+        assert names["fc.weight"]["format"] == fmt and names["fc.weight"]["reason"] == "default"
+        assert names["gate.weight"]["format"] == "fp32" and names["gate.weight"]["reason"] == "kept: router/gate"
+        assert any(k["label"].startswith(f"MatMul.{fmt}") for k in prog.manifest["kernels"])
+
+
+def test_rules_roles_and_report(tmp_path):
+    torch.manual_seed(0)
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(128, 256)
+            self.down = torch.nn.Linear(256, 128)
+            self.head = torch.nn.Linear(128, 500, bias=False)
+
+        def forward(self, x):
+            return self.head(x + self.down(torch.relu(self.up(x))))
+
+    m = LM().eval()
+    x = torch.randn(4, 128)
+    prog = chroma.compile(m, (x,), out=str(tmp_path / "a"), weights={"default": "q4", "unembedding": "q8", "down.*": "fp32"})
+    d = {e["name"]: e for e in prog.manifest["options"]["weights"]["decisions"]}
+    assert d["head.weight"]["format"] == "q8" and d["head.weight"]["role"] == "unembedding"
+    assert d["down.weight"]["format"] == "fp32" and d["down.weight"]["reason"] == "rule down.*"
+    assert d["up.weight"]["format"] == "q4"
+    w = prog.manifest["options"]["weights"]
+    assert w["product_weights_bytes"] < w["product_weights_bytes_fp32"]
+    # The accuracy report: computed at compile time against float32 PyTorch.
+    acc = prog.accuracy
+    assert acc["reference"].startswith("PyTorch")
+    out = acc["outputs"][0]
+    for key in ("rel_l2", "max_abs", "cosine", "top1_agreement", "kl_divergence"):
+        assert key in out
+    y = prog(x.numpy())
+    ref = m(x).detach().numpy()
+    assert abs(out["rel_l2"] - np.linalg.norm(y - ref) / np.linalg.norm(ref)) < 1e-6
+    assert 0 < out["rel_l2"] < 0.2 and out["cosine"] > 0.98
+    # More bits, less error.
+    p8 = chroma.compile(m, (x,), out=str(tmp_path / "b"), weights="q8")
+    assert p8.accuracy["outputs"][0]["rel_l2"] < out["rel_l2"]
+    # fp32 is the default and leaves no report.
+    p32 = chroma.compile(m, (x,), out=str(tmp_path / "c"))
+    assert p32.accuracy is None
+    with open(os.path.join(str(tmp_path / "a"), "manifest.json")) as f:
+        assert json.load(f)["accuracy"] == acc
+
+
+def test_gathered_experts_quantized(tmp_path):
+    """The reference style of a mixture of experts, W[idx] then a product: the expert matrices
+    are quantized in place, read through the index."""
+    torch.manual_seed(1)
+
+    class Experts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(6, 96, 128) * 0.1)
+
+        def forward(self, x, idx):
+            return torch.einsum("tnk,tk->tn", self.w[idx], x)
+
+    m = Experts().eval()
+    x = torch.randn(5, 128)
+    idx = torch.tensor([0, 3, 5, 3, 1])
+    for act in ("fp32", "bf16"):
+        prog = chroma.compile(m, (x, idx), out=str(tmp_path / act), weights={"default": "q4", "activations": act})
+        dec = prog.manifest["options"]["weights"]["decisions"]
+        assert [(d["name"], d["matrices"], d["format"]) for d in dec] == [("w", 6, "q4")]
+        wq = np.stack([reference_weights(m.w[e].detach().numpy(), "q4") for e in range(6)])
+        ref = np.einsum("tnk,tk->tn", wq[idx.numpy()], x.numpy())
+        y = prog(x.numpy(), idx.numpy())
+        if act == "fp32":
+            np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+        else:
+            assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 4e-3
+        with pytest.raises(Exception, match="index"):
+            prog(x.numpy(), np.array([0, 1, 6, 2, 1]))
+
+
+def test_bad_weight_options(tmp_path):
+    m = Linear2().eval()
+    x = torch.randn(2, 200)
+    with pytest.raises(ValueError, match="q3"):
+        chroma.compile(m, (x,), out=str(tmp_path / "a"), weights="q3")
+    with pytest.raises(ValueError, match="activations"):
+        chroma.compile(m, (x,), out=str(tmp_path / "b"), weights={"default": "q4", "activations": "fp16"})
+    with pytest.raises(TypeError):
+        chroma.compile(m, (x,), out=str(tmp_path / "c"), weights=4)
+    with pytest.raises(chroma.CompileError, match="cpu target only"):
+        chroma.compile(m, (x,), out=str(tmp_path / "d"), target="webgpu", weights="q4")
+    from chroma import _compiler
+
+    with pytest.raises(chroma.CompileError, match="unknown format 'q5'"):
+        _compiler.compile_graph("/nonexistent.cgraph", str(tmp_path / "e"), include_dir="", weights="default=q5")
+
+
+def test_quant_report_dry_run():
+    torch.manual_seed(2)
+    m = Linear2(k=256, n=192).eval()
+    x = torch.randn(3, 256)
+    rep = chroma.quant_report(m, (x,), weights="q4")
+    layers = {r["name"]: r for r in rep["layers"]}
+    assert layers["fc.weight"]["format"] == "q4"
+    assert layers["gate.weight"]["format"] == "fp32" and layers["gate.weight"]["reason"].startswith("kept")
+    # q4 with float16 scales and biases: 4.5 bits per weight (192 columns: whole panels).
+    assert layers["fc.weight"]["bytes"] == 256 * 192 * 4.5 / 8
+    assert rep["bytes"] < rep["bytes_fp32"]
+    sens = rep["sensitivity"]
+    assert [s["name"] for s in sens] == ["fc.weight"] and sens[0]["rel_l2"] > 0
+    text = quant.format_report(rep)
+    assert "fc.weight" in text and "sensitivity" in text
