@@ -48,18 +48,50 @@ def _random_inputs(prog, seed=0):
     return arrays
 
 
+def _weights_arg(text):
+    """--weights: a format (q4) or rules as key=format,... (default=q4,unembedding=q8)."""
+    if text is None or "=" not in text:
+        return text
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
+def _print_weights(m):
+    """The weights policy, its decisions and the accuracy report of a manifest."""
+    w = m.get("options", {}).get("weights")
+    if not w or w.get("spec") in (None, "fp32"):
+        print("weights: float32")
+        return
+    print(f"weights: {w['spec']} (groups of {w['group_size']}, {w['scale_type']} scales and biases, "
+          f"{w['activations']} activations in the products); product weights {w['product_weights_bytes']:,} B "
+          f"(float32: {w['product_weights_bytes_fp32']:,} B)")
+    for d in w["decisions"]:
+        role = f" [{d['role']}]" if d.get("role") else ""
+        mats = f" x{d['matrices']}" if d.get("matrices", 1) > 1 else ""
+        print(f"  {d['name']}{role} {d['shape']}{mats}: {d['format']} ({d['reason']}), {d['bytes']:,} B")
+    acc = m.get("accuracy")
+    if acc:
+        print(f"accuracy against {acc['reference']} ({acc['inputs']} input set{'s' if acc['inputs'] > 1 else ''}):")
+        for o in acc["outputs"]:
+            extra = ""
+            if "top1_agreement" in o:
+                extra = f", top-1 agreement {o['top1_agreement']:.4f}, KL {o['kl_divergence']:.3e}"
+            print(f"  output {o['output']} {o['shape']}: relative L2 {o['rel_l2']:.3e}, max abs {o['max_abs']:.3e}, "
+                  f"cosine {o['cosine']:.6f}{extra}")
+
+
 def cmd_compile(a):
     from .compiler import compile as compile_model, compile_graph
 
     if a.model.endswith(".cgraph"):
-        prog = compile_graph(a.model, a.out, blas=not a.no_blas, target=a.target)
+        prog = compile_graph(a.model, a.out, blas=not a.no_blas, target=a.target, weights=_weights_arg(a.weights))
     else:
         mod_name, _, attr = a.model.partition(":")
         if not attr:
             sys.exit("chroma compile: MODEL must be a .cgraph file or module:factory")
         sys.path.insert(0, os.getcwd())
         model, inputs = getattr(importlib.import_module(mod_name), attr)()
-        prog = compile_model(model, inputs, out=a.out, blas=not a.no_blas, target=a.target)
+        prog = compile_model(model, inputs, out=a.out, blas=not a.no_blas, target=a.target,
+                             weights=_weights_arg(a.weights))
     s = prog.stats
     if a.timings:
         _print_timings(prog)
@@ -71,6 +103,8 @@ def cmd_compile(a):
     print(f"compiled {a.model} -> {a.out}: {s['kernels']} kernels, arena {s['arena_bytes']} B "
           f"(temporaries {s['temporaries_bytes']} B), weights {s['weight_bytes']} B, "
           f"build {'cached' if prog.manifest['build']['cached'] else 'fresh'}")
+    if a.weights:
+        _print_weights(prog.manifest)
 
 
 _COMPILER_PHASES = ("import", "optimize", "lower", "weights", "codegen", "write", "build", "manifest")
@@ -177,6 +211,7 @@ def cmd_inspect(a):
     print(f"built with: blas={opts.get('blas')} dnnl={opts.get('dnnl')}; float32 products: {sgemm}; "
           f"{m.get('build', {}).get('command', '')}")
     _print_info()
+    _print_weights(m)
     st = m["stats"]
     print("stats: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items())))
     print(f"kernels ({len(m['kernels'])}):")
@@ -224,6 +259,8 @@ def main(argv=None):
     c.add_argument("--target", default="cpu", choices=("cpu", "webgpu"),
                    help="cpu (default), or webgpu: writes OUT.chroma-web (docs/webgpu_package.md)")
     c.add_argument("--timings", action="store_true", help="print where the compile's time went")
+    c.add_argument("--weights", help="weight format: fp32 (default), bf16, q8, q6, q4, or rules "
+                   "key=format,... (default=q4,unembedding=q8,*.gate.weight=fp32,activations=fp32)")
     c.set_defaults(fn=cmd_compile)
     r = sub.add_parser("run", help="run an artifact (a directory, or a .chroma-web package)")
     r.add_argument("dir")

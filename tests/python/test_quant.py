@@ -269,3 +269,24 @@ def test_quant_report_dry_run():
     assert [s["name"] for s in sens] == ["fc.weight"] and sens[0]["rel_l2"] > 0
     text = quant.format_report(rep)
     assert "fc.weight" in text and "sensitivity" in text
+
+
+def test_decoder_with_quantized_weights(tmp_path):
+    """compile_decoder(weights=...): prefill and cached steps on q8 weights stay close to the
+    float32 decoder (both entries share the one quantized copy of each weight)."""
+    from chroma.models import gpt_oss as g
+
+    m = g.build(vocab_size=300, hidden_size=64, num_layers=2, num_experts=4, experts_per_token=2, intermediate_size=64,
+                num_attention_heads=4, num_key_value_heads=1, head_dim=16, seed=3)
+    toks = g.sample_tokens(m.cfg, 9, seed=5).numpy()
+    d32 = chroma.compile_decoder(m, prompt_len=5, cache_size=8, out=str(tmp_path / "f32"))
+    d8 = chroma.compile_decoder(m, prompt_len=5, cache_size=8, out=str(tmp_path / "q8"), weights="q8")
+    dec = d8.program.manifest["options"]["weights"]["decisions"]
+    assert {d["entry"] for d in dec} == {"prefill", "step"}
+    assert all(d["format"] == "q8" for d in dec if d["name"] == "unembedding.weight")
+    assert d8.program.manifest["weights"]["bytes"] < d32.program.manifest["weights"]["bytes"]
+    a, b = d32.prefill(toks[:5]), d8.prefill(toks[:5])
+    assert np.linalg.norm(a - b) / np.linalg.norm(a) < 0.05
+    for t in toks[5:]:
+        a, b = d32.step(int(t)), d8.step(int(t))
+        assert np.linalg.norm(a - b) / np.linalg.norm(a) < 0.05
