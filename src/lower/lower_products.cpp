@@ -366,7 +366,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
       if (!quant::pack(wf, bsrc + bo, kk, nn, sk, sn, qpacked.data() + qpacked.size() - static_cast<size_t>(mbytes))) {
         throw CompileError("weights: " + (cname.empty() ? std::string("a folded constant") : "'" + cname + "'") + " read by node " +
                            n.name + " cannot be stored as " + quant::format_name(wf) +
-                           ": a group's scale or bias does not fit float16 (keep it exact with a rule '" +
+                           ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact with a rule '" +
                            (cname.empty() ? std::string("folded") : cname) + "': 'fp32')");
       }
     }
@@ -503,7 +503,7 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
         if (!quant::pack(wf, w + e * s0, gg.k, gg.n, stored ? s1 : s2, stored ? s2 : s1, qpacked.data() + e * mbytes)) {
           throw CompileError("weights: '" + (cname.empty() ? std::string("folded") : cname) + "' read by node " + n.name +
                              " cannot be stored as " + quant::format_name(wf) +
-                             ": a group's scale or bias does not fit float16 (keep it exact with a rule)");
+                             ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact with a rule)");
         }
       }
     }

@@ -65,6 +65,7 @@ bool quantize_group(const float* w, int64_t n, int64_t stride, int bits, uint8_t
   float w_min = std::numeric_limits<float>::infinity(), w_max = -w_min;
   for (int64_t i = 0; i < n; ++i) {
     const float v = w[i * stride];
+    if (!std::isfinite(v)) return false;  // NaN or infinity: not representable
     w_max = std::max(w_max, v);
     w_min = std::min(w_min, v);
   }

@@ -30,8 +30,8 @@ double bits_per_weight(Format f);
 
 // One group of `n` weights w[i * stride] quantized to `bits` bits: q[i] in [0, 2^bits - 1],
 // scale and bias rounded to float16 (returned as their float16 bit patterns). Returns false
-// when the group's scale or bias does not fit float16 (a range beyond 65504 or a scale that
-// would be 0), in which case the weight must stay exact.
+// when the group holds a NaN or an infinity, or its scale or bias does not fit float16 (a
+// range beyond 65504 or a scale that would be 0): such a weight must stay exact.
 bool quantize_group(const float* w, int64_t n, int64_t stride, int bits, uint8_t* q, uint16_t* scale, uint16_t* bias);
 
 // A [rows, K] matrix (element (r, k) at w[r * row_stride + k * k_stride]) quantized along K
