@@ -290,3 +290,24 @@ def test_decoder_with_quantized_weights(tmp_path):
     for t in toks[5:]:
         a, b = d32.step(int(t)), d8.step(int(t))
         assert np.linalg.norm(a - b) / np.linalg.norm(a) < 0.05
+
+
+@pytest.mark.parametrize("fmt", ["q4", "q8"])
+def test_quantized_products_on_two_threads(tmp_path, fmt):
+    """Large enough to split between the pool's threads: every path (one row: vdpbf16ps; a few:
+    AMX where present; float32 activations: the exact path) on both threads."""
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(256, 4096).eval()
+    w = reference_weights(lin.weight.detach().numpy(), fmt)
+    for rows in (1, 8, 24):
+        x = torch.randn(rows, 256)
+        ref = x.numpy() @ w.T + lin.bias.detach().numpy()
+        for act in ("fp32", "bf16"):
+            prog = chroma.compile(lin, (x,), out=str(tmp_path / f"{rows}{act}"), threads=2,
+                                  weights={"default": fmt, "activations": act})
+            assert prog.threads == 2
+            y = prog(x.numpy())
+            if act == "fp32":
+                np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+            else:
+                assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 4e-3

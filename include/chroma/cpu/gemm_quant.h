@@ -480,14 +480,17 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       thread_local Activations<K> x;
       x.resize(BATCH * MP, F == kQ8);
       for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * MP, F == kQ8);
+      // Pointers, not the thread_local itself: a worker naming `x` would see its own.
+      const uint32_t* pairs = x.pairs.data();
+      const uint32_t* pairs16 = F == kQ8 ? x.pairs16.data() : nullptr;
+      const float* sums = x.sums.data();
       run([&](int64_t w0, int64_t w1) {
         alignas(64) uint16_t wb[2 * 32 * 32];
         alignas(64) float cb[16 * kPanel];
         amx_configure(R);
         for (int64_t w = w0; w < w1; ++w) {
           const int64_t b = w / P, p = w % P;
-          amx_panel<F, M, R, K>(x.pairs.data() + b * MP * kPairs, F == kQ8 ? x.pairs16.data() + b * MP * kPairs : nullptr,
-                                x.sums.data() + b * MP * kGroups, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel,
+          amx_panel<F, M, R, K>(pairs + b * MP * kPairs, pairs16 ? pairs16 + b * MP * kPairs : nullptr, sums + b * MP * kGroups, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel,
                                 ldc, N - p * kPanel, wb, cb, kStream);
         }
         _tile_release();

