@@ -50,8 +50,10 @@ def _random_inputs(prog, seed=0):
 
 def _weights_arg(text):
     """--weights: a format (q4) or rules as key=format,... (default=q4,unembedding=q8)."""
-    if text is None or "=" not in text:
+    if text is None:
         return text
+    if "=" not in text:
+        return text.split(",") if "," in text else text  # several variants: one artifact each
     return dict(item.split("=", 1) for item in text.split(",") if item)
 
 
@@ -198,6 +200,15 @@ def cmd_inspect(a):
         return _inspect_package(a.dir)
     with open(os.path.join(a.dir, "manifest.json")) as f:
         m = json.load(f)
+    if m.get("format") == "chroma.variants":
+        print(f"artifact {a.dir}: {len(m['variants'])} weight variants (chroma.load(dir, weights='auto') picks the most "
+              f"accurate that fits; a margin of {m['margin_bytes'] / 1e6:.1f} MB is added to each need)")
+        for v in m["variants"]:
+            n = v["need"]
+            print(f"  {v['name']}: weights {v['weights']}, needs {n['total'] / 1e6:.1f} MB (weights {n['weights'] / 1e6:.1f} MB, "
+                  f"library {n['library'] / 1e6:.1f} MB, arena {n['arena'] / 1e6:.2f} MB, state {n['state'] / 1e6:.2f} MB), "
+                  f"relative L2 {v['rel_l2']:.3e}; chroma inspect {os.path.join(a.dir, v['directory'])}")
+        return None
     if m.get("target") == "webgpu":
         print(f"artifact {a.dir}: target webgpu, package {m['package']['file']}")
         return _inspect_package(os.path.normpath(os.path.join(a.dir, m["package"]["file"])))
@@ -260,7 +271,8 @@ def main(argv=None):
                    help="cpu (default), or webgpu: writes OUT.chroma-web (docs/webgpu_package.md)")
     c.add_argument("--timings", action="store_true", help="print where the compile's time went")
     c.add_argument("--weights", help="weight format: fp32 (default), bf16, q8, q6, q4, or rules "
-                   "key=format,... (default=q4,unembedding=q8,*.gate.weight=fp32,activations=fp32)")
+                   "key=format,... (default=q4,unembedding=q8,*.gate.weight=fp32,activations=fp32); several formats "
+                   "(q8,q4) build one artifact with a variant each")
     c.set_defaults(fn=cmd_compile)
     r = sub.add_parser("run", help="run an artifact (a directory, or a .chroma-web package)")
     r.add_argument("dir")

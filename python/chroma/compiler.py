@@ -428,12 +428,21 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                "activations": "fp32"} (name patterns as fnmatch; routers, norms, biases, sinks
                and small matrices stay exact unless a rule names them). CPU target. The
                manifest lists every decision; prog.accuracy compares the outputs on the example
-               inputs with float32 PyTorch.
+               inputs with float32 PyTorch. A list (["q8", "q4"]) builds one artifact with a
+               variant each (chroma.load(out, weights="auto") chooses by the memory available).
     """
     from .exporter import export
 
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+    if isinstance(weights, (list, tuple)):
+        from .variants import compile_variants
+
+        if target != "cpu":
+            raise ValueError("weights=[...]: several weight variants are for the cpu target")
+        return compile_variants(compile, model_or_function, example_inputs, list(weights),
+                                out or tempfile.mkdtemp(prefix="chroma-"), blas=blas, jobs=jobs, cache_dir=cache_dir,
+                                max_depth=max_depth, threads=threads)
     example_inputs = _example_inputs(example_inputs)
     spec = weights_spec(weights)
     if out is None:

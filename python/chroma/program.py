@@ -286,8 +286,14 @@ def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
     return prog
 
 
-def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None) -> Program:
+def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None,
+         weights: Optional[str] = None, memory_limit: Optional[int] = None) -> Program:
     """Loads an artifact directory written by chroma.compile.
+
+    ``weights``: for an artifact with several weight variants (compile(weights=[...])),
+    "auto" (the default) picks the most accurate variant that fits in the memory available
+    now (and in ``memory_limit`` bytes if given) and prints why; a variant's name forces it.
+    For a single artifact it may name the artifact's own format (anything else is an error).
 
     ``threads``: how many threads the program runs on, the caller's included (default:
     $CHROMA_NUM_THREADS if set, else one per core). Large memory-bound matrix products are
@@ -306,6 +312,14 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
             manifest = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{mpath}: corrupt JSON ({e})") from None
+    if isinstance(manifest, dict) and manifest.get("format") == "chroma.variants":
+        from .variants import load_variant
+
+        return load_variant(directory, manifest, weights, memory_limit, load, verify=verify, threads=threads)
+    if weights not in (None, "auto"):
+        own = (manifest.get("options", {}).get("weights", {}) or {}).get("default", "fp32") if isinstance(manifest, dict) else None
+        if weights != own:
+            raise ValueError(f"weights={weights!r}: {directory} has one weight variant, {own}")
     if not isinstance(manifest, dict) or manifest.get("format") != "chroma.artifact":
         raise ArtifactError(f"{mpath}: field 'format' is {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected 'chroma.artifact'")
     version = manifest.get("version")

@@ -30,6 +30,8 @@ def weights_spec(weights: Any) -> str:
     "activations": "bf16" | "fp32"}."""
     if weights is None or weights == "fp32" or weights == "":
         return ""
+    if isinstance(weights, (list, tuple)):
+        raise TypeError("weights: a list of variants is for chroma.compile (one artifact per variant)")
     if isinstance(weights, str) and "=" in weights:  # a policy string already
         return weights_spec(dict(item.split("=", 1) for item in weights.split(";") if item))
     if isinstance(weights, str):

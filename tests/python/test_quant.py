@@ -311,3 +311,46 @@ def test_quantized_products_on_two_threads(tmp_path, fmt):
                 np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
             else:
                 assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 4e-3
+
+
+def test_weight_variants_and_memory_aware_loading(tmp_path, capsys):
+    from chroma.program import ArtifactError
+
+    torch.manual_seed(6)
+    lin = torch.nn.Linear(512, 2048).eval()
+    x = torch.randn(2, 512)
+    out = str(tmp_path / "mv")
+    prog = chroma.compile(lin, (x,), out=out, weights=["fp32", "q8", "q4"])
+    with open(os.path.join(out, "manifest.json")) as f:
+        man = json.load(f)
+    assert man["format"] == "chroma.variants"
+    need = {v["name"]: v["need"]["total"] for v in man["variants"]}
+    err = {v["name"]: v["rel_l2"] for v in man["variants"]}
+    assert need["fp32"] > need["q8"] > need["q4"] and err["fp32"] == 0 < err["q8"] < err["q4"]
+    # Plenty of memory: the most accurate.
+    assert prog.variant["name"] == "fp32"
+    y32 = prog(x.numpy())
+    # Room for q8 but not fp32: q8, and the line says why.
+    capsys.readouterr()
+    p8 = chroma.load(out, weights="auto", memory_limit=need["q8"] + 1)
+    line = capsys.readouterr().err
+    assert p8.variant["name"] == "q8" and "weights=auto chose q8" in line and "fp32 needs" in line
+    assert np.linalg.norm(p8(x.numpy()) - y32) / np.linalg.norm(y32) < 0.02
+    # Nothing fits: the smallest, said so.
+    p4 = chroma.load(out, memory_limit=1000)
+    assert p4.variant["name"] == "q4" and "no variant fits" in capsys.readouterr().err
+    # Forced.
+    assert chroma.load(out, weights="q4").variant["name"] == "q4"
+    with pytest.raises(ValueError, match="fp32, q8, q4"):
+        chroma.load(out, weights="q6")
+    # A single artifact knows its own format only.
+    single = chroma.compile(lin, (x,), out=str(tmp_path / "one"), weights="q4")
+    assert chroma.load(single.directory, weights="q4") is not None
+    with pytest.raises(ValueError, match="one weight variant, q4"):
+        chroma.load(single.directory, weights="q8")
+    # A variants manifest that points outside its directory is refused.
+    man["variants"][0]["directory"] = "../elsewhere"
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(man, f)
+    with pytest.raises(ArtifactError, match="variant 0 is malformed"):
+        chroma.load(out)
