@@ -223,6 +223,29 @@ struct Activations {
       uint32_t* pr = pairs.data() + (row0 + i) * kPairs;
       uint32_t* p16 = times16 ? pairs16.data() + (row0 + i) * kPairs : nullptr;
       float* sm = sums.data() + (row0 + i) * kGroups;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+      if (sac == 1) {  // 32 at a time with vcvtne2ps2bf16 (the same rounding)
+        const float* a = A + i * sar;
+        for (int64_t k0 = 0; k0 < K; k0 += 32) {
+          const int64_t left = K - k0;
+          const __mmask16 m0 = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+          const __mmask16 m1 = left >= 32 ? static_cast<__mmask16>(0xFFFF)
+                                          : (left > 16 ? static_cast<__mmask16>((1u << (left - 16)) - 1u) : 0);
+          const __m512 a0 = _mm512_maskz_loadu_ps(m0, a + k0), a1 = _mm512_maskz_loadu_ps(m1, a + k0 + 16);
+          const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(a1, a0));  // words in k order
+          _mm512_storeu_si512(pr + k0 / 2, h);
+          if (p16) {
+            const __m512 s16 = _mm512_set1_ps(16.0f);
+            _mm512_storeu_si512(p16 + k0 / 2, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_mul_ps(a1, s16),
+                                                                                             _mm512_mul_ps(a0, s16))));
+          }
+          const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+          const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(h, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+          sm[k0 / kGroup] += _mm512_reduce_add_ps(_mm512_add_ps(even, odd));
+        }
+        continue;
+      }
+#endif
       for (int64_t k = 0; k < K; ++k) {
         const float x = A[i * sar + k * sac];
         const uint16_t h = half_detail::f32_to_bf16(x);
