@@ -72,7 +72,10 @@ def variant_floor_bytes(model, tokens, selected, ratio):
     parts = dict(fl["parts"])
     adj = 0.0
     for name, p in model.named_parameters():
+        # A wrapper (the decoder's prefill/step modules) prefixes the names.
         r = ratio.get(name)
+        if r is None:
+            r = next((v for k, v in ratio.items() if k.endswith("." + name)), None)
         if r is None:
             continue
         b = p.numel() * p.element_size()
@@ -403,6 +406,37 @@ def summarize(report, threads):
         log(f"[{'met' if t['met'] else 'NOT MET'}] {t['target']}: {t['detail']}")
 
 
+def refloor(path, work):
+    """--refloor: the floors of a finished report computed again from its kept artifacts."""
+    from chroma.models import gpt_oss
+    from gpt_oss import selected_experts
+
+    with open(path) as f:
+        report = json.load(f)
+    model = gpt_oss.build().eval()
+    tok = gpt_oss.sample_tokens(model.cfg, 8)
+    sel = selected_experts(model, tok)
+    seq = gpt_oss.sample_tokens(model.cfg, 64, seed=2).numpy()
+    for v, r in report.get("chroma", {}).items():
+        for kind, sub in (("floor_bytes", f"c8_{v}"), ("step_floor_bytes", f"dec_{v}")):
+            mpath = os.path.join(work, sub, "manifest.json")
+            if kind not in r or not os.path.isfile(mpath):
+                continue
+            with open(mpath) as f:
+                rat = ratios(json.load(f))
+            if kind == "floor_bytes":
+                r[kind] = variant_floor_bytes(model, tok.tolist(), sel, rat)["bytes"]
+            else:
+                r[kind] = variant_floor_bytes(model, [int(seq[32])], [list(range(model.cfg.experts_per_token))] *
+                                              model.cfg.num_layers, rat)["bytes"]
+    report["targets"] = evaluate(report)
+    report["refloored"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    summarize(report, report["threads"])
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 runs of 10 calls after 2 warm-ups")
@@ -410,8 +444,12 @@ def main(argv=None):
     ap.add_argument("--skip", default="", help="comma-separated: chroma, peers, minilm, decode")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "quant.json"))
     ap.add_argument("--workdir", help="keep artifacts here (default: a temporary directory, removed)")
+    ap.add_argument("--refloor", help="recompute the floors and targets of this report from the artifacts its "
+                    "--workdir kept (after a change to the floor computation), then print it again")
     a = ap.parse_args(argv)
     threads = [int(t) for t in a.threads.split(",")]
+    if a.refloor:
+        return refloor(a.refloor, a.workdir)
     skip = set(s for s in a.skip.split(",") if s)
     proto = {"runs": 2, "calls": 10, "warmup": 2} if a.quick else {"runs": 2, "calls": 100, "warmup": 10}
     os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")

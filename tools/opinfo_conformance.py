@@ -51,13 +51,9 @@ DTYPES = {"float32": "float32", "float64": "float64", "int64": "int64", "int32":
 
 def _np(t):
     """A tensor as a NumPy array (bfloat16: ml_dtypes' type, which NumPy lacks)."""
-    import torch
+    from chroma.compiler import to_numpy
 
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return to_numpy(t)
 
 
 def excluded_name(name: str) -> str:
@@ -214,12 +210,9 @@ class Case:
 
 def _torch(a):
     """A NumPy array as a tensor (ml_dtypes' bfloat16 through its bits)."""
-    import numpy as np
-    import torch
+    from chroma.compiler import from_numpy
 
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
+    return from_numpy(a)
 
 
 def _compare(got, want, tol=None, canon=None):

@@ -422,7 +422,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     threads:   threads the loaded program runs on (see chroma.load)
     keep_graph: also keep the exported graph in the artifact as graph.cgraph (for debugging;
                it holds a second copy of the weights; the artifact does not need it)
-    weights:   the format of the matrix products' weights (docs/quantization.md): "fp32" (the
+    weights:   the format of the matrix products' weights and of the tables a Gather reads
+               (embeddings) (docs/quantization.md): "fp32" (the
                default), "bf16", "q8", "q6", "q4" (MLX's affine groups of 64), or a dict of
                rules {"default": "q4", "unembedding": "q8", "*.gate.weight": "fp32",
                "activations": "fp32"} (name patterns as fnmatch; routers, norms, biases, sinks

@@ -237,9 +237,9 @@ def quant_report(model: Any, example_inputs: Any, *, weights: Any = "q4", sensit
     quantized (PyTorch runs with that one weight replaced by the values it stands for).
 
     Parameters considered: 2-D and 3-D (stacked experts) float parameters, quantized along
-    their last dimension (a torch.nn.Linear's input features). The compiler decides on the
-    operands of the products it finds, which can differ for weights used in other ways (an
-    embedding read by a Gather stays float32 on the CPU); its decisions are in the manifest.
+    their last dimension (a torch.nn.Linear's input features, an embedding's row); a
+    torch.nn.Embedding's weight has the role "embedding". The compiler decides on the operands
+    of the products and the tables of the Gathers it finds; its decisions are in the manifest.
     """
     import torch
 
@@ -247,13 +247,15 @@ def quant_report(model: Any, example_inputs: Any, *, weights: Any = "q4", sensit
     spec = dict(item.split("=", 1) for item in spec_text.split(";") if item) if spec_text else {}
     inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     params = {n: p for n, p in model.named_parameters() if p.dim() in (2, 3) and p.is_floating_point()}
+    roles = {f"{n}.weight" if n else "weight": "embedding" for n, mod in model.named_modules()
+             if isinstance(mod, torch.nn.Embedding)}
     rows = []
     total32 = total = 0
     for name, p in params.items():
         shape = list(p.shape)
         k, n = shape[-1], shape[-2]
         mats = shape[0] if p.dim() == 3 else 1
-        fmt, reason = _choose(spec, name, "", p.numel())
+        fmt, reason = _choose(spec, name, roles.get(name, ""), p.numel())
         b32 = p.numel() * 4
         b = b32 if fmt == "fp32" else _format_bytes(fmt, k, n) * mats
         total32 += b32

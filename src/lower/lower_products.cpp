@@ -396,7 +396,45 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   return true;
 }
 
+bool Lowerer::quantized_gather(const Node& n, Value v) {
+  if (!opts_.weights.quantizes() || n.op != Op::kGather || n.attrs.axis != 0 || opts_.packed_max_rows <= 0) return false;
+  const TensorType& tt = g_.type(n.inputs[0]);
+  if (tt.dtype != DType::kF32 || tt.shape.size() != 2 || g_.node(n.inputs[0].node).op != Op::kConstant) return false;
+  const int64_t rows = tt.shape[0], H = tt.shape[1];
+  if (rows < 1 || H < 1) return false;
+  const size_t mark = fused_into_.size();
+  Expr et = expr_of(n.inputs[0]);
+  fused_into_.resize(mark);
+  if (et.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(et.buffer)].region != Region::kConstant || et.layout.offset != 0 ||
+      et.layout.strides != contiguous_strides(tt.shape)) {
+    return false;
+  }
+  const ConstantData& c = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(et.buffer)].slot)];
+  const std::string cname = c.name.empty() ? "folded" : c.name;
+  quant::Decision d = quant::decide(opts_.weights, cname, "embedding", H, rows, 1);
+  d.shape = {rows, H};
+  d.bytes = d.format == quant::Format::kF32 ? d.bytes_f32 : rows * quant::row_bytes(d.format, H);
+  const quant::Format wf = d.format;
+  p_.weight_decisions.push_back(d);
+  if (wf == quant::Format::kF32) return false;
+  std::vector<uint8_t> packed(static_cast<size_t>(rows * quant::row_bytes(wf, H)));
+  if (!quant::pack_rows(wf, reinterpret_cast<const float*>(c.data()), rows, H, packed.data())) {
+    throw CompileError("weights: '" + cname + "' read by node " + n.name + " cannot be stored as " + quant::format_name(wf) +
+                       ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact "
+                       "with a rule)");
+  }
+  Kernel k = start(n, Kernel::kGather);
+  const int32_t pb = add_packed_bytes(cname + ".rows." + quant::format_name(wf), std::move(packed));
+  k.weight_format = wf;
+  k.inputs.push_back(load(pb));
+  k.inputs.push_back(dense_operand(n.inputs[1]));
+  push_over_output(std::move(k), n, v);
+  p_.kernels.back().label = std::string("Gather.") + quant::format_name(wf);
+  return true;
+}
+
 void Lowerer::emit_gather(const Node& n, Value v) {
+  if (quantized_gather(n, v)) return;
   Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
   k.inputs.push_back(expr_of(n.inputs[0]));
   k.inputs.push_back(expr_of(n.inputs[1]));

@@ -160,6 +160,9 @@ class Lowerer {
   // The weights policy's decision for a product's constant operand (K x N, `matrices` of
   // them) read by node n, recorded in the program when the policy quantizes anything.
   quant::Format weight_format(const Node& n, const std::string& name, int64_t K, int64_t N, int64_t matrices);
+  // A Gather of rows of a float32 constant table that the weights policy quantizes (role
+  // "embedding"): the table stored in the row layout, read by et::gather_quant.
+  bool quantized_gather(const Node& n, Value v);
 
   // A constant matrix operand read transposed (a linear layer's weight [N, K] as B = W^T) is
   // stored row-major [K, N] instead, a new constant made at compile time (the original is

@@ -278,6 +278,61 @@ std::vector<float> unpack(Format f, const uint8_t* src, int64_t K, int64_t N) {
   return w;
 }
 
+namespace {
+
+int64_t row_group_bytes(Format f, int64_t n) {
+  switch (f) {
+    case Format::kBF16: return 2 * n;
+    case Format::kQ8: return 4 + n;
+    case Format::kQ6: return 4 + (n * 6 + 7) / 8;
+    case Format::kQ4: return 4 + (n + 1) / 2;
+    case Format::kF32: return 4 * n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t row_bytes(Format f, int64_t H) {
+  int64_t b = 0;
+  for (int64_t k0 = 0; k0 < H; k0 += kGroup) b += row_group_bytes(f, std::min(kGroup, H - k0));
+  return b;
+}
+
+bool pack_rows(Format f, const float* t, int64_t rows, int64_t H, uint8_t* dst) {
+  const int bits = format_bits(f);
+  const int64_t rb = row_bytes(f, H);
+  std::memset(dst, 0, static_cast<size_t>(rows * rb));
+  uint8_t q[kGroup];
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* out = dst + r * rb;
+    for (int64_t k0 = 0; k0 < H; k0 += kGroup) {
+      const int64_t n = std::min(kGroup, H - k0);
+      const float* w = t + r * H + k0;
+      if (f == Format::kBF16) {
+        for (int64_t i = 0; i < n; ++i) {
+          const uint16_t v = half_detail::f32_to_bf16(w[i]);
+          std::memcpy(out + 2 * i, &v, 2);
+        }
+      } else if (f != Format::kF32) {
+        uint16_t s = 0, b = 0;
+        if (!quantize_group(w, n, 1, bits, q, &s, &b)) return false;
+        std::memcpy(out, &s, 2);
+        std::memcpy(out + 2, &b, 2);
+        uint8_t* v = out + 4;
+        for (int64_t i = 0; i < n; ++i) {  // little-endian bit packing
+          const int64_t bit = i * bits;
+          const uint32_t x = static_cast<uint32_t>(q[i]) << (bit % 8);
+          v[bit / 8] = static_cast<uint8_t>(v[bit / 8] | (x & 0xffu));
+          if ((bit % 8) + bits > 8) v[bit / 8 + 1] = static_cast<uint8_t>(v[bit / 8 + 1] | (x >> 8));
+        }
+      }
+      out += row_group_bytes(f, n);
+    }
+  }
+  return true;
+}
+
 // ---- policy ----------------------------------------------------------------------------------
 
 bool Policy::quantizes() const {

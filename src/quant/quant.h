@@ -71,11 +71,24 @@ bool pack(Format f, const float* b, int64_t K, int64_t N, int64_t sk, int64_t sn
 // row-major: what the kernels compute with, for reports and tests.
 std::vector<float> unpack(Format f, const uint8_t* src, int64_t K, int64_t N);
 
+// ---- the row layout (embedding tables read by a Gather) -----------------------------------
+//
+// A table [rows, H] whose rows a Gather reads is quantized along its rows (H is the input
+// dimension of whatever reads the gathered rows). Row r is stored at r * row_bytes(f, H): per
+// group of 64 values (the last may be shorter), q formats a float16 scale and a float16 bias
+// (4 bytes), then the group's q values packed little-endian, `bits` each (MLX's packing: q8 a
+// byte each, q4 two to a byte, low nibble first, q6 four in three bytes), padded to a whole
+// byte; bf16: 2 bytes a value, no header.
+int64_t row_bytes(Format f, int64_t H);
+// Packs table t [rows, H] (row-major) into dst (rows * row_bytes(f, H) bytes); false as pack.
+bool pack_rows(Format f, const float* t, int64_t rows, int64_t H, uint8_t* dst);
+
 // ---- the policy ------------------------------------------------------------------------------
 //
 // A spec is `key=format` items separated by ';' (the Python API writes it from a string or a
 // dict): `default=q4` (the fallback), a role (`unembedding`: products whose result reaches a
-// graph output through views and elementwise operations only, the logits of a language model),
+// graph output through views and elementwise operations only, the logits of a language model;
+// `embedding`: a float32 table read by a Gather along its first axis),
 // or a name pattern (fnmatch(3), matched against the weight's name: `*.gate.weight=fp32`);
 // `activations=fp32` selects the exact float32 kernels (default bf16 dot products where the
 // CPU has AVX512-BF16). Patterns and roles are tried in the order given, before the keep-list

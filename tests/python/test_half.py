@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import chroma
+from chroma.compiler import to_numpy
 from conftest import randn
 from test_webgpu import Block  # a pre-norm transformer block
 
@@ -16,10 +17,7 @@ HALVES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def _np(t):
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return to_numpy(t)
 
 
 def _run(model, args, tmp_path):

@@ -354,3 +354,30 @@ def test_weight_variants_and_memory_aware_loading(tmp_path, capsys):
         json.dump(man, f)
     with pytest.raises(ArtifactError, match="variant 0 is malformed"):
         chroma.load(out)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_quantized_embedding_rows(tmp_path, fmt):
+    """A table read by a Gather (role "embedding") is stored in the row layout and the rows a
+    call names are dequantized: exactly the reference's weights."""
+    torch.manual_seed(7)
+
+    class Emb(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(300, 100)
+
+        def forward(self, idx):
+            return self.emb(idx)
+
+    m = Emb().eval()
+    idx = torch.tensor([[3, 299, 0], [7, 7, 150]])
+    prog = chroma.compile(m, (idx,), out=str(tmp_path / fmt), weights={"default": "fp32", "embedding": fmt})
+    dec = prog.manifest["options"]["weights"]["decisions"]
+    assert [(d["name"], d["role"], d["format"], d["shape"]) for d in dec] == [("emb.weight", "embedding", fmt, [300, 100])]
+    assert any(k["label"] == f"Gather.{fmt}" for k in prog.manifest["kernels"])
+    assert prog.manifest["weights"]["bytes"] < 300 * 100 * 4  # the float32 table is not stored
+    table = reference_weights(m.emb.weight.detach().numpy(), fmt)
+    np.testing.assert_allclose(prog(idx.numpy()), table[idx.numpy()], rtol=1e-6, atol=1e-7)
+    with pytest.raises(IndexError):
+        prog(np.array([[3, 300, 0], [1, 2, 3]]))

@@ -614,4 +614,68 @@ inline bool gemm_quant_gathered(const float* A, const int64_t* a_off, int64_t sa
   return true;
 }
 
+namespace quant_detail {
+
+// quant::row_bytes: one row of a table in the row layout.
+template <int F>
+constexpr int64_t row_group_bytes(int64_t n) {
+  if constexpr (F == kBF16) return 2 * n;
+  else if constexpr (F == kQ8) return 4 + n;
+  else if constexpr (F == kQ6) return 4 + (n * 6 + 7) / 8;
+  else return 4 + (n + 1) / 2;
+}
+template <int F, int64_t H>
+constexpr int64_t row_bytes() {
+  int64_t b = 0;
+  for (int64_t k0 = 0; k0 < H; k0 += kGroup) b += row_group_bytes<F>(H - k0 < kGroup ? H - k0 : kGroup);
+  return b;
+}
+
+}  // namespace quant_detail
+
+// out[i, :] = row idx[i] of a table [V, H] stored in the row layout (quant::pack_rows),
+// dequantized: s * q + b in float32 (bf16: the value). Every index is checked first; one
+// outside [0, V) is an error (*bad = the index, returns false) before anything is written.
+template <int F, int64_t V, int64_t H, int64_t NIDX, class I>
+inline bool gather_quant(float* out, const uint8_t* table, const I* idx, int64_t* bad) {
+  using namespace quant_detail;
+  constexpr int64_t kRow = row_bytes<F, H>();
+  constexpr int bits = F == kQ8 ? 8 : (F == kQ6 ? 6 : 4);
+  for (int64_t i = 0; i < NIDX; ++i) {
+    const int64_t v = static_cast<int64_t>(idx[i]);
+    if (v < 0 || v >= V) {
+      *bad = v;
+      return false;
+    }
+  }
+  for (int64_t i = 0; i < NIDX; ++i) {
+    const uint8_t* in = table + static_cast<int64_t>(idx[i]) * kRow;
+    float* o = out + i * H;
+    for (int64_t k0 = 0; k0 < H; k0 += kGroup) {
+      const int64_t n = H - k0 < kGroup ? H - k0 : kGroup;
+      if constexpr (F == kBF16) {
+        for (int64_t j = 0; j < n; ++j) {
+          uint16_t h;
+          std::memcpy(&h, in + 2 * j, 2);
+          o[k0 + j] = half_detail::bf16_to_f32(h);
+        }
+      } else {
+        uint16_t sb, bb;
+        std::memcpy(&sb, in, 2);
+        std::memcpy(&bb, in + 2, 2);
+        const float s = from_f16_bits(sb), b = from_f16_bits(bb);
+        const uint8_t* q = in + 4;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t bit = j * bits;
+          uint32_t x = q[bit / 8] >> (bit % 8);
+          if ((bit % 8) + bits > 8) x |= static_cast<uint32_t>(q[bit / 8 + 1]) << (8 - bit % 8);
+          o[k0 + j] = s * static_cast<float>(x & ((1u << bits) - 1u)) + b;
+        }
+      }
+      in += row_group_bytes<F>(n);
+    }
+  }
+  return true;
+}
+
 }  // namespace chroma::et

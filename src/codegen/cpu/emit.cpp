@@ -283,6 +283,18 @@ class Emitter {
       case Kernel::kGatherElements: {
         const Expr& src = k.inputs[0];
         const Expr& idx = k.inputs[1];
+        if (k.kind == Kernel::kGather && k.weight_format != quant::Format::kF32) {
+          // Rows of a quantized table (quant::pack_rows), the index a contiguous load.
+          const Buffer& tb = p_->buffers[static_cast<size_t>(src.buffer)];
+          const Shape& os0 = k.shape;
+          const int64_t H = os0.back(), rows = tb.type.shape[0] / quant::row_bytes(k.weight_format, H);
+          o << "  int64_t bad = 0;\n  if (!et::gather_quant<" << static_cast<int>(k.weight_format) << ", " << rows << ", " << H
+            << ", " << numel(idx.shape()) << ">(static_cast<float*>(" << ptr(k.outputs[0], true)
+            << "), static_cast<const uint8_t*>(" << ptr(src.buffer, false) << "), static_cast<const " << ctype(idx.dtype)
+            << "*>(" << ptr(idx.buffer, false) << ") + " << idx.layout.offset << ", &bad)) return cx.index_error(" << ki
+            << ", bad);\n";
+          break;
+        }
         const Shape src_shape = src.shape();
         const int64_t axis = k.attrs.axis;
         const int64_t dim = src_shape[static_cast<size_t>(axis)];
