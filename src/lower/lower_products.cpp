@@ -210,20 +210,9 @@ Expr Lowerer::matmul_operand(Value v) {
 }
 
 int32_t Lowerer::add_packed_constant(std::string name, Shape shape, const std::vector<float>& data) {
-  ConstantData pc;
-  pc.name = std::move(name);
-  pc.type = TensorType{DType::kF32, std::move(shape)};
-  auto bytes = std::make_shared<std::vector<uint8_t>>(data.size() * sizeof(float));
-  std::memcpy(bytes->data(), data.data(), bytes->size());
-  pc.bytes = std::move(bytes);
-  p_.constants.push_back(std::move(pc));
-  Buffer pb;
-  pb.region = Region::kConstant;
-  pb.slot = static_cast<int32_t>(p_.constants.size() - 1);
-  pb.type = p_.constants.back().type;
-  pb.name = p_.constants.back().name;
-  p_.buffers.push_back(pb);
-  return static_cast<int32_t>(p_.buffers.size() - 1);
+  std::vector<uint8_t> bytes(data.size() * sizeof(float));
+  std::memcpy(bytes.data(), data.data(), bytes.size());
+  return add_packed_bytes(std::move(name), TensorType{DType::kF32, std::move(shape)}, std::move(bytes));
 }
 
 void Lowerer::row_major_constant(Expr* e) {
@@ -278,10 +267,10 @@ void Lowerer::row_major_constant(Expr* e) {
   e->layout = nl;
 }
 
-int32_t Lowerer::add_packed_bytes(std::string name, std::vector<uint8_t> data) {
+int32_t Lowerer::add_packed_bytes(std::string name, TensorType type, std::vector<uint8_t> data) {
   ConstantData pc;
   pc.name = std::move(name);
-  pc.type = TensorType{DType::kU8, {static_cast<int64_t>(data.size())}};
+  pc.type = std::move(type);
   pc.bytes = std::make_shared<std::vector<uint8_t>>(std::move(data));
   p_.constants.push_back(std::move(pc));
   Buffer pb;
@@ -291,6 +280,11 @@ int32_t Lowerer::add_packed_bytes(std::string name, std::vector<uint8_t> data) {
   pb.name = p_.constants.back().name;
   p_.buffers.push_back(pb);
   return static_cast<int32_t>(p_.buffers.size() - 1);
+}
+
+int32_t Lowerer::add_packed_bytes(std::string name, std::vector<uint8_t> data) {
+  TensorType t{DType::kU8, {static_cast<int64_t>(data.size())}};
+  return add_packed_bytes(std::move(name), std::move(t), std::move(data));
 }
 
 quant::Format Lowerer::weight_format(const Node& n, const std::string& name, int64_t K, int64_t N, int64_t matrices) {

@@ -154,7 +154,8 @@ class Lowerer {
   // Adds a float32 constant made at compile time (packed panels) and its buffer; returns
   // the buffer.
   int32_t add_packed_constant(std::string name, Shape shape, const std::vector<float>& data);
-  // The same for bytes (quantized panels: a uint8 constant).
+  // The same for bytes: a constant of `type` holding `data` (quantized panels: uint8 [bytes]).
+  int32_t add_packed_bytes(std::string name, TensorType type, std::vector<uint8_t> data);
   int32_t add_packed_bytes(std::string name, std::vector<uint8_t> data);
 
   // The weights policy's decision for a product's constant operand (K x N, `matrices` of

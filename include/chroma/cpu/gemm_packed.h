@@ -224,6 +224,21 @@ inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64
   }
 }
 
+// Each job's matrix offset: its index value times `matrix`; an index outside [0, E) is an
+// error (*bad = the index, returns false) before anything is written.
+template <int64_t JOBS, int64_t E, class I>
+inline bool expert_offsets(const I* idx, const int64_t* i_off, int64_t matrix, int64_t* b_off, int64_t* bad) {
+  for (int64_t j = 0; j < JOBS; ++j) {
+    const int64_t e = static_cast<int64_t>(idx[i_off[j]]);
+    if (e < 0 || e >= E) {
+      *bad = e;
+      return false;
+    }
+    b_off[j] = e * matrix;
+  }
+  return true;
+}
+
 // The products of a mixture of experts: job j is C[c_off[j]] = A[a_off[j]] @ the packed
 // matrix idx[i_off[j]] of E (each P panels of K x 16). An index outside [0, E) is an error
 // (*bad = the index, returns false) before anything is written, as for a Gather.
@@ -233,14 +248,7 @@ inline bool gemm_packed_gathered(const float* A, const int64_t* a_off, int64_t s
                                  rt::ThreadPool* pool, int64_t* bad) {
   constexpr int64_t kMatrix = (N + kPanel - 1) / kPanel * K * kPanel;
   int64_t b_off[JOBS];
-  for (int64_t j = 0; j < JOBS; ++j) {
-    const int64_t e = static_cast<int64_t>(idx[i_off[j]]);
-    if (e < 0 || e >= E) {
-      *bad = e;
-      return false;
-    }
-    b_off[j] = e * kMatrix;
-  }
+  if (!expert_offsets<JOBS, E>(idx, i_off, kMatrix, b_off, bad)) return false;
   gemm_packed<JOBS, M, N, K>(A, a_off, sar, sac, Bp, b_off, C, c_off, ldc, pool);
   return true;
 }

@@ -602,14 +602,7 @@ inline bool gemm_quant_gathered(const float* A, const int64_t* a_off, int64_t sa
                                 rt::ThreadPool* pool, bool exact, int64_t* bad) {
   constexpr int64_t kMatrix = (N + kPanel - 1) / kPanel * quant_detail::panel_bytes<F, K>();
   int64_t b_off[JOBS];
-  for (int64_t j = 0; j < JOBS; ++j) {
-    const int64_t e = static_cast<int64_t>(idx[i_off[j]]);
-    if (e < 0 || e >= E) {
-      *bad = e;
-      return false;
-    }
-    b_off[j] = e * kMatrix;
-  }
+  if (!expert_offsets<JOBS, E>(idx, i_off, kMatrix, b_off, bad)) return false;
   gemm_quant<F, JOBS, M, N, K>(A, a_off, sar, sac, Bq, b_off, C, c_off, ldc, pool, exact);
   return true;
 }
