@@ -98,6 +98,15 @@ NB_MODULE(_compiler, m) {
       "MLX affine quantization of a row-major float32 [rows, k] matrix along k (groups of 64, float16 scales and "
       "biases): (q as uint8 [rows, k], scales float16 bits [rows, groups], biases likewise), as raw bytes.");
   m.def(
+      "decide_weight",
+      [](const std::string& spec, const std::string& name, const std::string& role, int64_t k, int64_t n, int64_t matrices) {
+        const chroma::quant::Decision d = chroma::quant::decide(chroma::quant::parse_policy(spec), name, role, k, n, matrices);
+        return nb::make_tuple(std::string(chroma::quant::format_name(d.format)), d.reason, d.bytes);
+      },
+      nb::arg("spec"), nb::arg("name"), nb::arg("role"), nb::arg("k"), nb::arg("n"), nb::arg("matrices") = 1,
+      "The compiler's decision for one weight (K x N, `matrices` of them) under a weights policy string: "
+      "(format, reason, stored bytes).");
+  m.def(
       "pack_weights",
       [](nb::bytes data, int64_t k, int64_t n, const std::string& format) {
         const auto f = chroma::quant::parse_format(format);

@@ -10,7 +10,6 @@ and lists every decision in the manifest.
 from __future__ import annotations
 
 import copy
-import fnmatch
 import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
@@ -182,53 +181,6 @@ def record_accuracy(out: str, model: Any, inputs: Sequence[Any],
 
 # ---- the dry run ---------------------------------------------------------------------------------
 
-_KEEP_PARTS = ("router", "norm", "sink")
-
-
-def _kept(name: str, numel: int) -> Optional[str]:
-    parts = name.split(".")
-    if parts and parts[-1] in ("weight", "T"):
-        parts = parts[:-1]
-    for p in parts:
-        low = p.lower()
-        if "router" in low:
-            return "kept: router"
-        if "norm" in low:
-            return "kept: norm"
-        if "sink" in low:
-            return "kept: sink"
-        if low == "bias" or low.endswith("_bias"):
-            return "kept: bias"
-    if parts and parts[-1].lower() in ("gate", "gating", "gate_inp"):
-        return "kept: router/gate"
-    if numel < 4096:
-        return "kept: small (under 4096 weights)"
-    return None
-
-
-def _choose(spec: Dict[str, str], name: str, role: str, numel: int):
-    for key, fmt in spec.items():
-        if key in ("default", "activations"):
-            continue
-        if (role and key == role) or fnmatch.fnmatchcase(name, key):
-            return fmt, f"rule {key}"
-    default = spec.get("default", "fp32")
-    kept = _kept(name, numel)
-    if kept and default != "fp32":
-        return "fp32", kept
-    return default, "default"
-
-
-def _format_bytes(fmt: str, k: int, n: int) -> int:
-    panels = (n + 15) // 16
-    per_panel = 0
-    for g in range(0, k, GROUP):
-        rows = (min(GROUP, k - g) + 3) // 4 * 4
-        per_panel += {"fp32": rows * 64, "bf16": rows * 32, "q8": 64 + rows * 16, "q6": 64 + rows // 4 * 48,
-                      "q4": 64 + rows * 8}[fmt]
-    return panels * per_panel
-
-
 def quant_report(model: Any, example_inputs: Any, *, weights: Any = "q4", sensitivity: bool = True,
                  top: int = 20) -> Dict[str, Any]:
     """A dry run before compiling: which weights of `model`'s linear layers and matrix
@@ -243,8 +195,9 @@ def quant_report(model: Any, example_inputs: Any, *, weights: Any = "q4", sensit
     """
     import torch
 
+    from . import _compiler
+
     spec_text = weights_spec(weights)
-    spec = dict(item.split("=", 1) for item in spec_text.split(";") if item) if spec_text else {}
     inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     params = {n: p for n, p in model.named_parameters() if p.dim() in (2, 3) and p.is_floating_point()}
     roles = {f"{n}.weight" if n else "weight": "embedding" for n, mod in model.named_modules()
@@ -255,9 +208,8 @@ def quant_report(model: Any, example_inputs: Any, *, weights: Any = "q4", sensit
         shape = list(p.shape)
         k, n = shape[-1], shape[-2]
         mats = shape[0] if p.dim() == 3 else 1
-        fmt, reason = _choose(spec, name, roles.get(name, ""), p.numel())
+        fmt, reason, b = _compiler.decide_weight(spec_text, name, roles.get(name, ""), k, n, mats)
         b32 = p.numel() * 4
-        b = b32 if fmt == "fp32" else _format_bytes(fmt, k, n) * mats
         total32 += b32
         total += b
         rows.append({"name": name, "shape": shape, "format": fmt, "reason": reason, "bytes_fp32": b32, "bytes": b})

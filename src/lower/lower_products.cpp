@@ -267,6 +267,18 @@ void Lowerer::row_major_constant(Expr* e) {
   e->layout = nl;
 }
 
+namespace {
+
+// quant::pack refused a weight: which one, read where, and how to keep it.
+[[noreturn]] void unstorable(const std::string& cname, const Node& n, quant::Format f) {
+  const std::string name = cname.empty() ? "folded" : cname;
+  throw CompileError("weights: '" + name + "' read by node " + n.name + " cannot be stored as " + quant::format_name(f) +
+                     ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact "
+                     "with a rule '" + name + "': 'fp32')");
+}
+
+}  // namespace
+
 int32_t Lowerer::add_packed_bytes(std::string name, TensorType type, std::vector<uint8_t> data) {
   ConstantData pc;
   pc.name = std::move(name);
@@ -319,7 +331,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   const int64_t nb = numel(batch);
   // Each batch's matrix, by its offset in the constant (broadcast batches share one).
   std::map<int64_t, int64_t> packed_of;  // source offset -> packed index
-  std::vector<int64_t> b_of(static_cast<size_t>(nb)), a_of(static_cast<size_t>(nb));
+  std::vector<int64_t> b_of(static_cast<size_t>(nb));
   std::vector<int64_t> order;  // source offsets in packed order
   {
     std::vector<int64_t> idx(batch.size(), 0);
@@ -358,10 +370,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
     } else {
       qpacked.resize(qpacked.size() + static_cast<size_t>(mbytes));
       if (!quant::pack(wf, bsrc + bo, kk, nn, sk, sn, qpacked.data() + qpacked.size() - static_cast<size_t>(mbytes))) {
-        throw CompileError("weights: " + (cname.empty() ? std::string("a folded constant") : "'" + cname + "'") + " read by node " +
-                           n.name + " cannot be stored as " + quant::format_name(wf) +
-                           ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact with a rule '" +
-                           (cname.empty() ? std::string("folded") : cname) + "': 'fp32')");
+        unstorable(cname, n, wf);
       }
     }
   }
@@ -407,15 +416,12 @@ bool Lowerer::quantized_gather(const Node& n, Value v) {
   const std::string cname = c.name.empty() ? "folded" : c.name;
   quant::Decision d = quant::decide(opts_.weights, cname, "embedding", H, rows, 1);
   d.shape = {rows, H};
-  d.bytes = d.format == quant::Format::kF32 ? d.bytes_f32 : rows * quant::row_bytes(d.format, H);
   const quant::Format wf = d.format;
   p_.weight_decisions.push_back(d);
   if (wf == quant::Format::kF32) return false;
   std::vector<uint8_t> packed(static_cast<size_t>(rows * quant::row_bytes(wf, H)));
   if (!quant::pack_rows(wf, reinterpret_cast<const float*>(c.data()), rows, H, packed.data())) {
-    throw CompileError("weights: '" + cname + "' read by node " + n.name + " cannot be stored as " + quant::format_name(wf) +
-                       ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact "
-                       "with a rule)");
+    unstorable(c.name, n, wf);
   }
   Kernel k = start(n, Kernel::kGather);
   const int32_t pb = add_packed_bytes(cname + ".rows." + quant::format_name(wf), std::move(packed));
@@ -533,9 +539,7 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
       qpacked.resize(static_cast<size_t>(experts * mbytes));
       for (int64_t e = 0; e < experts; ++e) {
         if (!quant::pack(wf, w + e * s0, gg.k, gg.n, stored ? s1 : s2, stored ? s2 : s1, qpacked.data() + e * mbytes)) {
-          throw CompileError("weights: '" + (cname.empty() ? std::string("folded") : cname) + "' read by node " + n.name +
-                             " cannot be stored as " + quant::format_name(wf) +
-                             ": a group holds a NaN or an infinity, or its scale or bias does not fit float16 (keep it exact with a rule)");
+          unstorable(cname, n, wf);
         }
       }
     }

@@ -431,7 +431,10 @@ Decision decide(const Policy& p, const std::string& name, const std::string& rol
       d.format = p.fallback;
     }
   }
-  d.bytes = d.format == Format::kF32 ? d.bytes_f32 : matrix_bytes(d.format, K, N) * matrices;
+  // An embedding is stored in the row layout (N rows of K), a product's operand in panels.
+  d.bytes = d.format == Format::kF32 ? d.bytes_f32
+            : role == "embedding"    ? N * row_bytes(d.format, K) * matrices
+                                     : matrix_bytes(d.format, K, N) * matrices;
   return d;
 }
 

@@ -115,7 +115,8 @@ struct Decision {
   std::string reason;          // why: "default", "rule *.gate.weight", "kept: router/gate", ...
   int64_t bytes_f32 = 0, bytes = 0;
 };
-// Decides the format of weight `name` (K x N, `matrices` of them) under `p`.
+// Decides the format of weight `name` (K x N, `matrices` of them) under `p`; the bytes are
+// those of the packed layout, or of the row layout for the role "embedding" (N rows of K).
 Decision decide(const Policy& p, const std::string& name, const std::string& role, int64_t K, int64_t N, int64_t matrices);
 
 }  // namespace chroma::quant
