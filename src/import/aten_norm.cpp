@@ -110,10 +110,17 @@ std::vector<Value> bn_legit(Call& c, bool has_running, bool functional, bool has
     Value rm = c.tensor(3, "running_mean"), rv = c.tensor(4, "running_var");
     const double keep = 1.0 - momentum;
     Value unbiased = b.ew(EwOp::k_mul, s.var, Scalar::of_float(s.n > 1 ? static_cast<double>(s.n) / static_cast<double>(s.n - 1) : INFINITY));
-    r.push_back(b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, s.mean, Scalar::of_float(momentum)),
-                            b.ew(EwOp::k_mul, rm, Scalar::of_float(keep))), b.type(rm).dtype));
-    r.push_back(b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, unbiased, Scalar::of_float(momentum)),
-                            b.ew(EwOp::k_mul, rv, Scalar::of_float(keep))), b.type(rv).dtype));
+    // The updated statistics are computed from the batch statistics at the computation type
+    // (float32 for a half input) and keep the promoted type: a half running_mean comes back
+    // float32, as PyTorch's decomposition returns it.
+    auto updated = [&](Value stat, Value running) {
+      const DType cd = is_half(dt) ? DType::kF32 : dt, rt = b.type(running).dtype;
+      const DType out = (rt == DType::kF64 || cd == DType::kF64) ? DType::kF64 : (is_half(rt) ? cd : rt);
+      return b.cast(b.ew(EwOp::k_add, b.ew(EwOp::k_mul, stat, Scalar::of_float(momentum)),
+                         b.ew(EwOp::k_mul, running, Scalar::of_float(keep))), out);
+    };
+    r.push_back(updated(s.mean, rm));
+    r.push_back(updated(unbiased, rv));
   }
   return r;
 }

@@ -101,9 +101,12 @@ std::vector<Value> searchsorted(Call& c, bool scalar_self) {
 // (x - lo) * bins / (hi - lo) in the input type, truncated; x == hi goes to the last bin.
 // With `edges` (histogram), the position is then corrected against the neighbouring edges
 // (PyTorch's local search). Elements outside [lo, hi] (and NaN) get the index `bins`.
+// For a half input every step is rounded to the type, as PyTorch's kernel computes it.
 Value bin_index(Builder& b, Value x, Value lo, Value hi, int64_t bins, Value edges) {
-  Value num = b.ew(EwOp::k_mul, b.ew(EwOp::k_sub, x, lo), Scalar::of_int(bins));
-  Value pos = b.cast(b.ew(EwOp::k_trunc, b.ew(EwOp::k_div, num, b.ew(EwOp::k_sub, hi, lo))), DType::kI64);
+  Value num = b.round_half(b.ew(EwOp::k_mul, b.round_half(b.ew(EwOp::k_sub, x, lo)),
+                                b.round_half(b.full(Scalar::of_int(bins), b.type(x).dtype, {}))));
+  Value q = b.round_half(b.ew(EwOp::k_div, num, b.round_half(b.ew(EwOp::k_sub, hi, lo))));
+  Value pos = b.cast(b.ew(EwOp::k_trunc, q), DType::kI64);
   Value inside = b.ew(EwOp::k_logical_and, b.ew(EwOp::k_ge, x, lo), b.ew(EwOp::k_le, x, hi));
   pos = where(b, inside, pos, Scalar::of_int(0));
   if (edges.valid()) {
@@ -160,7 +163,8 @@ Value density(Builder& b, Value hist, Value edges) {
 }
 
 // The range of the data when none is given ([0, 1] for no data); an empty range widens by
-// `pad` each side.
+// `pad` each side. Both ends in the input's type (rounded to it for a half input: PyTorch
+// computes them in double and stores them as the first and last bin edge).
 std::pair<Value, Value> data_range(Builder& b, Value x, double lo, double hi, double pad) {
   const DType t = b.type(x).dtype;
   Value l, h;
@@ -179,7 +183,7 @@ std::pair<Value, Value> data_range(Builder& b, Value x, double lo, double hi, do
   Value same = b.ew(EwOp::k_eq, l, h);
   l = where(b, same, b.ew(EwOp::k_sub, l, Scalar::of_float(pad)), l);
   h = where(b, same, b.ew(EwOp::k_add, h, Scalar::of_float(pad)), h);
-  return {l, h};
+  return {b.round_half(l), b.round_half(h)};
 }
 
 std::vector<Value> histc(Call& c) {

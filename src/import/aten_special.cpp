@@ -99,13 +99,15 @@ Value mvlgamma(Call& c) {
   return b.ew(EwOp::k_add, sum, Scalar::of_float(k));
 }
 
-// ldexp(x, e) = x * 2^e, PyTorch's mul(x, pow(2.0, e)): 2^e is float32 for integer e.
+// ldexp(x, e) = x * 2^e. An integer exponent takes the type of a floating-point x (a bfloat16
+// or float16 x stays half, as PyTorch gives; float32 for an integer x); a floating-point
+// exponent is promoted with x.
 Value ldexp(Call& c) {
   Builder& b = c.b;
   Value x = c.tensor(0, "self"), e = c.tensor(1, "other");
-  const DType te = b.type(e).dtype;
+  const DType te = b.type(e).dtype, tx = b.type(x).dtype;
   Value p = b.ew(EwOp::k_exp2, b.cast(e, is_float(te) ? te : DType::kF32));
-  const DType t = b.promote({Operand::of(x), Operand::of(p)});
+  const DType t = is_float(te) ? b.promote({Operand::of(x), Operand::of(p)}) : tx;
   return b.ew(EwOp::k_mul, {Operand::of(x), Operand::of(p)}, is_float(t) ? t : DType::kF32);
 }
 

@@ -36,6 +36,20 @@ class Builder {
   Value select(Value v, int64_t axis, int64_t index);
   Value unsqueeze(Value v, int64_t axis);
   Value cast(Value v, DType t) { return g_.cast(v, t); }
+  // A half value rounded to its type inside one ATen operation, for the kernels PyTorch
+  // writes in bfloat16/float16 arithmetic step by step (histc's bin position): a Cast to the
+  // same type under a name of its own, which widen_half treats as an operation boundary.
+  // Other types: v itself.
+  Value round_half(Value v) {
+    if (!is_half(type(v).dtype)) return v;
+    const std::string name = g_.origin_name(), source = g_.origin_source();
+    g_.set_origin(name + ".round", source);
+    Attrs a;
+    a.dtype = type(v).dtype;
+    const Value r = g_.add(Op::kCast, {v}, a);
+    g_.set_origin(name, source);
+    return r;
+  }
   Value full(Scalar s, DType t, const Shape& shape);
 
   // PyTorch's type promotion over tensors and Python scalars.

@@ -114,6 +114,9 @@ class Graph {
     origin_source_ = std::move(source);
   }
 
+  const std::string& origin_name() const { return origin_name_; }
+  const std::string& origin_source() const { return origin_source_; }
+
   std::vector<GraphInput> inputs;
   std::vector<Value> outputs;
   std::string output_structure = "single";  // "single" | "tuple" | "list"
