@@ -10,10 +10,15 @@ opset) with these changes:
   (+ mask), a softmax whose fully masked rows give zeros, and logsumexp = max + log(sum)
   (0 for fully masked rows, as the kernel gives).
 - ``aten.linspace``: with number ends it is kept (the importer computes the values as the
-  CPU kernel does, fused multiply-adds included); with tensor ends and an integer dtype, the
+  CPU kernel does, fused multiply-adds included); with tensor ends and a half dtype, the
+  kernel's formula one operation at a time in that type; with tensor ends and an integer dtype, the
   float64 linspace between the truncated ends, truncated (the reference decomposition
   computes in float32 and is off by one for some values; eager's FMA rounding can still
   differ in the last place before truncation).
+- ``aten.logspace`` with number ends: kept, computed by the importer as the CPU kernel does
+  (the exponents in double from the ends converted to the result type); with tensor ends and
+  a half dtype, the same formula in float64 tensor operations (eager reads the tensors with
+  ``.item()`` and runs the number kernel).
 - ``torch_nn::_linear_cross_entropy_batch_chunked`` and ``..._no_reduction`` (the chunked
   path of ``F.linear_cross_entropy``, custom ops since torch 2.14): their loss by its
   definition, ``F.cross_entropy(F.linear(input, W, b), target, ...)``. Only the inference
@@ -23,6 +28,11 @@ opset) with these changes:
   ``input`` sorted by expert with ``offs`` the cumulative row counts, as a gathered product:
   each row's expert by ``searchsorted``, its weight matrix gathered, one batched product;
   rows past ``offs[-1]`` stay zero, as in the op.
+- ``aten.addr`` and ``aten.linalg_cross`` on bfloat16/float16: the CPU kernels compute in the
+  tensors' type one operation at a time (``beta*self + (alpha*vec1)*vec2`` with alpha and beta
+  rounded to the type; ``a1*b2 - a2*b1`` with each product rounded), where torch's references
+  compute in float32 and round once; these follow the kernels, each step its own ATen
+  operation, so that Chroma rounds where eager does. Other types: torch's decomposition.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import torch
 __all__ = ["table"]
 
 aten = torch.ops.aten
+_HALF = (torch.bfloat16, torch.float16)
 
 
 def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None,
@@ -98,6 +109,51 @@ def grouped_mm_fallback(input, weight, offs):
     return torch.where(valid.unsqueeze(1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
+def _half_linspace(start, end, steps, dt, device):
+    """linspace into a half type as the CPU kernel computes it, every operation in that type:
+    step = (end - start) / (steps - 1), then start + step * i for the first half and
+    end - step * (steps - 1 - i) for the second, the integers converted to the type first."""
+
+    def as_t(v):
+        return v.to(dt).reshape(()) if isinstance(v, torch.Tensor) else torch.full((), v, dtype=dt, device=device)
+
+    lo, hi = as_t(start), as_t(end)
+    step = (hi - lo) / torch.full((), steps - 1, dtype=dt, device=device)
+    i = torch.arange(steps, device=device)
+    up = lo + step * i.to(dt)
+    down = hi - step * (steps - 1 - i).to(dt)
+    return torch.where(i < steps // 2, up, down)
+
+
+def _half_logspace(default):
+    """logspace with a tensor end into a half type as the CPU kernel computes it (eager reads the
+    tensor with .item() and runs the number kernel, see src/import/aten_extra.cpp): start and end
+    rounded to the type, their difference rounded to it, the steps and pow in float64, each value
+    stored through float32. Other dtypes: `default`."""
+
+    def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+        dt = dtype if dtype is not None else torch.get_default_dtype()
+        if dt not in _HALF:
+            return default(start, end, steps, base, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+        f64 = torch.float64
+
+        def as_f64(v):
+            return v.reshape(()).to(f64) if isinstance(v, torch.Tensor) else torch.full((), v, dtype=f64, device=device)
+
+        if steps == 1:
+            return torch.pow(base, as_f64(start)).reshape(1).to(torch.float32).to(dt)
+        lo, hi = as_f64(start).to(dt), as_f64(end).to(dt)
+        span = (hi - lo).to(f64)
+        lo, hi = lo.to(f64), hi.to(f64)
+        step = span / (steps - 1)
+        i = torch.arange(steps, device=device, dtype=f64)
+        up = torch.pow(base, lo + step * i)
+        down = torch.pow(base, hi - step * (steps - 1 - i))
+        return torch.where(i < steps // 2, up, down).to(torch.float32).to(dt)
+
+    return logspace
+
+
 def _integral_linspace(default):
     """linspace for integer dtypes as eager computes it: start and end converted to the integer
     type, the float64 linspace between them, truncated (torch's reference decomposition computes
@@ -105,6 +161,8 @@ def _integral_linspace(default):
 
     def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
         dt = dtype if dtype is not None else torch.get_default_dtype()
+        if dt in _HALF and steps > 1:
+            return _half_linspace(start, end, steps, dt, device)
         if dt.is_floating_point or dt.is_complex or dt == torch.bool:
             return default(start, end, steps, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
 
@@ -115,6 +173,43 @@ def _integral_linspace(default):
                        pin_memory=pin_memory).to(dt)
 
     return linspace
+
+
+
+def _addr(default):
+    """addr as the CPU kernel computes it for half types (module docstring)."""
+
+    def addr(self, vec1, vec2, *, beta=1, alpha=1):
+        dt = torch.promote_types(torch.promote_types(self.dtype, vec1.dtype), vec2.dtype)
+        if dt not in _HALF:
+            return default(self, vec1, vec2, beta=beta, alpha=alpha)
+        a = torch.full((), alpha, dtype=dt, device=vec1.device)  # Scalar.to<scalar_t>(): rounded
+        outer = (a * vec1.to(dt)).unsqueeze(1) * vec2.to(dt).unsqueeze(0)
+        if beta == 0:  # self is ignored (its NaNs too); only its shape broadcasts
+            return outer.expand(torch.broadcast_shapes(self.shape, outer.shape)).clone()
+        b = torch.full((), beta, dtype=dt, device=vec1.device)
+        return b * self.to(dt) + outer
+
+    return addr
+
+
+def _linalg_cross(default):
+    """linalg_cross as the CPU kernel computes it for half types (module docstring)."""
+
+    def linalg_cross(self, other, *, dim=-1):
+        dt = torch.promote_types(self.dtype, other.dtype)
+        if dt not in _HALF:
+            return default(self, other, dim=dim)
+        shape = torch.broadcast_shapes(self.shape, other.shape)
+        a, b = self.to(dt).expand(shape), other.to(dt).expand(shape)
+        d = dim % len(shape)
+
+        def part(t, i):
+            return t.narrow(d, i % 3, 1)
+
+        return torch.cat([part(a, i + 1) * part(b, i + 2) - part(a, i + 2) * part(b, i + 1) for i in range(3)], d)
+
+    return linalg_cross
 
 
 def table():
@@ -128,6 +223,14 @@ def table():
             t[op] = _integral_linspace(t[op])
     if aten.linspace.default in t:
         del t[aten.linspace.default]
+    if aten.logspace.default in t:  # likewise (src/import/aten_extra.cpp)
+        del t[aten.logspace.default]
+    for ov in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        op = getattr(aten.logspace, ov, None)
+        if op is not None and op in t:
+            t[op] = _half_logspace(t[op])
+    t[aten.addr.default] = _addr(t[aten.addr.default])
+    t[aten.linalg_cross.default] = _linalg_cross(t[aten.linalg_cross.default])
     flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if flash is not None:
         t[flash.default] = _flash_attention_for_cpu

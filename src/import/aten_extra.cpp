@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "chroma/half.h"
 #include "import/aten.h"
 #include "import/graph_util.h"
 #include "import/pool_util.h"
@@ -403,15 +404,34 @@ std::vector<T> linspace_values(T start, T end, int64_t steps) {
   return v;
 }
 
+// The same for a half type H (bf16 or f16), whose kernel computes in H's arithmetic: every
+// operation rounded to H, the integer factors (steps - 1 and the index) converted to H first.
+template <class H>
+std::vector<double> linspace_half(double start, double end, int64_t steps) {
+  auto r = [](float x) { return static_cast<float>(H(x)); };
+  const float s = r(static_cast<float>(start)), e = r(static_cast<float>(end));
+  std::vector<double> v(static_cast<size_t>(steps));
+  if (steps == 1) v[0] = s;
+  if (steps <= 1) return v;
+  const float step = r(r(e - s) / r(static_cast<float>(steps - 1)));
+  for (int64_t i = 0; i < steps; ++i) {
+    v[static_cast<size_t>(i)] = i < steps / 2 ? r(s + r(step * r(static_cast<float>(i))))
+                                              : r(e - r(step * r(static_cast<float>(steps - 1 - i))));
+  }
+  return v;
+}
+
 Value linspace(Call& c) {
   Builder& b = c.b;
   const DType t = c.out_type(0).dtype;
   const int64_t steps = c.int_(2, "steps");
   if (steps < 0) c.fail("linspace: steps must be non-negative, got " + std::to_string(steps));
   const Scalar s = c.scalar(0, "start"), e = c.scalar(1, "end");
+  if (t == DType::kBF16) return pool::const_float(b, t, {steps}, linspace_half<bf16>(s.as_double(), e.as_double(), steps));
+  if (t == DType::kF16) return pool::const_float(b, t, {steps}, linspace_half<f16>(s.as_double(), e.as_double(), steps));
   if (is_float(t)) {
     std::vector<double> v;
-    if (t != DType::kF64) {  // float32 (half types: computed in float32, rounded once)
+    if (t != DType::kF64) {  // float32
       for (float x : linspace_values<float>(static_cast<float>(s.as_double()), static_cast<float>(e.as_double()), steps)) v.push_back(x);
     } else {
       v = linspace_values<double>(s.as_double(), e.as_double(), steps);
@@ -426,8 +446,66 @@ Value linspace(Call& c) {
   return b.cast(gu::const_i64(b, iv, {steps}), t);
 }
 
+// logspace(start, end, steps, base, *, dtype) with number ends (kept as one op: see
+// python/chroma/decompositions.py), a constant computed as PyTorch's CPU kernel does: start and
+// end converted to the result type T, step = double(end - start, in T) / (steps - 1), each
+// value pow(base, start + step * i) in double (the second half counted down from end), then
+// converted to T (half types through float32; integer types truncated). One step: pow(base,
+// start) of the unconverted start.
+Value logspace(Call& c) {
+  Builder& b = c.b;
+  const DType t = c.out_type(0).dtype;
+  const int64_t steps = c.int_(2, "steps");
+  if (steps < 0) c.fail("logspace: steps must be non-negative, got " + std::to_string(steps));
+  const Scalar s = c.scalar(0, "start"), e = c.scalar(1, "end");
+  const double base = c.float_or(3, "base", 10.0);
+  double lo = s.as_double(), hi = e.as_double(), span = 0.0;
+  if (t == DType::kBF16 || t == DType::kF16) {
+    auto r = [t](double x) {
+      return t == DType::kBF16 ? static_cast<double>(static_cast<float>(bf16(static_cast<float>(x))))
+                               : static_cast<double>(static_cast<float>(f16(static_cast<float>(x))));
+    };
+    lo = r(lo);
+    hi = r(hi);
+    span = r(hi - lo);
+  } else if (t == DType::kF32) {
+    lo = static_cast<float>(lo);
+    hi = static_cast<float>(hi);
+    span = static_cast<float>(static_cast<float>(hi) - static_cast<float>(lo));
+  } else if (t == DType::kF64) {
+    span = hi - lo;
+  } else if (t != DType::kBool) {
+    auto to_int = [](const Scalar& x) { return x.is_int ? x.i : static_cast<int64_t>(std::trunc(x.f)); };
+    lo = static_cast<double>(to_int(s));
+    hi = static_cast<double>(to_int(e));
+    span = hi - lo;
+  } else {
+    c.fail("logspace into bool is not supported");
+  }
+  std::vector<double> v(static_cast<size_t>(steps));
+  if (steps == 1) v[0] = std::pow(base, s.as_double());
+  const double step = steps > 1 ? span / static_cast<double>(steps - 1) : 0.0;
+  for (int64_t i = 0; steps > 1 && i < steps; ++i) {
+    v[static_cast<size_t>(i)] = i < steps / 2 ? std::pow(base, lo + step * static_cast<double>(i))
+                                              : std::pow(base, hi - step * static_cast<double>(steps - 1 - i));
+  }
+  if (is_float(t)) {
+    if (t != DType::kF64) {
+      for (double& x : v) x = static_cast<float>(x);  // double -> float -> T, as the kernel stores it
+    }
+    return pool::const_float(b, t, {steps}, v);
+  }
+  std::vector<int64_t> iv;
+  for (double x : v) {
+    if (!(std::fabs(x) < 9.2e18)) c.fail("logspace: value " + std::to_string(x) + " does not fit " + std::string(dtype_name(t)));
+    iv.push_back(static_cast<int64_t>(x));
+  }
+  return b.cast(gu::const_i64(b, iv, {steps}), t);
+}
+
 void register_aten_extra(HandlerTable& t) {
   t["aten.linspace.default"] = [](Call& c) { return one(linspace(c)); };
+  t["aten.logspace.default"] = [](Call& c) { return one(logspace(c)); };
   t["aten.index_reduce.default"] = [](Call& c) { return one(index_reduce(c)); };
   t["aten.segment_reduce.default"] = [](Call& c) { return one(segment_reduce(c)); };
   t["aten.grid_sampler_3d.default"] = [](Call& c) { return one(grid_sampler_3d(c)); };

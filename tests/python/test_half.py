@@ -167,3 +167,25 @@ def test_topk_and_sort_with_ties(dt, tmp_path):
         _check(got[k], want[k])
         idx = torch.from_numpy(got[k + 1])
         assert torch.equal(torch.take_along_dim(x, idx, dim), want[k])
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_kernels_that_round_each_step(dt, tmp_path):
+    """Ops whose CPU kernels compute in the half type one step at a time (or in double from ends
+    rounded to it) give eager's values bit for bit: linspace and logspace (number ends and a
+    tensor end), addr with alpha and beta, linalg.cross, histc's bin edges, ldexp."""
+    t = HALVES[dt]
+    m, v1, v2 = randn(5, 6).to(t), randn(5).to(t), randn(6).to(t)
+    a, b = randn(4, 3).to(t), randn(4, 3).to(t)
+    h = (randn(200) * 2).to(t)
+    e = torch.tensor(2.7)
+
+    def f(m, v1, v2, a, b, h, e):
+        return (torch.linspace(-3.3, 7.1, 23, dtype=t), torch.linspace(e, 9.0, 11, dtype=t),
+                torch.logspace(-1.7, 2.3, 9, base=2.0, dtype=t), torch.logspace(e, -3, 5, dtype=t),
+                torch.addr(m, v1, v2, beta=0.7, alpha=1.3), torch.linalg.cross(a, b),
+                torch.histc(h, bins=13, min=-3.1, max=2.9), torch.ldexp(h, torch.tensor(3)))
+
+    got, want = _run(f, (m, v1, v2, a, b, h, e), tmp_path)
+    for g, w in zip(got, want):
+        _check(g, w)
