@@ -4,6 +4,8 @@
     .venv/bin/python tools/opinfo_conformance.py [--ops REGEX] [--dtypes float32,int64,...]
                                                  [--max-samples N] [--json FILE] [--markdown FILE]
     .venv/bin/python tools/opinfo_conformance.py --from-json a.json,b.json --json all.json --markdown docs/ops.md
+    .venv/bin/python tools/opinfo_conformance.py --from-json docs/ops.md,half.json --markdown docs/ops.md
+                                                 (an earlier table, with a newer run's rows in place of its own)
 
 For each OpInfo (torch.testing._internal.common_methods_invocations.op_db; needs the
 `expecttest` package) and each requested dtype it supports on the CPU, every sample input is
@@ -181,9 +183,50 @@ def _canon_eigh(outs):
     return [lam, _sign_canon(q)[0]]
 
 
+def _canon_ties(outs, dim, unordered):
+    """(values, indices) of a sort or top-k whose order among equal values is unspecified
+    (torch.sort without stable=True, torch.topk): the indices of each run of equal values
+    (NaNs equal) in ascending order; with `unordered` (topk's sorted=False, any order at all)
+    the pairs sorted by value, then index. The values themselves are compared as they are."""
+    import numpy as np
+    import torch
+
+    vals, idx = outs[0], outs[1]
+    if vals.dim() == 0 or vals.numel() == 0:
+        return list(outs)
+    v = vals.movedim(dim, -1).float().numpy()
+    ix = idx.movedim(dim, -1).numpy()
+    order = np.empty(ix.shape, dtype=np.int64)
+    for r in np.ndindex(*ix.shape[:-1]):
+        row, irow = v[r], ix[r]
+        if unordered:
+            order[r] = np.lexsort((irow, row))
+        else:
+            same = (row[1:] == row[:-1]) | (np.isnan(row[1:]) & np.isnan(row[:-1]))
+            order[r] = np.lexsort((irow, np.concatenate([[0], np.cumsum(~same)])))
+    o = torch.from_numpy(order).movedim(-1, dim)
+    return [torch.take_along_dim(vals, o, dim), torch.take_along_dim(idx, o, dim)] + list(outs[2:])
+
+
+def _tie_canon(name, sample):
+    """The canonical form for a sort/top-k sample whose tie order PyTorch leaves unspecified."""
+    args, kw = tuple(sample.args), dict(sample.kwargs)
+    if name == "sort":
+        if kw.get("stable", False):
+            return None  # a stable sort's order is specified: compared as it is
+        dim = args[0] if args else kw.get("dim", -1)
+        return lambda o: _canon_ties(o, dim, False)
+    if name == "topk":
+        dim = args[1] if len(args) > 1 else kw.get("dim", -1)
+        ordered = args[3] if len(args) > 3 else kw.get("sorted", True)
+        return lambda o: _canon_ties(o, dim, not ordered)
+    return None
+
+
 # Entries whose outputs are defined only up to a sign (or a rotation): both Chroma's and
 # eager's outputs are put into the canonical form above before they are compared (as
 # PyTorch's own linalg tests compare reconstructions rather than the vectors themselves).
+# sort and topk (_tie_canon): the order of equal values' indices is unspecified.
 CANONICAL = {
     "svd": lambda o: _canon_svd(o, vh=False),
     "linalg.svd": lambda o: _canon_svd(o, vh=True),
@@ -196,7 +239,8 @@ class Case:
 
     def __init__(self, op, sample, tol=None):
         self.tol = tol  # (rtol, atol) or None: torch.testing's defaults
-        self.canon = CANONICAL.get(op.name if not op.variant_test_name else f"{op.name}.{op.variant_test_name}")
+        full = op.name if not op.variant_test_name else f"{op.name}.{op.variant_test_name}"
+        self.canon = CANONICAL.get(full) or _tie_canon(full, sample)
         self.leaves = []
         self.spec = _flatten((sample.input, tuple(sample.args), dict(sample.kwargs)), self.leaves)
         self.leaves = [t.detach().contiguous().clone() for t in self.leaves]
@@ -448,6 +492,8 @@ def cause(sample):
     """A short cause for a failing sample's reason (the summary table of docs/ops.md)."""
     if sample is None:
         return "no sample ran (eager raises on every one)"
+    if sample.get("cause"):  # read back from an earlier table (report_from_markdown)
+        return sample["cause"]
     r = sample["reason"]
     if sample["status"] == "fail":
         return "compiles, result differs or run-time error"
@@ -471,6 +517,75 @@ def _random_sample(smp):
     entry that is otherwise deterministic, such as attention with dropout_p): it belongs to the
     excluded random-number family and is skipped, not counted against the entry."""
     return smp["status"] == "unsupported" and "random-number ops are not supported" in smp.get("reason", "")
+
+
+def report_from_markdown(path):
+    """An earlier docs/ops.md read back as a merged report, so that a new run (say, of the
+    half types only) can be merged into it with --from-json without re-running the rest. Each
+    row keeps its run, its counts and its first reason: its samples are that many passes, then
+    that many failures (or refusals) with the row's reason, which is all the table and its
+    summary are made of. (Samples skipped as random are not in the table and come back as
+    nothing.)"""
+    report = {"ops": [], "runs": [], "dtypes": [], "torch": "", "seconds": 0.0}
+    by, causes = {}, {}
+    row = re.compile(r"^\| (\S+) \| (r\d+) \| (\w+) \| (\d*) \| (\d*) \| (\d*) \| (.*) \|$")
+    section = ""
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("## "):
+                section = line[3:]
+                continue
+            m = re.match(r"^torch (\S+); merged from \d+ runs .*?, (\d+) min of runner time", line)
+            if m:
+                report["torch"], report["seconds"] = m.group(1), 60.0 * float(m.group(2))
+            m = re.match(r"^- (r\d+): dtypes ([\w, ]+); (at most (\d+) samples|every sample)[^;]*; torch (\S+)\.$", line)
+            if m:
+                report["runs"].append({"tag": m.group(1), "dtypes": m.group(2).split(", "),
+                                       "max_samples": int(m.group(4) or 0), "torch": m.group(5)})
+                continue
+            m = re.match(r"^\| (.+?) \| \d+ \| (.+) \|$", line)
+            if section == "Summary" and m and m.group(1) != "cause":
+                for n in m.group(2).split(", "):
+                    causes[n] = m.group(1)  # the float32 cause, classified from the full reason
+                continue
+            if section == "Per OpInfo entry":
+                m = row.match(line)
+                if not m:
+                    continue
+                name, run, dt, p, fl, un, reason = m.groups()
+                o = by.get(name)
+                if o is None:
+                    o = by[name] = {"name": name, "dtypes": {}, "run": run}
+                    report["ops"].append(o)
+                if p == "" and fl == "" and un == "":
+                    o["dtypes"][dt] = {"error": reason}
+                    continue
+                bad = {"status": "fail" if int(fl) else "unsupported", "reason": reason}
+                if dt == "float32" and name in causes:
+                    bad["cause"] = causes[name]
+                o["dtypes"][dt] = {"samples": [{"status": "pass", "reason": ""}] * int(p) + [bad] * (int(fl) + int(un))}
+            elif section == "Excluded on purpose":
+                m = re.match(r"^\| (\S+) \| (.+) \|$", line)
+                if m and m.group(1) != "OpInfo" and not m.group(1).startswith("---"):
+                    report["ops"].append({"name": m.group(1), "dtypes": {}, "excluded": m.group(2),
+                                          "run": report["runs"][-1]["tag"] if report["runs"] else "r1"})
+    if not report["runs"]:
+        raise SystemExit(f"{path}: no run list found (not a merged docs/ops.md?)")
+    # Entries of op_db with no row ran with none of their dtypes among those asked for.
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.testing._internal.common_methods_invocations import op_db
+        named = {o["name"] for o in report["ops"]}
+        for op in op_db:
+            full = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+            if full not in named:
+                report["ops"].append({"name": full, "dtypes": {}, "run": report["runs"][-1]["tag"]})
+    except ImportError:
+        pass
+    report["dtypes"] = sorted({d for run in report["runs"] for d in run["dtypes"]}, key=lambda d: list(DTYPES).index(d))
+    return report
 
 
 def write_markdown(report, path, note=""):
@@ -556,7 +671,9 @@ def write_markdown(report, path, note=""):
               "eigen vectors (svd, linalg.svd, linalg.eigh) are unique only up to sign, so both sides are "
               "compared in a canonical form: each vector's largest entry made positive (flipping its "
               "partner too), and the extra columns of full U/V, a basis fixed only up to rotation, "
-              "compared by their projector. `unsupported` "
+              "compared by their projector. The indices of sort (without stable=True) and topk are "
+              "compared with each run of equal values' indices in ascending order (PyTorch leaves "
+              "their order unspecified; topk with sorted=False: the pairs in value order). `unsupported` "
               "means export or compilation refused it with the message shown; `fail` means it compiled "
               "and gave a different answer or failed at run time. Random-number ops (their results "
               "depend on the generator: this includes fractional max pooling and the randomized "
@@ -604,7 +721,8 @@ def main(argv=None):
     ap.add_argument("--max-samples", type=int, default=0, help="samples per (op, dtype); 0: all")
     ap.add_argument("--json", default=os.path.join("build", "opinfo.json"))
     ap.add_argument("--markdown", default="", help="also write the coverage table (docs/ops.md)")
-    ap.add_argument("--from-json", default="", help="write --markdown from earlier reports (comma-separated), run nothing")
+    ap.add_argument("--from-json", default="",
+                    help="write --markdown from earlier reports (comma-separated; a .md: an earlier docs/ops.md), run nothing")
     ap.add_argument("--shard", default="", help="K/N: only every N-th entry of op_db, from the K-th (parallel runs)")
     ap.add_argument("--note", default="", help="a paragraph placed under the header of --markdown")
     a = ap.parse_args(argv)
@@ -615,8 +733,11 @@ def main(argv=None):
         # earlier inputs'); a plain report is one run.
         merged, order, seconds, runs = None, [], 0.0, []
         for path in a.from_json.split(","):
-            with open(path) as f:
-                r = json.load(f)
+            if path.endswith(".md"):
+                r = report_from_markdown(path)
+            else:
+                with open(path) as f:
+                    r = json.load(f)
             seconds += r.get("seconds", 0)
             if merged is None:
                 merged = dict(r, ops=[])
