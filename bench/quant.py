@@ -79,7 +79,9 @@ def variant_floor_bytes(model, tokens, selected, ratio):
         if r is None:
             continue
         b = p.numel() * p.element_size()
-        if ".mlp.mlp" in name:
+        if name == "embedding.weight":  # only the rows of the distinct tokens are read
+            b = fl["distinct_tokens"] * cfg.hidden_size * p.element_size()
+        elif ".mlp.mlp" in name:
             layer = int(name.split(".")[1])
             b = b // cfg.num_experts * len(selected[layer])
         adj += b * (r - 1.0)

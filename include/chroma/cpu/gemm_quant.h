@@ -281,10 +281,15 @@ __attribute__((always_inline)) inline void to_bf16(__m512i* pair) {
 }
 
 // One panel for MR rows (at most 8): C[MR, 16] (ncols of them stored), with vdpbf16ps.
+// Independent accumulators: the two words of a step (q4/q6: rows 4i..4i+1 and 4i+2..4i+3;
+// q8: high and low nibbles) go to two chains, and with one or two rows the steps alternate
+// between two sets as well, so that vdpbf16ps's latency (5 cycles) is covered by independent
+// work and not paid per step (one row: 4 chains).
 template <int F, int MR, int64_t K>
 __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const float* sums, const uint8_t* in, float* C,
                                                       int64_t ldc, int64_t ncols) {
   constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+  constexpr int kSets = MR <= 2 ? 2 : 1;
   __m512 tot[MR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) tot[i] = _mm512_setzero_ps();
@@ -297,37 +302,46 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
       b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
       in += 64;
     }
-    __m512 acc[MR], acc2[F == kQ8 ? MR : 1];
+    __m512 acc[kSets][MR], acc2[kSets][MR];  // acc2: the second word (unused for bf16)
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-    if constexpr (F == kQ8) {
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) acc2[i] = _mm512_setzero_ps();
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+      for (int t = 0; t < kSets; ++t) acc[t][i] = acc2[t][i] = _mm512_setzero_ps();
     }
-    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
-      _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
-      __m512i pair[2];
-      in = decode_step<F>(in, pair);
-      to_bf16<F>(pair);
+    for (int64_t r0 = 0; r0 < rows; r0 += kStepRows<F> * kSets) {
+#pragma GCC unroll 2
+      for (int t = 0; t < kSets; ++t) {
+        const int64_t r = r0 + t * kStepRows<F>;
+        if (kSets > 1 && r >= rows) break;
+        _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
+        __m512i pair[2];
+        in = decode_step<F>(in, pair);
+        to_bf16<F>(pair);
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
-        acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(pair[0]), x0);
-        if constexpr (F == kQ8) {
-          acc2[i] = _mm512_dpbf16_ps(acc2[i], reinterpret_cast<__m512bh>(pair[1]), x0);
-        } else if constexpr (F != kBF16) {
-          const __m512bh x1 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2 + 1])));
-          acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(pair[1]), x1);
+        for (int i = 0; i < MR; ++i) {
+          const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
+          acc[t][i] = _mm512_dpbf16_ps(acc[t][i], reinterpret_cast<__m512bh>(pair[0]), x0);
+          if constexpr (F == kQ8) {
+            acc2[t][i] = _mm512_dpbf16_ps(acc2[t][i], reinterpret_cast<__m512bh>(pair[1]), x0);
+          } else if constexpr (F != kBF16) {
+            const __m512bh x1 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2 + 1])));
+            acc2[t][i] = _mm512_dpbf16_ps(acc2[t][i], reinterpret_cast<__m512bh>(pair[1]), x1);
+          }
         }
       }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
+      __m512 a = acc[0][i], a2 = acc2[0][i];
+      if constexpr (kSets > 1) {
+        a = _mm512_add_ps(a, acc[1][i]);
+        a2 = _mm512_add_ps(a2, acc2[1][i]);
+      }
       if constexpr (F == kBF16) {
-        tot[i] = _mm512_add_ps(tot[i], acc[i]);
+        tot[i] = _mm512_add_ps(tot[i], a);
       } else {
         const float rounded = sums[i * kGroups + g];
-        __m512 dot = F == kQ8 ? _mm512_fmadd_ps(_mm512_set1_ps(16.0f), acc[i], acc2[i]) : acc[i];
+        __m512 dot = F == kQ8 ? _mm512_fmadd_ps(_mm512_set1_ps(16.0f), a, a2) : _mm512_add_ps(a, a2);
         dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * rounded));
         tot[i] = _mm512_fmadd_ps(s, dot, tot[i]);
         tot[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(rounded), tot[i]);
