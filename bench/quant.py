@@ -15,7 +15,9 @@ bandwidth (bench/membw.cpp, measured in the same run).
 
 Accuracy is against float32 eager PyTorch on the same tokens: relative L2 of the logits,
 top-1 agreement, KL divergence (Chroma's own report, prog.accuracy), and the same metrics
-for the peers. Peers, in this process, with their thread counts set to the same value:
+for the peers. What to expect of each variant: DESIGN.md's single-product figures (one
+1024x1024 product with Gaussian weights) as this model propagates them, measured by adding
+Gaussian noise of that relative size to every quantized weight in PyTorch (median of 5 draws). Peers, in this process, with their thread counts set to the same value:
 PyTorch eager with bfloat16 weights; ONNX Runtime on the dynamo-exported model with
 int4 MatMulNBits (its matmul_nbits_quantizer, block 64 like Chroma's groups, asymmetric,
 accuracy levels 1 and 4) and with int8 dynamic quantization (quantize_dynamic). Real weights:
@@ -45,6 +47,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 
 VARIANTS = ["fp32", "bf16", "q8", "q6", "q4"]
+# DESIGN.md's single-product figures (relative L2 of one 1024x1024 product with Gaussian
+# weights, the weights alone quantized), the reference the logits' errors are scaled from.
+SINGLE_PRODUCT = {"bf16": 0.0017, "q8": 0.0054, "q6": 0.022, "q4": 0.091}
 
 
 def log(msg=""):
@@ -106,6 +111,38 @@ def metrics(got, ref):
     return m
 
 
+def propagation(model, tok, ref, names, seeds=5):
+    """What this model makes of each variant's single-product error: every weight in `names`
+    (those the variants store quantized) gets Gaussian noise of relative L2 equal to the
+    variant's single-product figure (SINGLE_PRODUCT), in PyTorch (no Chroma involved), and the
+    logits' relative L2 is measured; per variant the median over `seeds` draws is the error to
+    expect. (The routers make the model's response uneven: a perturbation that flips an expert
+    choice costs far more than one that does not, hence several draws.)"""
+    import numpy as np
+    import torch
+
+    params = dict(model.named_parameters())
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"propagation: no parameters named {missing[:3]}")
+    out = {}
+    for v, eps in SINGLE_PRODUCT.items():
+        errs = []
+        for seed in range(seeds):
+            m = copy.deepcopy(model)
+            g = torch.Generator().manual_seed(seed)
+            with torch.no_grad():
+                mp = dict(m.named_parameters())
+                for n in names:
+                    w = mp[n]
+                    noise = torch.randn(w.shape, generator=g, dtype=w.dtype)
+                    w.add_(noise * (eps * w.norm() / noise.norm()))
+                got = m(tok).numpy()
+            errs.append(float(np.linalg.norm(got - ref) / np.linalg.norm(ref)))
+        out[v] = {"weight_rel_l2": eps, "logits_rel_l2": errs, "expected": statistics.median(errs)}
+    return {"weights": len(names), "seeds": seeds, "variants": out}
+
+
 def bench_chroma(model, tok, ref, threads, work, proto, skip, report):
     import numpy as np
 
@@ -162,6 +199,11 @@ def bench_chroma(model, tok, ref, threads, work, proto, skip, report):
                 log(f"    decode {t} thread(s): step {statistics.median(steps):.3f} ms, prefill {statistics.median(pre):.2f} ms")
         res[v] = r
         report["chroma"] = res
+        if v == "q4":  # the weights every quantized variant stores (the keep-list is the same)
+            names = [d["name"] for d in prog.manifest["options"]["weights"]["decisions"] if d["format"] != "fp32"]
+            report["propagation"] = propagation(model, tok, ref, names)
+            log("  logits error expected from each single-product figure (noise in PyTorch): " + ", ".join(
+                f"{k} {p['expected'] * 100:.2f}%" for k, p in report["propagation"]["variants"].items()))
     return res
 
 
@@ -355,6 +397,12 @@ def evaluate(report):
     if ms("q4") and nb:
         out.append(("q4 8-token call faster than ONNX Runtime's MatMulNBits int4 (its best level)",
                     ms("q4") < min(nb), f"{ms('q4'):.2f} vs {min(nb):.2f} ms"))
+    for v, p in report.get("propagation", {}).get("variants", {}).items():
+        if v in c:
+            e, want = c[v]["accuracy"]["rel_l2"], p["expected"]
+            out.append((f"{v} logits relative L2 no worse than its single-product figure ({p['weight_rel_l2'] * 100:.2f}%) "
+                        "as this model propagates it", e <= want, f"{e * 100:.2f}% vs {want * 100:.2f}% expected (median; draws "
+                        f"{min(p['logits_rel_l2']) * 100:.2f}-{max(p['logits_rel_l2']) * 100:.2f}%)"))
     if "q8" in c:
         e = c["q8"]["accuracy"]["rel_l2"]
         out.append(("q8 logits relative L2 error under 1%", e < 0.01, f"{e * 100:.2f}%"))
