@@ -91,7 +91,15 @@ Value div(Call& c) {
   if (mode.empty()) return c.b.ew(EwOp::k_div, {a, b}, is_float(t) ? t : DType::kF32);
   if (mode == "floor") return c.b.ew(EwOp::k_floor_divide, {a, b}, t);
   if (mode == "trunc") {
-    if (is_float(t)) return c.b.ew(EwOp::k_trunc, c.b.ew(EwOp::k_div, {a, b}, t));
+    if (is_float(t)) {
+      // PyTorch's CPU kernel for a half type: a divisor of one element (a number, or a tensor
+      // broadcast from one value) takes the float32 path, the quotient truncated unrounded;
+      // any other divisor goes through the half vector division, the quotient rounded to the
+      // type before it is truncated (-3.89 / -0.217 = 17.95 gives 18 in bfloat16).
+      Value q = c.b.ew(EwOp::k_div, {a, b}, t);
+      if (is_half(t) && b.tensor.valid() && c.b.type(b.tensor).numel() != 1) q = c.b.round_half(q);
+      return c.b.ew(EwOp::k_trunc, q);
+    }
     // Integer truncating division, exact: floor division, plus one where the remainder is
     // nonzero and the operands' signs differ.
     Builder& bb = c.b;

@@ -96,9 +96,10 @@ std::vector<Value> bn_legit(Call& c, bool has_running, bool functional, bool has
     Value rm = c.tensor(3, "running_mean"), rv = c.tensor(4, "running_var");
     Value y = bn_apply(c, x, rm, invstd_of(b, rv, eps));
     std::vector<Value> r{y, empty_vec(b, dt), empty_vec(b, dt)};
-    if (functional) {
-      r.push_back(rm);
-      r.push_back(rv);
+    if (functional) {  // returned at the computation type (float32 for a half input), as PyTorch's
+      const DType cd = is_half(dt) ? DType::kF32 : dt;  // decomposition gives them
+      r.push_back(b.cast(rm, cd));
+      r.push_back(b.cast(rv, cd));
     }
     return r;
   }
