@@ -559,12 +559,13 @@ def report_from_markdown(path):
                     o = by[name] = {"name": name, "dtypes": {}, "run": run}
                     report["ops"].append(o)
                 if p == "" and fl == "" and un == "":
-                    o["dtypes"][dt] = {"error": reason}
+                    o["dtypes"][dt] = {"error": reason, "run": run}
                     continue
                 bad = {"status": "fail" if int(fl) else "unsupported", "reason": reason}
                 if dt == "float32" and name in causes:
                     bad["cause"] = causes[name]
-                o["dtypes"][dt] = {"samples": [{"status": "pass", "reason": ""}] * int(p) + [bad] * (int(fl) + int(un))}
+                o["dtypes"][dt] = {"samples": [{"status": "pass", "reason": ""}] * int(p) + [bad] * (int(fl) + int(un)),
+                                   "run": run}
             elif section == "Excluded on purpose":
                 m = re.match(r"^\| (\S+) \| (.+) \|$", line)
                 if m and m.group(1) != "OpInfo" and not m.group(1).startswith("---"):
@@ -699,7 +700,7 @@ def write_markdown(report, path, note=""):
         if o.get("excluded"):
             continue
         for dt, d in o.get("dtypes", {}).items():
-            run = o.get("run", "")
+            run = d.get("run", o.get("run", ""))
             if "samples" not in d:
                 lines.append(f"| {o['name']} | {run} | {dt} | | | | {d.get('error', '')[:150]} |")
                 continue
@@ -727,8 +728,9 @@ def main(argv=None):
     ap.add_argument("--note", default="", help="a paragraph placed under the header of --markdown")
     a = ap.parse_args(argv)
     if a.from_json:
-        # Several reports (comma-separated, e.g. parallel shards and a re-run): later entries
-        # replace earlier ones of the same name; op_db order is kept.
+        # Several reports (comma-separated, e.g. parallel shards and a re-run): a later report's
+        # results for an entry and dtype replace earlier ones (its other dtypes keep theirs, each
+        # row naming its own run); op_db order is kept.
         # An input that is itself a merged report keeps its runs (renumbered after the
         # earlier inputs'); a plain report is one run.
         merged, order, seconds, runs = None, [], 0.0, []
@@ -754,7 +756,12 @@ def main(argv=None):
                 if o["name"] not in by:
                     order.append(o["name"])
                 tag = retag.get(o.get("run") if r.get("runs") else None, runs[-1]["tag"])
-                by[o["name"]] = dict(o, run=tag)
+                dts = {dt: dict(d, run=retag.get(d["run"], tag) if "run" in d and r.get("runs") else tag)
+                       for dt, d in o.get("dtypes", {}).items()}
+                old = by.get(o["name"])
+                if old is not None and not old.get("excluded") and not o.get("excluded"):
+                    dts = {**old.get("dtypes", {}), **dts}
+                by[o["name"]] = dict(o, run=tag, dtypes=dts)
                 why = excluded_name(o["name"])  # today's exclusion rules apply to older reports too
                 if why and not by[o["name"]].get("excluded"):
                     by[o["name"]] = {"name": o["name"], "dtypes": {}, "excluded": why, "run": tag}
