@@ -38,7 +38,6 @@ class Decoder:
         self.position = 0
         self._token = np.zeros(1, np.int64)
         self._pos = np.zeros(1, np.int64)
-        self._logits = np.empty(self._step.outputs[0].shape, self._step.outputs[0].dtype)
 
     @classmethod
     def load(cls, directory: Union[str, os.PathLike], *, threads: Optional[int] = None) -> "Decoder":
@@ -60,9 +59,9 @@ class Decoder:
             raise RuntimeError("step() before prefill(): start a sequence with prefill(prompt)")
         self._token[0] = int(token)
         self._pos[0] = self.position
-        res = self._step(self._token, self._pos, out=self._logits if out is None else out)
+        res = self._step(self._token, self._pos, out=out)
         self.position += 1
-        return res.copy() if out is None else res
+        return res
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> List[int]:
         """Greedy decoding: the prompt, then ``max_new_tokens`` argmax tokens."""

@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import os
+import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -61,6 +62,16 @@ def _field(m: dict, path: str, where: str):
     return cur
 
 
+def _refcounts(arrays: List[np.ndarray]) -> List[int]:
+    """Each array's reference count as seen from here (the list's slot and the argument)."""
+    return [sys.getrefcount(arrays[i]) for i in range(len(arrays))]
+
+
+# What _refcounts gives for an array only its list refers to, measured the same way rather
+# than assumed: interpreters differ in how they count the argument's reference.
+_UNSHARED = _refcounts([np.empty(1)])[0]
+
+
 class _Spec:
     def __init__(self, d: dict, where: str):
         self.name = str(d.get("name", ""))
@@ -90,6 +101,7 @@ class Entry:
         self.outputs = [_Spec(d, f"{where} output {i}") for i, d in enumerate(desc["outputs"])]
         self._structure = desc.get("output_structure", "single")
         self.manifest = desc
+        self._spare: Optional[List[np.ndarray]] = None  # see _outputs
 
     def __repr__(self):
         return f"Entry({self.name!r}, inputs={self.inputs}, outputs={self.outputs})"
@@ -141,13 +153,32 @@ class Entry:
             # buffer is copied first so the result is what it would be without aliasing.
             ins = [a.copy() if any(np.may_share_memory(a, o) for o in outs) else a for a in ins]
         else:
-            outs = [np.empty(s.shape, s.dtype) for s in self.outputs]
+            outs = None  # chosen under the program's lock: _outputs
         return ins, outs
+
+    def _outputs(self) -> List[np.ndarray]:
+        """Arrays for a call's outputs when the caller gave no out=. Called under the lock.
+
+        The previous call's arrays are used again when nothing outside this entry refers to
+        them any more (no name, no container, no view: a view holds its base): a large output
+        allocated afresh on every call costs a page fault per 4 KiB written, for a decoder's
+        logits more time than the kernels that fill them. An array the caller still holds is
+        never written to.
+        """
+        spare, self._spare = self._spare, None
+        if spare is not None and all(c == _UNSHARED for c in _refcounts(spare)):
+            outs = spare
+        else:
+            outs = [np.empty(s.shape, s.dtype) for s in self.outputs]
+        self._spare = outs
+        return outs
 
     def __call__(self, *arrays: Any, out: Any = None):
         ins, outs = self._prepare(arrays, out)
         p = self.program
         with p._lock:
+            if outs is None:
+                outs = self._outputs()
             p._module.run(p._handle, self.index, ins, outs)
         if self._structure == "single" and len(outs) == 1:
             return outs[0]
@@ -161,6 +192,7 @@ class Entry:
         ins, outs = self._prepare(arrays, None)
         p = self.program
         with p._lock:
+            outs = self._outputs()
             secs = p._module.run(p._handle, self.index, ins, outs, int(iters))
         kernels = self.manifest.get("kernels", [])
         rows = [{"index": i, "seconds": t, "label": kernels[i]["label"] if i < len(kernels) else "",

@@ -160,3 +160,39 @@ def test_numpy_example_inputs_are_accepted(tmp_path):
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
     prog = chroma.compile(lambda x: torch.tanh(x) + 1, (x,), out=str(tmp_path / "np"))
     np.testing.assert_allclose(prog(x), np.tanh(x) + 1, rtol=1e-6, atol=1e-6)
+
+
+def test_results_are_never_overwritten_but_dropped_ones_are_reused(tmp_path):
+    # Without out=, each call's outputs come from arrays nothing else refers to: the
+    # previous call's when the caller dropped them (no page faults for a fresh array on
+    # every call), new ones when the caller still holds them or a view of them.
+    class Two(torch.nn.Module):
+        def forward(self, x):
+            return x * 2, x + 1
+
+    x = torch.randn(64, 1024)
+    prog = chroma.compile(Two(), (x,), out=str(tmp_path / "two"))
+
+    def addr(a):
+        return a.__array_interface__["data"][0]
+
+    xs = [np.full((64, 1024), float(i), np.float32) for i in range(4)]
+    a, b = prog(xs[0])
+    held = (addr(a), addr(b))
+    c, d = prog(xs[1])  # a and b still held: new arrays
+    assert addr(c) not in held and addr(d) not in held
+    np.testing.assert_array_equal(a, xs[0] * 2)
+    np.testing.assert_array_equal(b, xs[0] + 1)
+    np.testing.assert_array_equal(c, xs[1] * 2)
+    reused = (addr(c), addr(d))
+    view = d[3:5]
+    del a, b, c, d
+    e, f = prog(xs[2])  # d lives on through its view: new arrays again
+    assert addr(f) != reused[1] and addr(e) != reused[0]
+    np.testing.assert_array_equal(view, xs[1][3:5] + 1)
+    last = (addr(e), addr(f))
+    del e, f, view
+    g, h = prog(xs[3])  # nothing refers to the last call's arrays: they are used again
+    assert (addr(g), addr(h)) == last
+    np.testing.assert_array_equal(g, xs[3] * 2)
+    np.testing.assert_array_equal(h, xs[3] + 1)
