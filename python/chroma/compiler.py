@@ -30,7 +30,7 @@ def default_cache_dir() -> str:
     return os.environ.get("CHROMA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "chroma")
 
 
-TARGETS = ("cpu", "webgpu")
+TARGETS = ("cpu", "webgpu", "cuda")
 
 
 def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
@@ -333,9 +333,14 @@ def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs
     return result
 
 
-def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Any:
+def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any], target: str = "cpu") -> Any:
     t0 = time.perf_counter()
-    prog = load(out, threads=threads)
+    if target == "cuda":
+        # This build has no native CUDA host runtime yet: the program returned runs the
+        # generated kernels on the CPU SIMT emulator (kernels.cu is what nvcc compiles).
+        prog = load(out, emulate=True)
+    else:
+        prog = load(out, threads=threads)
     timings["load"] = time.perf_counter() - t0
     with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
         timings.update({f"compiler.{k}": v for k, v in json.load(f)["build"].get("phases", {}).items()})
@@ -392,7 +397,7 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
             _timed(timings, "graph_write", write)
             _timed(timings, "compiler", _build_graphs, paths, out, target=target, blas=blas, jobs=jobs,
                    cache_dir=cache_dir, max_depth=max_depth, weights=spec)
-            return _timed_load(out, threads, timings)
+            return _timed_load(out, threads, timings, target)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
@@ -411,7 +416,10 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     out:       artifact directory (a new temporary directory when None)
     target:    "cpu", or "webgpu": writes the package `<out>.chroma-web` (docs/webgpu_package.md)
                with golden inputs and outputs from an eager run, and returns a
-               chroma.webgpu.WebGPUProgram that runs it through the `wgpu` package
+               chroma.webgpu.WebGPUProgram that runs it through the `wgpu` package; or
+               "cuda": the same package with CUDA kernels (`<out>.chroma-cuda`), `<out>/kernels.cu`
+               and the CPU SIMT emulator's library; returns a chroma.simt.EmulatedProgram
+               (the native CUDA host runtime is not built yet)
     blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
     jobs:      parallel compiler processes (0: one per core)
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it). Besides
@@ -463,7 +471,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                    cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
             if spec:
                 _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
-            return _timed_load(out, threads, timings)
+            return _timed_load(out, threads, timings, target)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})

@@ -319,7 +319,8 @@ def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
 
 
 def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None,
-         weights: Optional[str] = None, memory_limit: Optional[int] = None) -> Program:
+         weights: Optional[str] = None, memory_limit: Optional[int] = None, emulate: bool = False,
+         reverse: bool = False) -> Program:
     """Loads an artifact directory written by chroma.compile.
 
     ``weights``: for an artifact with several weight variants (compile(weights=[...])),
@@ -330,6 +331,11 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     ``threads``: how many threads the program runs on, the caller's included (default:
     $CHROMA_NUM_THREADS if set, else one per core). Large memory-bound matrix products are
     split between them; OpenBLAS (a process-wide setting) is given the same count.
+
+    ``emulate``: a CUDA artifact runs its generated kernels on the CPU SIMT emulator
+    (chroma.simt; slow, for testing; ``reverse`` runs each workgroup's invocations last to
+    first). Without it, loading a CUDA artifact on a machine without an NVIDIA GPU is an error
+    that says so.
 
     Checks the manifest's format and version, the ABI version, the library's and the
     weights' SHA-256 digests and the generated source's digest; raises ArtifactError
@@ -359,6 +365,10 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
         raise ArtifactError(f"{mpath}: artifact format version {version} is not supported (this runtime reads version {ARTIFACT_VERSION})")
     if manifest.get("target") == "webgpu":
         return _load_webgpu(directory, manifest, mpath)
+    if manifest.get("target") == "cuda":
+        from .simt import load_cuda
+
+        return load_cuda(directory, manifest, mpath, emulate=emulate, reverse=reverse)
     abi = _field(manifest, "abi_version", mpath)
     if abi != ABI_VERSION:
         raise ArtifactError(f"{mpath}: ABI version {abi} does not match this runtime's {ABI_VERSION}")

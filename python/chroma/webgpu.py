@@ -219,6 +219,11 @@ class Package:
         if m.get("content_hash") != self.digest:
             raise PackageError(f"{where}: manifest field 'content_hash' is {m.get('content_hash')!r}, not the header's "
                                f"digest {self.digest}")
+        # Which kernel language the package's code is in: WGSL for WebGPU, CUDA C++ for the CUDA
+        # target (the same layout and schedule; chroma.simt runs it on the CPU emulator).
+        self.dialect = m.get("dialect", "wgsl")
+        if self.dialect not in ("wgsl", "cuda"):
+            raise PackageError(f"{where}: manifest field 'dialect' is {self.dialect!r}, expected 'wgsl' or 'cuda'")
         self.manifest, self.payload = m, data[po:po + ps]
         try:
             self._check_manifest(m, f"{where}: manifest field")
@@ -427,6 +432,9 @@ class WebGPUProgram:
         t0 = time.perf_counter()
         self._wgpu = wgpu
         self.package = p = package if isinstance(package, Package) else read_package(package)
+        if p.dialect != "wgsl":
+            raise PackageError(f"{p.where}: a {p.dialect} package, not WebGPU's (WGSL); "
+                               f"chroma.load(directory, emulate=True) runs a CUDA artifact on the CPU emulator")
         self.inputs, self.outputs = p.inputs, p.outputs
         self._lock = threading.Lock()
         self._lost: Optional[str] = None

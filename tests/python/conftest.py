@@ -8,8 +8,9 @@ outputs must match exactly) and returns the Program.
 
 Every op on every backend (ggml's test-backend-ops idea): with CHROMA_TEST_TARGET=webgpu,
 the tests that compile through `check` compile for that target instead and run on a software
-WebGPU adapter (Mesa's lavapipe through the `wgpu` package); the other tests, which test the
-CPU target itself, are deselected, and the tests in webgpu_skips.py are skipped with their
+WebGPU adapter (Mesa's lavapipe through the `wgpu` package); with CHROMA_TEST_TARGET=cuda, for
+the CUDA target, run on the CPU SIMT emulator (chroma.simt). The other tests, which test the
+CPU target itself, are deselected, and the tests in <target>_skips.py are skipped with their
 stated reasons. Float tolerances are widened to at least GPU_RTOL / GPU_ATOL there: WGSL's
 exp, log, sin, ... may differ from the CPU's libm in the last bits (the WGSL spec allows
 several ulp), and reductions add in a tree rather than in order.
@@ -36,7 +37,9 @@ if TARGET == "webgpu":
 def pytest_collection_modifyitems(config, items):
     if TARGET == "cpu":
         return
-    from webgpu_skips import SKIPS
+    import importlib
+
+    SKIPS = importlib.import_module(f"{TARGET}_skips").SKIPS  # one skip list per backend, with reasons
 
     keep, drop = [], []
     for item in items:

@@ -360,8 +360,8 @@ def test_wgsl_golden(tmp_path, case):
 
 
 def test_cuda_dialect_compiles_with_nvcc(tmp_path):
-    """The same kernels printed by the CUDA dialect table compile with nvcc: the generator is
-    dialect-neutral (the CUDA target itself is a later issue)."""
+    """The same kernels printed by the CUDA dialect table compile with nvcc, each alone: the
+    generator is dialect-neutral (the CUDA target's whole-model kernels.cu: test_cuda.py)."""
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         pytest.skip("nvcc is not installed (CUDA toolkit); the CUDA dialect is only compiled where it is")

@@ -35,6 +35,7 @@ const Dialect& cuda_dialect() {
     x.store_bits = "atomicAnd(&s{slot}[{0}], ~{mask}); atomicOr(&s{slot}[{0}], {1});";
     x.param = "((int)p{0})";
     x.shift_amount = "((unsigned)({0}))";
+    x.float_remainder = "fmodf({0}, {1})";
     x.builtins = {
         {"select", "(({2}) ? ({1}) : ({0}))"},
         {"exp", "expf({0})"}, {"exp2", "exp2f({0})"}, {"log", "logf({0})"}, {"log2", "log2f({0})"},
@@ -53,7 +54,7 @@ const Dialect& cuda_dialect() {
     x.arg_separator = ", ";
     x.shared_decl = "__shared__ {type} {name}[{count}];";
     x.shared_in_body = true;
-    x.kernel_open = "extern \"C\" __global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
+    x.kernel_open = "__global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
     x.prologue = "  const int lid = (int)threadIdx.x;\n  const int wg = (int)(blockIdx.x + blockIdx.y * {grid_x}u);\n";
     x.prelude =
         "template <class T, class F> __device__ __forceinline__ T chroma_bitcast(F f) { "

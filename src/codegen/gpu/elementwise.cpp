@@ -230,9 +230,11 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     case EwOp::k_acosh: need_float("acosh"); return fcall("acosh", {a});
     case EwOp::k_atanh: need_float("atanh"); return fcall("atanh", {a});
     case EwOp::k_tanh: {
-      // tanh(+-9) rounds to +-1 in float32; clamping keeps a sinh/cosh-based builtin finite.
+      // tanh(+-10) rounds to +-1 in float32 (from about 9.01 on; tanh(9) rounds to
+      // 0.99999994, which left gelu(-1000) at -3e-5 instead of -0); clamping keeps a
+      // sinh/cosh-based builtin finite.
       need_float("tanh");
-      const Ex c = fcall("tanh", {select(select(a, f(-9.0), bin("<", a, f(-9.0))), f(9.0), bin(">", a, f(9.0)))});
+      const Ex c = fcall("tanh", {select(select(a, f(-10.0), bin("<", a, f(-10.0))), f(10.0), bin(">", a, f(10.0)))});
       return select(c, a, is_nan(a));
     }
     case EwOp::k_sigmoid: need_float("sigmoid"); return bin("/", f(1.0), bin("+", f(1.0), fcall("exp", {un("-", a)})));

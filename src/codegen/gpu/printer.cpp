@@ -91,6 +91,9 @@ class Printer {
       case Node::kBinary: {
         std::string rhs = expr(e->args[1]);
         if (e->op == "<<" || e->op == ">>") rhs = fmt(d_.shift_amount, {{"0", rhs}});
+        if (e->op == "%" && e->ty == Ty::kF32 && !d_.float_remainder.empty()) {
+          return fmt(d_.float_remainder, {{"0", expr(e->args[0])}, {"1", rhs}});
+        }
         return "(" + expr(e->args[0]) + " " + e->op + " " + rhs + ")";
       }
       case Node::kCall: {

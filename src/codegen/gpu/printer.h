@@ -33,6 +33,9 @@ struct Dialect {
   std::string store_bits;
   std::string param;         // {0}: param number
   std::string shift_amount;  // converts an i32 shift amount: {0}
+  // Float `%` (truncated remainder, WGSL's operator) where the language has no float `%`:
+  // {0} % {1}. Empty: the operator as it is.
+  std::string float_remainder;
   // Builtin calls by generic name ({0}, {1}, {2} are the arguments); a name not listed is
   // printed as name({0}, ...).
   std::map<std::string, std::string> builtins;

@@ -1,0 +1,183 @@
+"""CUDA artifacts on the CPU SIMT emulator: ``chroma.load(directory, emulate=True)``.
+
+A CUDA artifact (``chroma.compile(..., target="cuda", out=dir)``) is the GPU generator's
+package (docs/webgpu_package.md, with ``"dialect": "cuda"``: the kernels are CUDA C++) beside
+the artifact directory, which holds ``kernels.cu`` (every kernel in one translation unit, what
+nvcc compiles) and the emulator's library: the same text compiled as C++ against
+``include/chroma/simt`` when the artifact was compiled (the loader compiles nothing). Each
+workgroup's invocations run as fibers, with barriers and 32-lane subgroup operations as
+rendezvous points (DESIGN.md, "Testing without a GPU").
+
+This runtime replays the package's schedule as a GPU runtime would: device buffers are NumPy
+word arrays (the arena with its status block, the state, the weights shards, the parameter
+words), each dispatch one call into the library with its grid, storage slots and parameters.
+It is slow (a fiber switch per invocation per barrier) and exists for testing: every kernel
+the CUDA target generates runs, and is checked against PyTorch, on machines without a GPU.
+``reverse=True`` runs each workgroup's invocations last to first, exposing missing barriers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from .program import ArtifactError
+from .webgpu import STATUS_BYTES, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
+
+__all__ = ["EmulatedProgram"]
+
+
+class EmulatedProgram(WebGPUProgram):
+    """A CUDA package run by the CPU SIMT emulator. Called like a WebGPUProgram (NumPy arrays
+    in, positionally or by name; one array or a tuple out)."""
+
+    def __init__(self, package: Union[Package, str, os.PathLike, bytes], library: str, *, reverse: bool = False):
+        t0 = time.perf_counter()
+        self.package = p = package if isinstance(package, Package) else read_package(package)
+        if p.dialect != "cuda":
+            raise PackageError(f"{p.where}: a {p.dialect} package; the emulator runs CUDA packages")
+        self.inputs, self.outputs = p.inputs, p.outputs
+        self._lock = threading.Lock()
+        self._lost: Optional[str] = None
+        self._calls = 0
+        self.reverse = bool(reverse)
+        try:
+            self._lib = ctypes.CDLL(os.path.abspath(library))
+        except OSError as e:
+            raise ArtifactError(f"{library}: the emulator's library does not load ({e})") from None
+        launch = self._lib.chroma_simt_launch
+        launch.restype = ctypes.c_int
+        launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                           ctypes.c_int]
+        self._launch = launch
+        modules = self._lib.chroma_simt_modules()
+        if modules != len(p.kernels):
+            raise ArtifactError(f"{library}: holds {modules} kernels, the package {p.where} {len(p.kernels)}")
+        # Device memory: word arrays (one spare word so that an empty buffer has an address).
+        self._arena = np.zeros(p.arena_bytes // 4 + 1, np.uint32)
+        self._state = np.zeros(p.state_bytes // 4 + 1, np.uint32)
+        self._write_state()
+        self._shards = [np.frombuffer(p.section(off, nb), np.uint8).copy().view(np.uint32) if nb % 4 == 0 else
+                        np.frombuffer(bytes(p.section(off, nb)) + bytes(-nb % 4), np.uint32).copy()
+                        for off, nb in p.shards]
+        self._params = np.frombuffer(bytes(p.section(p.params_offset, p.params_bytes)) + bytes(4), np.uint32).copy()
+        self._schedule = []
+        for d in p.dispatches:
+            slots = []
+            for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
+                buf = d["bindings"][n]
+                arr = self._shards[buf[1]] if isinstance(buf, tuple) else self._arena if buf == "arena" else self._state
+                slots.append(arr.ctypes.data)
+            params = self._params.ctypes.data + (d["params"][1] if d["params"] else 0)
+            gx, gy, gz = d["grid"]
+            if gz != 1:
+                raise PackageError(f"{p.where}: dispatch grid {list(d['grid'])}: the emulator runs 2-D grids")
+            self._schedule.append((d["kernel"], gx, gy, (ctypes.c_void_p * max(1, len(slots)))(*slots), params))
+        self._single = p.manifest.get("output_structure", "single") == "single" and len(p.outputs) == 1
+        self._info = {"emulator": os.path.basename(library), "kernels": len(p.kernels), "dispatches": len(p.dispatches),
+                      "reverse": self.reverse, "load_seconds": time.perf_counter() - t0,
+                      "buffer_bytes": {"arena": p.arena_bytes, "state": p.state_bytes,
+                                       "weights": sum(nb for _, nb in p.shards), "params": p.params_bytes}}
+
+    def __repr__(self):
+        return f"EmulatedProgram({self.package.where!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+    def _write_state(self) -> None:
+        raw = self._state.view(np.uint8)
+        for _, off, nb, init in self.package.state:
+            raw[off:off + nb] = np.frombuffer(self.package.section(init, nb), np.uint8)
+
+    def reset_state(self) -> None:
+        """Restores every state tensor (KV caches) to its initial value."""
+        with self._lock:
+            self._write_state()
+
+    def _dispatch(self, i: int) -> None:
+        k, gx, gy, slots, params = self._schedule[i]
+        if gx and gy and self._launch(k, gx, gy, slots, params, int(self.reverse)) != 0:
+            raise RunError(f"{self.package.where}: dispatch {i}: the emulator has no kernel {k}")
+
+    def __call__(self, *arrays: Any, **named: Any):
+        words = self._words(arrays, named)
+        p = self.package
+        with self._lock:
+            if self._lost:
+                raise RunError(f"{p.where}: {self._lost}")
+            raw = self._arena.view(np.uint8)
+            for t, w in zip(self.inputs, words):
+                if t.nbytes:
+                    raw[t.offset:t.offset + t.nbytes] = np.frombuffer(w, np.uint8)
+            raw[p.status_offset:p.status_offset + STATUS_BYTES] = 0
+            for i in range(len(self._schedule)):
+                self._dispatch(i)
+            status = raw[p.status_offset:p.status_offset + 20].view("<u4").copy()
+            outs = [t.decode(raw[t.offset:t.offset + t.nbytes].tobytes()) for t in self.outputs]
+            self._calls += 1
+        if status[0]:
+            raise IndexOutOfRange(self._bad_index(int(status[1]) - 1, int(status[2].view(np.int32)), int(status[3]),
+                                                  int(status[4])))
+        return outs[0] if self._single else tuple(outs)
+
+    def profile(self, *arrays: Any, iters: int = 1, **named: Any) -> List[Dict[str, Any]]:
+        """Each dispatch's emulated time (the median of `iters` calls), slowest first. These are
+        CPU-emulation seconds, useful only to find which kernel the emulator spends its time in."""
+        words = self._words(arrays, named)
+        p = self.package
+        times = [[] for _ in self._schedule]
+        with self._lock:
+            raw = self._arena.view(np.uint8)
+            for _ in range(max(1, iters)):
+                for t, w in zip(self.inputs, words):
+                    if t.nbytes:
+                        raw[t.offset:t.offset + t.nbytes] = np.frombuffer(w, np.uint8)
+                for i in range(len(self._schedule)):
+                    t0 = time.perf_counter()
+                    self._dispatch(i)
+                    times[i].append(time.perf_counter() - t0)
+        rows = [{"dispatch": i, "kernel": d["kernel"], "label": d["label"], "node": d["node"], "source": d["source"],
+                 "ms": float(np.median(times[i])) * 1e3} for i, d in enumerate(p.dispatches)]
+        return sorted(rows, key=lambda r: -r["ms"])
+
+    def close(self) -> None:
+        """Releases the buffers; later calls raise RunError."""
+        with self._lock:
+            self._lost = "the program was closed"
+            self._schedule = []
+
+
+def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reverse: bool = False) -> EmulatedProgram:
+    """A CUDA artifact directory: on the emulator when `emulate`; otherwise a clear error."""
+    if not emulate:
+        has_gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+        if not has_gpu:
+            raise RunError(f"{directory}: a CUDA artifact, and this machine has no NVIDIA GPU (no /dev/nvidia0); "
+                           f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
+        raise RunError(f"{directory}: a CUDA artifact; the native CUDA host runtime is not part of this build yet "
+                       f"(the kernels are in kernels.cu); chroma.load(directory, emulate=True) runs them on the CPU "
+                       f"SIMT emulator")
+    pkg = manifest.get("package", {})
+    emu = manifest.get("emulator", {})
+    names = [(pkg.get("file"), "package.file"), (emu.get("library"), "emulator.library")]
+    for name, field in names:
+        if not isinstance(name, str) or not name:
+            raise ArtifactError(f"{mpath}: field '{field}' is missing")
+    lib = emu["library"]
+    if os.path.basename(lib) != lib or lib in (".", ".."):
+        raise ArtifactError(f"{mpath}: field 'emulator.library' ({lib!r}) must name a file in the artifact directory")
+    lib = os.path.join(directory, lib)
+    path = os.path.normpath(os.path.join(directory, pkg["file"]))
+    for f, what in ((lib, "emulator library"), (path, "package")):
+        if not os.path.isfile(f):
+            raise ArtifactError(f"{mpath}: the {what} {f} it names is missing")
+    package = read_package(path)  # checks the content digest in its header
+    if package.digest != pkg.get("sha256"):
+        raise ArtifactError(f"{mpath}: field 'package.sha256' is {pkg.get('sha256')!r}, the package {path} is "
+                            f"{package.digest}")
+    prog = EmulatedProgram(package, lib, reverse=reverse)
+    prog.manifest = manifest
+    return prog
