@@ -216,9 +216,13 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     return pl;
   };
   // WebGPU's default limits: every package runs on a default device. The CUDA target uses the
-  // same record for now (its subgroup spellings are not in the CUDA table yet).
+  // same limits for now, with 32-lane subgroups (warps) always there.
   gpu::Capabilities caps;
-  caps.subgroup_variants = !cuda;  // reductions also with subgroup operations, used where the device has them
+  if (cuda) {
+    caps.subgroup_size = 32;
+  } else {
+    caps.subgroup_variants = true;  // reductions also with subgroup operations, used where the device has them
+  }
   const gpu::Generated gen = gpu::generate(p, place, caps, cuda ? gpu::cuda_dialect() : gpu::wgsl_dialect());
   timer.lap("codegen");
 

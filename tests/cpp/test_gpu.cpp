@@ -55,7 +55,12 @@ TEST(GpuPrinter, SubgroupKernelsEnableTheFeatureOrAreRefused) {
   EXPECT_EQ(w.find("enable subgroups;"), w.find('\n') + 1) << w;  // right after the comment line
   EXPECT_NE(w.find("@builtin(subgroup_size) sgsize: u32"), std::string::npos) << w;
   EXPECT_NE(w.find("let sg_lane = i32(sglane);"), std::string::npos) << w;
-  EXPECT_THROW(print_kernel(k, cuda_dialect()), Unsupported);  // the CUDA table has none yet
+  const std::string c = print_kernel(k, cuda_dialect());  // warps: 32 lanes, consecutive lid
+  EXPECT_NE(c.find("const int sg_lane = lid & 31;"), std::string::npos) << c;
+  EXPECT_EQ(c.find("enable subgroups"), std::string::npos) << c;
+  Dialect none = cuda_dialect();
+  none.subgroup_prologue.clear();
+  EXPECT_THROW(print_kernel(k, none), Unsupported);  // a dialect without them refuses the kernel
   k.subgroups = false;
   EXPECT_EQ(print_kernel(k, wgsl_dialect()).find("subgroup"), std::string::npos);
 }

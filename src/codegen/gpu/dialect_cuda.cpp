@@ -46,7 +46,12 @@ const Dialect& cuda_dialect() {
         {"ceil", "ceilf({0})"}, {"round", "rintf({0})"}, {"trunc", "truncf({0})"}, {"fma", "fmaf({0}, {1}, {2})"},
         {"pow", "powf({0}, {1})"}, {"abs", "chroma_abs({0})"}, {"min", "chroma_min({0}, {1})"},
         {"max", "chroma_max({0}, {1})"},
+        // Subgroup reductions over the 32-lane warp (butterfly of shuffles: every lane gets the
+        // result); the generator only calls them with whole warps active.
+        {"subgroupAdd", "chroma_warp_add({0})"}, {"subgroupMul", "chroma_warp_mul({0})"},
+        {"subgroupMax", "chroma_warp_max({0})"}, {"subgroupMin", "chroma_warp_min({0})"},
     };
+    x.subgroup_prologue = "  const int sg_size = 32;\n  const int sg_lane = lid & 31;\n";
     x.binding_params = "";
     x.params_field = "unsigned p{0}";
     x.binding_rw = "unsigned* __restrict__ s{slot}";
@@ -61,7 +66,15 @@ const Dialect& cuda_dialect() {
         "static_assert(sizeof(T) == sizeof(F)); T t; memcpy(&t, &f, sizeof t); return t; }\n"
         "template <class T> __device__ __forceinline__ T chroma_abs(T a) { return a < T(0) ? -a : a; }\n"
         "template <class T> __device__ __forceinline__ T chroma_min(T a, T b) { return b < a ? b : a; }\n"
-        "template <class T> __device__ __forceinline__ T chroma_max(T a, T b) { return a < b ? b : a; }\n";
+        "template <class T> __device__ __forceinline__ T chroma_max(T a, T b) { return a < b ? b : a; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_warp_add(T v) { "
+        "for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o); return v; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_warp_mul(T v) { "
+        "for (int o = 16; o > 0; o >>= 1) v = v * __shfl_xor_sync(0xffffffffu, v, o); return v; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_warp_max(T v) { "
+        "for (int o = 16; o > 0; o >>= 1) v = chroma_max(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }\n"
+        "template <class T> __device__ __forceinline__ T chroma_warp_min(T v) { "
+        "for (int o = 16; o > 0; o >>= 1) v = chroma_min(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }\n";
     return x;
   }();
   return d;

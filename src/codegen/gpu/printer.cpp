@@ -176,7 +176,7 @@ class Printer {
 
   std::string module() {
     const std::string wgsize = std::to_string(k_.workgroup_size);
-    if (k_.subgroups && d_.subgroup_args.empty()) throw Unsupported("the " + d_.name + " dialect has no subgroup operations");
+    if (k_.subgroups && d_.subgroup_prologue.empty()) throw Unsupported("the " + d_.name + " dialect has no subgroup operations");
     o_ << "// " << k_.name << ": " << k_.workgroups << " workgroups of " << wgsize << "\n"
        << (k_.subgroups ? d_.subgroup_enable : "") << d_.prelude;
     // Params and bindings.

@@ -51,7 +51,7 @@ struct Dialect {
   std::string prelude;       // helper functions printed once per module
   // Kernels with subgroup operations: the directive that enables them (printed first), the
   // kernel arguments ({extra} in kernel_open) and the prologue declaring sg_size (uniform)
-  // and sg_lane; empty: the dialect has none.
+  // and sg_lane; an empty prologue: the dialect has none.
   std::string subgroup_enable, subgroup_args, subgroup_prologue;
 };
 
