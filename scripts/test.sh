@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ unit tests (GoogleTest), the JS WebGPU runtime's tests (Node's test
-# runner on Dawn) and the Python tests against PyTorch (CPU, WebGPU and CUDA-on-the-emulator targets).
+# runner on Dawn) and the Python tests against PyTorch (CPU, WebGPU, and CUDA and Metal on the emulator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -15,5 +15,7 @@ cmake --build build/tests -j 2 --target chroma_tests chroma_run
 # Every op on every backend: the shared op suite again, compiled for WebGPU and run on a
 # software adapter (tests/python/conftest.py; skips with reasons in webgpu_skips.py).
 CHROMA_TEST_TARGET=webgpu .venv/bin/python -m pytest tests/python -q -n 2 "$@"
-# ... and compiled for CUDA, run on the CPU SIMT emulator (docs/cuda.md; skips in cuda_skips.py).
+# ... and compiled for CUDA and for Metal, run on the CPU SIMT emulator (docs/cuda.md; skips in
+# cuda_skips.py and metal_skips.py).
 CHROMA_TEST_TARGET=cuda .venv/bin/python -m pytest tests/python -q -n 2 "$@"
+CHROMA_TEST_TARGET=metal .venv/bin/python -m pytest tests/python -q -n 2 "$@"

@@ -58,8 +58,8 @@ std::string compile_graph_file(const std::string& graph_path, const std::string&
 // One script for every target: import, optimize and lower each entry with the target's
 // options; then the target's code generator and artifact writer.
 std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
-  if (opts.target != "cpu" && opts.target != "webgpu" && opts.target != "cuda") {
-    throw CompileError("target '" + opts.target + "' is not supported (available: cpu, webgpu, cuda)");
+  if (opts.target != "cpu" && opts.target != "webgpu" && opts.target != "cuda" && opts.target != "metal") {
+    throw CompileError("target '" + opts.target + "' is not supported (available: cpu, webgpu, cuda, metal)");
   }
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
   if (opts.target != "cpu" && quant::parse_policy(opts.weights).quantizes()) {
@@ -84,13 +84,16 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     timer.lap("lower");
     entries.push_back(std::move(e));
   }
-  if (opts.target == "webgpu" || opts.target == "cuda") return write_webgpu_package(entries, out_dir, opts, timer);
+  if (opts.target == "webgpu" || opts.target == "cuda" || opts.target == "metal") return write_webgpu_package(entries, out_dir, opts, timer);
   return write_cpu_artifact(entries, out_dir, opts, timer);
 }
 
 std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& dialect) {
-  const gpu::Dialect* d = dialect == "wgsl" ? &gpu::wgsl_dialect() : dialect == "cuda" ? &gpu::cuda_dialect() : nullptr;
-  if (!d) throw CompileError("unknown GPU dialect '" + dialect + "' (wgsl, cuda)");
+  const gpu::Dialect* d = dialect == "wgsl"   ? &gpu::wgsl_dialect()
+                          : dialect == "cuda" ? &gpu::cuda_dialect()
+                          : dialect == "msl"  ? &gpu::msl_dialect()
+                                              : nullptr;
+  if (!d) throw CompileError("unknown GPU dialect '" + dialect + "' (wgsl, cuda, msl)");
   CompileOptions o;
   o.target = "webgpu";
   Program p = lower(optimize(import_graph_file(graph_path), true), lower_options(o));

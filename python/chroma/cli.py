@@ -97,8 +97,8 @@ def cmd_compile(a):
     s = prog.stats
     if a.timings:
         _print_timings(prog)
-    if a.target in ("webgpu", "cuda"):
-        suffix = "chroma-web" if a.target == "webgpu" else "chroma-cuda"
+    if a.target in ("webgpu", "cuda", "metal"):
+        suffix = {"webgpu": "chroma-web", "cuda": "chroma-cuda", "metal": "chroma-metal"}[a.target]
         print(f"compiled {a.model} -> {a.out.rstrip('/')}.{suffix}: {s['kernels']} kernels, {s['dispatches']} "
               f"dispatches, {s['pipelines']} pipelines, arena {s['arena_bytes']} B (temporaries "
               f"{s['temporaries_bytes']} B), weights {s['weight_bytes']} B")
@@ -210,7 +210,7 @@ def cmd_inspect(a):
                   f"library {n['library'] / 1e6:.1f} MB, arena {n['arena'] / 1e6:.2f} MB, state {n['state'] / 1e6:.2f} MB), "
                   f"relative L2 {v['rel_l2']:.3e}; chroma inspect {os.path.join(a.dir, v['directory'])}")
         return None
-    if m.get("target") in ("webgpu", "cuda"):
+    if m.get("target") in ("webgpu", "cuda", "metal"):
         print(f"artifact {a.dir}: target {m['target']}, package {m['package']['file']}")
         return _inspect_package(os.path.normpath(os.path.join(a.dir, m["package"]["file"])))
     print(f"artifact {a.dir}: format {m['format']} v{m['version']}, compiler {m['compiler_version']}, target {m['target']}")
@@ -268,9 +268,9 @@ def main(argv=None):
     c.add_argument("model")
     c.add_argument("-o", "--out", required=True)
     c.add_argument("--no-blas", action="store_true", help="use Chroma's portable matrix kernels")
-    c.add_argument("--target", default="cpu", choices=("cpu", "webgpu", "cuda"),
+    c.add_argument("--target", default="cpu", choices=("cpu", "webgpu", "cuda", "metal"),
                    help="cpu (default); webgpu: writes OUT.chroma-web (docs/webgpu_package.md); cuda: "
-                   "OUT.chroma-cuda, OUT/kernels.cu and the CPU SIMT emulator's library")
+                   "OUT.chroma-cuda, OUT/kernels.cu and the CPU SIMT emulator's library; metal: the same in MSL")
     c.add_argument("--timings", action="store_true", help="print where the compile's time went")
     c.add_argument("--weights", help="weight format: fp32 (default), bf16, q8, q6, q4, or rules "
                    "key=format,... (default=q4,unembedding=q8,*.gate.weight=fp32,activations=fp32); several formats "

@@ -30,7 +30,7 @@ def default_cache_dir() -> str:
     return os.environ.get("CHROMA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "chroma")
 
 
-TARGETS = ("cpu", "webgpu", "cuda")
+TARGETS = ("cpu", "webgpu", "cuda", "metal")
 
 
 def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
@@ -335,8 +335,8 @@ def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs
 
 def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any], target: str = "cpu") -> Any:
     t0 = time.perf_counter()
-    if target == "cuda":
-        # This build has no native CUDA host runtime yet: the program returned runs the
+    if target in ("cuda", "metal"):
+        # This build has no native CUDA or Metal host runtime yet: the program returned runs the
         # generated kernels on the CPU SIMT emulator (kernels.cu is what nvcc compiles).
         prog = load(out, emulate=True)
     else:
@@ -419,7 +419,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                chroma.webgpu.WebGPUProgram that runs it through the `wgpu` package; or
                "cuda": the same package with CUDA kernels (`<out>.chroma-cuda`), `<out>/kernels.cu`
                and the CPU SIMT emulator's library; returns a chroma.simt.EmulatedProgram
-               (the native CUDA host runtime is not built yet)
+               (the native CUDA host runtime is not built yet); "metal": the same with MSL
+               kernels (`<out>.chroma-metal`, `<out>/kernels.metal`), emulated
     blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
     jobs:      parallel compiler processes (0: one per core)
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it). Besides

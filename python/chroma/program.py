@@ -332,7 +332,7 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     $CHROMA_NUM_THREADS if set, else one per core). Large memory-bound matrix products are
     split between them; OpenBLAS (a process-wide setting) is given the same count.
 
-    ``emulate``: a CUDA artifact runs its generated kernels on the CPU SIMT emulator
+    ``emulate``: a CUDA or Metal artifact runs its generated kernels on the CPU SIMT emulator
     (chroma.simt; slow, for testing; ``reverse`` runs each workgroup's invocations last to
     first). Without it, loading a CUDA artifact on a machine without an NVIDIA GPU is an error
     that says so.
@@ -365,7 +365,7 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
         raise ArtifactError(f"{mpath}: artifact format version {version} is not supported (this runtime reads version {ARTIFACT_VERSION})")
     if manifest.get("target") == "webgpu":
         return _load_webgpu(directory, manifest, mpath)
-    if manifest.get("target") == "cuda":
+    if manifest.get("target") in ("cuda", "metal"):
         from .simt import load_cuda
 
         return load_cuda(directory, manifest, mpath, emulate=emulate, reverse=reverse)

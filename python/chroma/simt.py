@@ -39,8 +39,8 @@ class EmulatedProgram(WebGPUProgram):
     def __init__(self, package: Union[Package, str, os.PathLike, bytes], library: str, *, reverse: bool = False):
         t0 = time.perf_counter()
         self.package = p = package if isinstance(package, Package) else read_package(package)
-        if p.dialect != "cuda":
-            raise PackageError(f"{p.where}: a {p.dialect} package; the emulator runs CUDA packages")
+        if p.dialect not in ("cuda", "metal"):
+            raise PackageError(f"{p.where}: a {p.dialect} package; the emulator runs CUDA and Metal packages")
         self.inputs, self.outputs = p.inputs, p.outputs
         self._lock = threading.Lock()
         self._lost: Optional[str] = None
@@ -151,7 +151,11 @@ class EmulatedProgram(WebGPUProgram):
 
 
 def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reverse: bool = False) -> EmulatedProgram:
-    """A CUDA artifact directory: on the emulator when `emulate`; otherwise a clear error."""
+    """A CUDA or Metal artifact directory: on the emulator when `emulate`; otherwise a clear error."""
+    if not emulate and manifest.get("target") == "metal":
+        raise RunError(f"{directory}: a Metal artifact; this build has no Metal host runtime (it would run on Apple "
+                       f"GPUs, macOS only; the kernels are in kernels.metal); chroma.load(directory, emulate=True) runs "
+                       f"them on the CPU SIMT emulator")
     if not emulate:
         has_gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
         if not has_gpu:

@@ -222,8 +222,9 @@ class Package:
         # Which kernel language the package's code is in: WGSL for WebGPU, CUDA C++ for the CUDA
         # target (the same layout and schedule; chroma.simt runs it on the CPU emulator).
         self.dialect = m.get("dialect", "wgsl")
-        if self.dialect not in ("wgsl", "cuda"):
-            raise PackageError(f"{where}: manifest field 'dialect' is {self.dialect!r}, expected 'wgsl' or 'cuda'")
+        if self.dialect not in ("wgsl", "cuda", "metal"):
+            raise PackageError(f"{where}: manifest field 'dialect' is {self.dialect!r}, expected 'wgsl', 'cuda' or "
+                               f"'metal'")
         self.manifest, self.payload = m, data[po:po + ps]
         try:
             self._check_manifest(m, f"{where}: manifest field")
@@ -434,7 +435,7 @@ class WebGPUProgram:
         self.package = p = package if isinstance(package, Package) else read_package(package)
         if p.dialect != "wgsl":
             raise PackageError(f"{p.where}: a {p.dialect} package, not WebGPU's (WGSL); "
-                               f"chroma.load(directory, emulate=True) runs a CUDA artifact on the CPU emulator")
+                               f"chroma.load(directory, emulate=True) runs a CUDA or Metal artifact on the CPU emulator")
         self.inputs, self.outputs = p.inputs, p.outputs
         self._lock = threading.Lock()
         self._lost: Optional[str] = None

@@ -46,6 +46,12 @@ TEST(GpuPrinter, WgslAndCudaSpellTheSameKernel) {
   EXPECT_NE(c.find("expf("), std::string::npos) << c;
   EXPECT_NE(c.find("unsigned p1"), std::string::npos) << c;
   EXPECT_EQ(c.find("bitcast<f32>"), std::string::npos) << c;
+  const std::string m = print_kernel(k, msl_dialect());
+  EXPECT_NE(m.find("[[max_total_threads_per_threadgroup(64)]] kernel void chroma_main("), std::string::npos) << m;
+  EXPECT_NE(m.find("device const uint* s0 [[buffer(1)]]"), std::string::npos) << m;  // binding 0: the params
+  EXPECT_NE(m.find("device uint* s1 [[buffer(2)]]"), std::string::npos) << m;
+  EXPECT_NE(m.find("constant Params& prm [[buffer(0)]]"), std::string::npos) << m;
+  EXPECT_NE(m.find("as_type<float>(s0[(((int)prm.p0) + i0)])"), std::string::npos) << m;
 }
 
 TEST(GpuPrinter, SubgroupKernelsEnableTheFeatureOrAreRefused) {

@@ -1,12 +1,15 @@
-"""The CUDA target end to end (DESIGN.md "The GPU generator", "Testing without a GPU"): the
-GPU generator's kernels in its CUDA dialect, one translation unit per model (kernels.cu), run
-here on the CPU SIMT emulator (include/chroma/simt; chroma.load(..., emulate=True)) against
-PyTorch, in both invocation orders (the reverse order exposes a missing barrier), and compiled
-by nvcc for every listed architecture with spill warnings as errors.
+"""The CUDA and Metal targets end to end (DESIGN.md "The GPU generator", "Testing without a
+GPU"): the GPU generator's kernels in its CUDA and MSL dialects, one translation unit per model
+(kernels.cu, kernels.metal), run here on the CPU SIMT emulator (include/chroma/simt;
+chroma.load(..., emulate=True)) against PyTorch, in both invocation orders (the reverse order
+exposes a missing barrier); the CUDA text also compiled by nvcc for every listed architecture
+with spill warnings as errors. Metal's text has no compiler on Linux: it runs on the emulator
+only (docs/cuda.md).
 
-The op families themselves run on this target through the shared suite
-(CHROMA_TEST_TARGET=cuda, conftest.py; skips with reasons in cuda_skips.py). Tolerances: the
-emulator computes in float32 with the host's libm, in the kernels' own summation order.
+The op families themselves run on these targets through the shared suite
+(CHROMA_TEST_TARGET=cuda or metal, conftest.py; skips with reasons in cuda_skips.py and
+metal_skips.py). Tolerances: the emulator computes in float32 with the host's libm, in the
+kernels' own summation order.
 """
 
 import os
@@ -32,9 +35,19 @@ ARCHS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,
          "-gencode", "arch=compute_90,code=compute_90"]
 
 
-def _compile(model, inputs, tmp_path, name="m"):
+def _compile(model, inputs, tmp_path, name="m", target="cuda"):
     with torch.no_grad():
-        return chroma.compile(model, inputs, target="cuda", out=str(tmp_path / name))
+        return chroma.compile(model, inputs, target=target, out=str(tmp_path / name))
+
+
+def _compiled_text(directory, target):
+    """The target's own check of its translation unit: nvcc for CUDA; nothing runs Metal's
+    compiler here (no Linux build), the emulator having compiled the same text as C++."""
+    if target == "cuda":
+        _nvcc_fatbin(directory)
+    else:
+        text = open(os.path.join(directory, "kernels.metal")).read()
+        assert "#include <metal_stdlib>" in text and "kernel void chroma_main(" in text
 
 
 def _nvcc():
@@ -55,10 +68,14 @@ def _nvcc_fatbin(directory):
     return r
 
 
-def test_transformer_block_on_the_emulator_in_both_orders(tmp_path):
+TARGETS = ["cuda", "metal"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_transformer_block_on_the_emulator_in_both_orders(tmp_path, target):
     torch.manual_seed(0)
     m, x = Block().eval(), randn(2, 16, 32)
-    prog = _compile(m, (x,), tmp_path)
+    prog = _compile(m, (x,), tmp_path, target=target)
     assert isinstance(prog, simt.EmulatedProgram)
     with torch.no_grad():
         want = m(x)
@@ -67,30 +84,32 @@ def test_transformer_block_on_the_emulator_in_both_orders(tmp_path):
     compare(rev(x.numpy()), want, rtol=1e-4, atol=1e-5)
     st = prog.stats
     assert st["dispatches"] <= st["cpu_kernels"] + 2, st
-    assert prog.manifest["cuda"]["modules"] == st["pipelines"]
-    _nvcc_fatbin(str(tmp_path / "m"))
+    assert prog.manifest[target]["modules"] == st["pipelines"]
+    _compiled_text(str(tmp_path / "m"), target)
 
 
-def test_resnet18_on_the_emulator(tmp_path):
+@pytest.mark.parametrize("target", TARGETS)
+def test_resnet18_on_the_emulator(tmp_path, target):
     import torchvision
 
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10).eval()
     x = randn(1, 3, 32, 32)
-    prog = _compile(m, (x,), tmp_path, "r18")
+    prog = _compile(m, (x,), tmp_path, "r18", target)
     with torch.no_grad():
         want = m(x)
     compare(prog(x.numpy()), want, rtol=1e-3, atol=1e-4 * float(want.abs().max()))
-    _nvcc_fatbin(str(tmp_path / "r18"))
+    _compiled_text(str(tmp_path / "r18"), target)
 
 
-def test_reference_model_on_the_emulator(tmp_path):
+@pytest.mark.parametrize("target", TARGETS)
+def test_reference_model_on_the_emulator(tmp_path, target):
     """gpt-oss's architecture at the benchmark size (59M parameters): an 8-token call."""
     from chroma.models import gpt_oss
 
     m = gpt_oss.build().eval()
     tokens = gpt_oss.sample_tokens(m.cfg, 8)
-    prog = _compile(m, (tokens,), tmp_path, "gpt")
+    prog = _compile(m, (tokens,), tmp_path, "gpt", target)
     with torch.no_grad():
         want = m(tokens).numpy()
     t0 = time.perf_counter()
@@ -99,7 +118,7 @@ def test_reference_model_on_the_emulator(tmp_path):
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
     assert (got.argmax(-1) == want.argmax(-1)).all()
-    _nvcc_fatbin(str(tmp_path / "gpt"))
+    _compiled_text(str(tmp_path / "gpt"), target)
 
 
 def test_loading_without_a_gpu_says_so(tmp_path):
@@ -108,6 +127,9 @@ def test_loading_without_a_gpu_says_so(tmp_path):
         pytest.skip("this machine has an NVIDIA GPU: the no-GPU error cannot happen here")
     with pytest.raises(simt.RunError, match=r"no NVIDIA GPU.*emulate=True"):
         chroma.load(str(tmp_path / "lin"))
+    _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "linm", "metal")
+    with pytest.raises(simt.RunError, match=r"no Metal host runtime.*emulate=True"):
+        chroma.load(str(tmp_path / "linm"))
 
 
 def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):

@@ -57,6 +57,7 @@ struct Dialect {
 
 const Dialect& wgsl_dialect();
 const Dialect& cuda_dialect();
+const Dialect& msl_dialect();
 
 // Prints one kernel as a complete module of the dialect. Binding numbers: 0 is the params
 // (when the kernel has any), then one per slot in order.

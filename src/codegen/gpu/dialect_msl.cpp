@@ -1,0 +1,74 @@
+// Metal Shading Language: the dialect table. Storage is `device uint*` with an address space on
+// every pointer; parameters are one `constant` struct; the thread and threadgroup positions are
+// kernel arguments. Math as the generator spells it (min/max/abs through the prelude, so NaN
+// behaves as in the other dialects); the host compiles with fast math off.
+#include "codegen/gpu/printer.h"
+
+namespace chroma::gpu {
+
+const Dialect& msl_dialect() {
+  static const Dialect d = [] {
+    Dialect x;
+    x.name = "msl";
+    x.types[0] = "float";
+    x.types[1] = "int";
+    x.types[2] = "uint";
+    x.types[3] = "bool";
+    x.let = "const {type} {name} = {value};";
+    x.var = "{type} {name} = {value};";
+    x.var_zero = "{type} {name} = {type}(0);";
+    x.array = "{type} {name}[{count}];";
+    x.assign = "{name} = {value};";
+    x.assign_elem = "{name}[{index}] = {value};";
+    x.for_open = "for (int {name} = {begin}; {name} < {end}; {name} += {step}) {";
+    x.if_open = "if ({cond}) {";
+    x.else_open = "} else {";
+    x.close = "}";
+    x.barrier = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);";
+    x.brk = "break;";
+    x.ret = "return;";
+    x.convert = "static_cast<{type}>({0})";
+    x.bitcast = "as_type<{type}>({0})";
+    x.int_lit = "{0}";
+    x.uint_lit = "{0}u";
+    x.float_lit = "{0}f";
+    x.nonfinite_float = "as_type<float>({0})";
+    x.load_global = "s{slot}[{0}]";
+    x.store_global = "s{slot}[{0}] = {1};";
+    x.store_bits =
+        "atomic_fetch_and_explicit((device atomic_uint*)&s{slot}[{0}], ~{mask}, memory_order_relaxed); "
+        "atomic_fetch_or_explicit((device atomic_uint*)&s{slot}[{0}], {1}, memory_order_relaxed);";
+    x.param = "((int)prm.p{0})";
+    x.shift_amount = "((uint)({0}))";
+    x.float_remainder = "fmod({0}, {1})";
+    x.builtins = {
+        {"select", "select({0}, {1}, {2})"}, {"round", "rint({0})"}, {"abs", "chroma_abs({0})"},
+        {"min", "chroma_min({0}, {1})"}, {"max", "chroma_max({0}, {1})"},
+        // SIMD-group (32-lane) reductions: every lane gets the result.
+        {"subgroupAdd", "simd_sum({0})"}, {"subgroupMul", "simd_product({0})"},
+        {"subgroupMax", "simd_max({0})"}, {"subgroupMin", "simd_min({0})"},
+    };
+    x.params_struct_open = "struct Params {";
+    x.params_field = " uint p{0};";
+    x.params_struct_close = " };\n";
+    x.binding_params = "constant Params& prm [[buffer({binding})]]";
+    x.binding_rw = "device uint* s{slot} [[buffer({binding})]]";
+    x.binding_ro = "device const uint* s{slot} [[buffer({binding})]]";
+    x.arg_separator = ", ";
+    x.shared_decl = "threadgroup {type} {name}[{count}];";
+    x.shared_in_body = true;
+    x.kernel_open =
+        "[[max_total_threads_per_threadgroup({wgsize})]] kernel void chroma_{name}({args}, "
+        "uint3 chroma_tid [[thread_position_in_threadgroup]], uint3 chroma_wgid [[threadgroup_position_in_grid]]) {";
+    x.prologue = "  const int lid = (int)chroma_tid.x;\n  const int wg = (int)(chroma_wgid.x + chroma_wgid.y * {grid_x}u);\n";
+    x.prelude =
+        "template <class T> inline T chroma_abs(T a) { return a < T(0) ? -a : a; }\n"
+        "template <class T> inline T chroma_min(T a, T b) { return b < a ? b : a; }\n"
+        "template <class T> inline T chroma_max(T a, T b) { return a < b ? b : a; }\n";
+    x.subgroup_prologue = "  const int sg_size = 32;\n  const int sg_lane = lid & 31;\n";
+    return x;
+  }();
+  return d;
+}
+
+}  // namespace chroma::gpu
