@@ -165,7 +165,7 @@ def cmd_info(a):
 
 
 def _inspect_package(path):
-    """A WebGPU package: its manifest, requirements, kernels and schedule."""
+    """A GPU package (WebGPU, CUDA or Metal): its manifest, requirements, kernels and schedule."""
     from .webgpu import read_package
 
     pkg = read_package(path)
@@ -189,7 +189,7 @@ def _inspect_package(path):
     for i, k in enumerate(m["kernels"]):
         uses = sum(1 for d in m["dispatches"] if d["kernel"] == i)
         print(f"  {k['name']}: workgroup {k['workgroup_size'][0]}, {len(k['bindings'])} bindings, "
-              f"{len(k['code'].splitlines())} lines of {p.dialect.upper()}, {uses} dispatch(es)")
+              f"{len(k['code'].splitlines())} lines of {pkg.dialect.upper()}, {uses} dispatch(es)")
     print(f"schedule ({len(m['dispatches'])} dispatches):")
     for i, d in enumerate(m["dispatches"]):
         src = f"   ({d['source']})" if d["source"] else ""

@@ -3,35 +3,44 @@
 
 namespace chroma::gpu {
 
+Dialect c_family_dialect() {
+  Dialect x;
+  x.types[0] = "float";
+  x.types[1] = "int";
+  x.types[3] = "bool";
+  x.let = "const {type} {name} = {value};";
+  x.var = "{type} {name} = {value};";
+  x.var_zero = "{type} {name} = {type}(0);";
+  x.array = "{type} {name}[{count}];";
+  x.assign = "{name} = {value};";
+  x.assign_elem = "{name}[{index}] = {value};";
+  x.for_open = "for (int {name} = {begin}; {name} < {end}; {name} += {step}) {";
+  x.if_open = "if ({cond}) {";
+  x.else_open = "} else {";
+  x.close = "}";
+  x.brk = "break;";
+  x.ret = "return;";
+  x.int_lit = "{0}";
+  x.uint_lit = "{0}u";
+  x.float_lit = "{0}f";
+  x.load_global = "s{slot}[{0}]";
+  x.store_global = "s{slot}[{0}] = {1};";
+  x.arg_separator = ", ";
+  x.shared_in_body = true;
+  // Warps / SIMD-groups of 32 lanes over consecutive local indices.
+  x.subgroup_prologue = "  const int sg_size = 32;\n  const int sg_lane = lid & 31;\n";
+  return x;
+}
+
 const Dialect& cuda_dialect() {
   static const Dialect d = [] {
-    Dialect x;
+    Dialect x = c_family_dialect();
     x.name = "cuda";
-    x.types[0] = "float";
-    x.types[1] = "int";
     x.types[2] = "unsigned";
-    x.types[3] = "bool";
-    x.let = "const {type} {name} = {value};";
-    x.var = "{type} {name} = {value};";
-    x.var_zero = "{type} {name} = {type}();";
-    x.array = "{type} {name}[{count}];";
-    x.assign = "{name} = {value};";
-    x.assign_elem = "{name}[{index}] = {value};";
-    x.for_open = "for (int {name} = {begin}; {name} < {end}; {name} += {step}) {";
-    x.if_open = "if ({cond}) {";
-    x.else_open = "} else {";
-    x.close = "}";
     x.barrier = "__syncthreads();";
-    x.brk = "break;";
-    x.ret = "return;";
     x.convert = "(({type})({0}))";
     x.bitcast = "chroma_bitcast<{type}>({0})";
-    x.int_lit = "{0}";
-    x.uint_lit = "{0}u";
-    x.float_lit = "{0}f";
     x.nonfinite_float = "chroma_bitcast<float>({0})";
-    x.load_global = "s{slot}[{0}]";
-    x.store_global = "s{slot}[{0}] = {1};";
     x.store_bits = "atomicAnd(&s{slot}[{0}], ~{mask}); atomicOr(&s{slot}[{0}], {1});";
     x.param = "((int)p{0})";
     x.shift_amount = "((unsigned)({0}))";
@@ -51,14 +60,11 @@ const Dialect& cuda_dialect() {
         {"subgroupAdd", "chroma_warp_add({0})"}, {"subgroupMul", "chroma_warp_mul({0})"},
         {"subgroupMax", "chroma_warp_max({0})"}, {"subgroupMin", "chroma_warp_min({0})"},
     };
-    x.subgroup_prologue = "  const int sg_size = 32;\n  const int sg_lane = lid & 31;\n";
     x.binding_params = "";
     x.params_field = "unsigned p{0}";
     x.binding_rw = "unsigned* __restrict__ s{slot}";
     x.binding_ro = "const unsigned* __restrict__ s{slot}";
-    x.arg_separator = ", ";
     x.shared_decl = "__shared__ {type} {name}[{count}];";
-    x.shared_in_body = true;
     x.kernel_open = "__global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
     x.prologue = "  const int lid = (int)threadIdx.x;\n  const int wg = (int)(blockIdx.x + blockIdx.y * {grid_x}u);\n";
     x.prelude =

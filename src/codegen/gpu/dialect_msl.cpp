@@ -8,33 +8,13 @@ namespace chroma::gpu {
 
 const Dialect& msl_dialect() {
   static const Dialect d = [] {
-    Dialect x;
+    Dialect x = c_family_dialect();
     x.name = "msl";
-    x.types[0] = "float";
-    x.types[1] = "int";
     x.types[2] = "uint";
-    x.types[3] = "bool";
-    x.let = "const {type} {name} = {value};";
-    x.var = "{type} {name} = {value};";
-    x.var_zero = "{type} {name} = {type}(0);";
-    x.array = "{type} {name}[{count}];";
-    x.assign = "{name} = {value};";
-    x.assign_elem = "{name}[{index}] = {value};";
-    x.for_open = "for (int {name} = {begin}; {name} < {end}; {name} += {step}) {";
-    x.if_open = "if ({cond}) {";
-    x.else_open = "} else {";
-    x.close = "}";
     x.barrier = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);";
-    x.brk = "break;";
-    x.ret = "return;";
     x.convert = "static_cast<{type}>({0})";
     x.bitcast = "as_type<{type}>({0})";
-    x.int_lit = "{0}";
-    x.uint_lit = "{0}u";
-    x.float_lit = "{0}f";
     x.nonfinite_float = "as_type<float>({0})";
-    x.load_global = "s{slot}[{0}]";
-    x.store_global = "s{slot}[{0}] = {1};";
     x.store_bits =
         "atomic_fetch_and_explicit((device atomic_uint*)&s{slot}[{0}], ~{mask}, memory_order_relaxed); "
         "atomic_fetch_or_explicit((device atomic_uint*)&s{slot}[{0}], {1}, memory_order_relaxed);";
@@ -54,9 +34,7 @@ const Dialect& msl_dialect() {
     x.binding_params = "constant Params& prm [[buffer({binding})]]";
     x.binding_rw = "device uint* s{slot} [[buffer({binding})]]";
     x.binding_ro = "device const uint* s{slot} [[buffer({binding})]]";
-    x.arg_separator = ", ";
     x.shared_decl = "threadgroup {type} {name}[{count}];";
-    x.shared_in_body = true;
     x.kernel_open =
         "[[max_total_threads_per_threadgroup({wgsize})]] kernel void chroma_{name}({args}, "
         "uint3 chroma_tid [[thread_position_in_threadgroup]], uint3 chroma_wgid [[threadgroup_position_in_grid]]) {";
@@ -65,7 +43,6 @@ const Dialect& msl_dialect() {
         "template <class T> inline T chroma_abs(T a) { return a < T(0) ? -a : a; }\n"
         "template <class T> inline T chroma_min(T a, T b) { return b < a ? b : a; }\n"
         "template <class T> inline T chroma_max(T a, T b) { return a < b ? b : a; }\n";
-    x.subgroup_prologue = "  const int sg_size = 32;\n  const int sg_lane = lid & 31;\n";
     return x;
   }();
   return d;

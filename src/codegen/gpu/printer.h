@@ -59,6 +59,10 @@ const Dialect& wgsl_dialect();
 const Dialect& cuda_dialect();
 const Dialect& msl_dialect();
 
+// The spellings CUDA and MSL share as C++ dialects (declarations, control flow, literals,
+// plain global loads and stores); each table sets the rest.
+Dialect c_family_dialect();
+
 // Prints one kernel as a complete module of the dialect. Binding numbers: 0 is the params
 // (when the kernel has any), then one per slot in order.
 std::string print_kernel(const Kernel& k, const Dialect& d);
