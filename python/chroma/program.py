@@ -320,7 +320,7 @@ def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
 
 def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None,
          weights: Optional[str] = None, memory_limit: Optional[int] = None, emulate: bool = False,
-         reverse: bool = False) -> Program:
+         reverse: bool = False, device: int = 0, cuda_graph: bool = False) -> Program:
     """Loads an artifact directory written by chroma.compile.
 
     ``weights``: for an artifact with several weight variants (compile(weights=[...])),
@@ -334,8 +334,9 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
 
     ``emulate``: a CUDA or Metal artifact runs its generated kernels on the CPU SIMT emulator
     (chroma.simt; slow, for testing; ``reverse`` runs each workgroup's invocations last to
-    first). Without it, loading a CUDA artifact on a machine without an NVIDIA GPU is an error
-    that says so.
+    first). Without it, a CUDA artifact runs on NVIDIA GPU number ``device`` through its host
+    library (chroma.cuda; ``cuda_graph`` replays each call as one CUDA graph); on a machine
+    without an NVIDIA GPU or driver that is an error that says so.
 
     Checks the manifest's format and version, the ABI version, the library's and the
     weights' SHA-256 digests and the generated source's digest; raises ArtifactError
@@ -368,7 +369,7 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     if manifest.get("target") in ("cuda", "metal"):
         from .simt import load_cuda
 
-        return load_cuda(directory, manifest, mpath, emulate=emulate, reverse=reverse)
+        return load_cuda(directory, manifest, mpath, emulate=emulate, reverse=reverse, device=device, graph=cuda_graph)
     abi = _field(manifest, "abi_version", mpath)
     if abi != ABI_VERSION:
         raise ArtifactError(f"{mpath}: ABI version {abi} does not match this runtime's {ABI_VERSION}")

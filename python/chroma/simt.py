@@ -150,38 +150,44 @@ class EmulatedProgram(WebGPUProgram):
             self._schedule = []
 
 
-def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reverse: bool = False) -> EmulatedProgram:
-    """A CUDA or Metal artifact directory: on the emulator when `emulate`; otherwise a clear error."""
+def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reverse: bool = False,
+              device: int = 0, graph: bool = False) -> WebGPUProgram:
+    """A CUDA or Metal artifact directory: on the emulator when `emulate`; a CUDA artifact
+    otherwise on the GPU (chroma.cuda); otherwise a clear error."""
     if not emulate and manifest.get("target") == "metal":
         raise RunError(f"{directory}: a Metal artifact; this build has no Metal host runtime (it would run on Apple "
                        f"GPUs, macOS only; the kernels are in kernels.metal); chroma.load(directory, emulate=True) runs "
                        f"them on the CPU SIMT emulator")
+    pkg = manifest.get("package", {})
+    pfile = pkg.get("file")
+    if not isinstance(pfile, str) or not pfile:
+        raise ArtifactError(f"{mpath}: field 'package.file' is missing")
+    path = os.path.normpath(os.path.join(directory, pfile))
+    if not os.path.isfile(path):
+        raise ArtifactError(f"{mpath}: the package {path} it names is missing")
     if not emulate:
-        has_gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
-        if not has_gpu:
+        if not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")):
             raise RunError(f"{directory}: a CUDA artifact, and this machine has no NVIDIA GPU (no /dev/nvidia0); "
                            f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
-        raise RunError(f"{directory}: a CUDA artifact; the native CUDA host runtime is not part of this build yet "
-                       f"(the kernels are in kernels.cu); chroma.load(directory, emulate=True) runs them on the CPU "
-                       f"SIMT emulator")
-    pkg = manifest.get("package", {})
-    emu = manifest.get("emulator", {})
-    names = [(pkg.get("file"), "package.file"), (emu.get("library"), "emulator.library")]
-    for name, field in names:
-        if not isinstance(name, str) or not name:
-            raise ArtifactError(f"{mpath}: field '{field}' is missing")
-    lib = emu["library"]
-    if os.path.basename(lib) != lib or lib in (".", ".."):
-        raise ArtifactError(f"{mpath}: field 'emulator.library' ({lib!r}) must name a file in the artifact directory")
-    lib = os.path.join(directory, lib)
-    path = os.path.normpath(os.path.join(directory, pkg["file"]))
-    for f, what in ((lib, "emulator library"), (path, "package")):
-        if not os.path.isfile(f):
-            raise ArtifactError(f"{mpath}: the {what} {f} it names is missing")
     package = read_package(path)  # checks the content digest in its header
     if package.digest != pkg.get("sha256"):
         raise ArtifactError(f"{mpath}: field 'package.sha256' is {pkg.get('sha256')!r}, the package {path} is "
                             f"{package.digest}")
+    if not emulate:
+        from .cuda import load_native
+        try:
+            return load_native(directory, manifest, mpath, package, device=device, graph=graph)
+        except RunError as e:
+            raise RunError(f"{e}; chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator") from None
+    emu = manifest.get("emulator", {})
+    lib = emu.get("library")
+    if not isinstance(lib, str) or not lib:
+        raise ArtifactError(f"{mpath}: field 'emulator.library' is missing")
+    if os.path.basename(lib) != lib or lib in (".", ".."):
+        raise ArtifactError(f"{mpath}: field 'emulator.library' ({lib!r}) must name a file in the artifact directory")
+    lib = os.path.join(directory, lib)
+    if not os.path.isfile(lib):
+        raise ArtifactError(f"{mpath}: the emulator library {lib} it names is missing")
     prog = EmulatedProgram(package, lib, reverse=reverse)
     prog.manifest = manifest
     return prog

@@ -351,4 +351,89 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   return r;
 }
 
+std::string find_nvcc() {
+  if (const char* env = std::getenv("CHROMA_NVCC")) {
+    const std::string v = env;
+    if (v == "off" || v == "0" || v == "none") return "";
+    if (!v.empty()) return v;
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      if (!dir.empty() && ::access((fs::path(dir) / "nvcc").c_str(), X_OK) == 0) return (fs::path(dir) / "nvcc").string();
+    }
+  }
+  return ::access("/usr/local/cuda/bin/nvcc", X_OK) == 0 ? "/usr/local/cuda/bin/nvcc" : "";
+}
+
+std::vector<std::string> fatbin_architectures() {
+  return {"-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90", "-gencode",
+          "arch=compute_90,code=compute_90"};
+}
+
+FatbinResult build_fatbin(const std::string& cu_path, const std::string& out_path, const std::string& nvcc,
+                          const std::string& cache_dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FatbinResult r;
+  r.path = out_path;
+  std::vector<std::string> argv = {nvcc, "-fatbin", "-std=c++17", "-O3"};
+  for (const std::string& a : fatbin_architectures()) argv.push_back(a);
+  for (const char* a : {"-Xptxas", "-warn-spills"}) argv.emplace_back(a);
+  r.command = join(argv) + " -o " + fs::path(out_path).filename().string() + " " + fs::path(cu_path).filename().string();
+  fs::path cached;
+  if (!cache_dir.empty()) {
+    detail::Sha256 h;
+    const std::string text = read_text(cu_path);
+    h.update(r.command.data(), r.command.size());
+    h.update(text.data(), text.size());
+    cached = fs::path(cache_dir) / "build" / ("fatbin-" + h.hex_digest().substr(0, 32));
+    std::error_code ec;
+    if (fs::exists(cached.string() + ".fatbin", ec)) {
+      const fs::path tmp = out_path + unique_suffix();
+      fs::copy_file(cached.string() + ".fatbin", tmp, fs::copy_options::overwrite_existing, ec);
+      if (!ec) fs::rename(tmp, out_path, ec);
+      if (!ec) {
+        r.log = read_text(cached.string() + ".log");
+        r.cached = true;
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return r;
+      }
+    }
+  }
+  const std::string tmp = out_path + unique_suffix();
+  const std::string log = tmp + ".log";
+  argv.push_back("-o");
+  argv.push_back(tmp);
+  argv.push_back(cu_path);
+  pid_t pid = -1;
+  try {
+    pid = spawn(argv, log);
+  } catch (const CompileError& e) {
+    throw CompileError(std::string(e.what()) + " (nvcc, from $CHROMA_NVCC, PATH or /usr/local/cuda/bin; CHROMA_NVCC=off compiles "
+                       "without the fatbin)");
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.log = read_text(log);
+  std::error_code ec;
+  fs::remove(log, ec);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    fs::remove(tmp, ec);
+    throw CompileError("nvcc failed on the generated " + fs::path(cu_path).filename().string() + ":\n" + r.log);
+  }
+  fs::rename(tmp, out_path);
+  if (!cached.empty()) {
+    fs::create_directories(cached.parent_path(), ec);
+    const std::string t = cached.string() + unique_suffix();
+    std::ofstream(t + ".log") << r.log;
+    fs::rename(t + ".log", cached.string() + ".log", ec);
+    fs::copy_file(out_path, t, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(t, cached.string() + ".fatbin", ec);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
 }  // namespace chroma

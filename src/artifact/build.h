@@ -50,4 +50,24 @@ std::string unique_suffix();
 BuildResult build_library(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
                           const std::string& out_dir, const BuildOptions& opts);
 
+// The CUDA toolkit's nvcc: $CHROMA_NVCC ("off" for none), else nvcc on PATH, else
+// /usr/local/cuda/bin/nvcc; "" when there is none.
+std::string find_nvcc();
+
+// nvcc's -gencode flags for a CUDA artifact's fatbin: sm_80 and sm_90 cubins and compute_90 PTX
+// (which newer GPUs' drivers compile at load).
+std::vector<std::string> fatbin_architectures();
+
+struct FatbinResult {
+  std::string path;     // the fatbin written
+  std::string command;  // the nvcc command (file names without directories)
+  std::string log;      // nvcc's output (ptxas warnings: register spills)
+  bool cached = false;
+  double seconds = 0;
+};
+
+// Compiles `cu_path` with nvcc into the fatbin `out_path`, cached by content under cache_dir.
+FatbinResult build_fatbin(const std::string& cu_path, const std::string& out_path, const std::string& nvcc,
+                          const std::string& cache_dir);
+
 }  // namespace chroma

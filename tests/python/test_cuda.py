@@ -12,6 +12,8 @@ metal_skips.py). Tolerances: the emulator computes in float32 with the host's li
 kernels' own summation order.
 """
 
+import ctypes
+import json
 import os
 import shutil
 import subprocess
@@ -30,21 +32,17 @@ from test_webgpu import Block  # noqa: E402
 import chroma  # noqa: E402
 from chroma import simt  # noqa: E402
 
-# sm_80 (A100), sm_90 (H100/H200) cubins and compute_90 PTX for newer GPUs to JIT.
-ARCHS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
-         "-gencode", "arch=compute_90,code=compute_90"]
-
-
 def _compile(model, inputs, tmp_path, name="m", target="cuda"):
     with torch.no_grad():
         return chroma.compile(model, inputs, target=target, out=str(tmp_path / name))
 
 
 def _compiled_text(directory, target):
-    """The target's own check of its translation unit: nvcc for CUDA; nothing runs Metal's
-    compiler here (no Linux build), the emulator having compiled the same text as C++."""
+    """The target's own check of its translation unit: for CUDA, the fatbin nvcc built at
+    compile time for every listed architecture, spill-free, embedded in the host library;
+    nothing runs Metal's compiler here (no Linux build; test_msl_check.py type-checks it)."""
     if target == "cuda":
-        _nvcc_fatbin(directory)
+        _fatbin(directory)
     else:
         text = open(os.path.join(directory, "kernels.metal")).read()
         assert "#include <metal_stdlib>" in text and "kernel void chroma_main(" in text
@@ -54,18 +52,26 @@ def _nvcc():
     return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-def _nvcc_fatbin(directory):
-    """kernels.cu -> a fatbin for every listed architecture; ptxas spill warnings fail."""
-    nvcc = _nvcc()
-    if nvcc is None:
+def _fatbin(directory):
+    """kernels.cu -> kernels.fatbin (sm_80, sm_90 cubins, compute_90 PTX) with no ptxas spill
+    warnings, and the host library holding exactly those bytes."""
+    if _nvcc() is None:
         pytest.skip("nvcc is not installed (CUDA toolkit): the generated CUDA is only compiled where it is")
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # without scripts/sanitize.sh's sanitizers
-    cu = os.path.join(directory, "kernels.cu")
-    r = subprocess.run([nvcc, "-fatbin", *ARCHS, "-Xptxas", "-warn-spills", "-o", os.path.join(directory, "k.fatbin"), cu],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stderr
-    assert "spill" not in r.stderr.lower(), r.stderr
-    return r
+    m = json.load(open(os.path.join(directory, "manifest.json")))["cuda"]
+    fb = m["fatbin"]
+    assert fb is not None, m
+    for arch in ("code=sm_80", "code=sm_90", "code=compute_90"):
+        assert any(arch in a for a in fb["architectures"]), fb
+    assert fb["ptxas_spills"] == "", fb["ptxas_spills"]
+    data = open(os.path.join(directory, fb["file"]), "rb").read()
+    assert len(data) == fb["bytes"] > 0
+    lib = ctypes.CDLL(os.path.join(directory, m["host"]["library"]))
+    lib.chroma_cuda_fatbin_bytes.restype = ctypes.c_uint64
+    assert lib.chroma_cuda_fatbin_bytes() == len(data)
+    text = open(os.path.join(directory, "kernels.cu")).read()
+    for i in range(m["modules"]):  # the names the host runtime looks up
+        assert f"#define chroma_main chroma_k{i}_main" in text
+    return m
 
 
 TARGETS = ["cuda", "metal"]
@@ -156,3 +162,55 @@ def test_a_corrupt_package_or_library_is_rejected(tmp_path):
     lib.unlink()
     with pytest.raises(chroma.ArtifactError, match="emulator library.*missing"):
         chroma.load(str(tmp_path / "lin"), emulate=True)
+
+
+def _has_gpu():
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+
+
+def test_native_runtime_on_a_gpu_or_a_clear_error(tmp_path):
+    """The native CUDA runtime (chroma.cuda): on a machine with an NVIDIA GPU, the transformer
+    block against PyTorch with per-dispatch launches and as one CUDA graph, device outputs and
+    device inputs (via torch.cuda when present); anywhere else the host library's own error
+    (the driver or the GPU missing), which names emulate=True."""
+    torch.manual_seed(0)
+    m, x = Block().eval(), randn(2, 16, 32)
+    _compile(m, (x,), tmp_path, "blk")
+    man = _fatbin(str(tmp_path / "blk"))
+    with torch.no_grad():
+        want = m(x)
+    from chroma import cuda
+    from chroma.webgpu import read_package
+
+    lib = str(tmp_path / "blk" / man["host"]["library"])
+    pkg = read_package(str(tmp_path / "blk.chroma-cuda"))
+    if not _has_gpu():
+        with pytest.raises(simt.RunError, match=r"no NVIDIA GPU can run it here: .*(libcuda|driver|device)"):
+            cuda.CudaProgram(pkg, lib)
+        return
+    for graph in (False, True):
+        prog = chroma.load(str(tmp_path / "blk"), cuda_graph=graph)
+        assert isinstance(prog, cuda.CudaProgram), prog
+        for _ in range(2):  # the graph is captured on the first call, replayed on the second
+            compare(prog(x.numpy()), want, rtol=1e-4, atol=1e-5)
+        d = prog(x.numpy(), device_outputs=True)
+        compare(d.numpy(), want, rtol=1e-4, atol=1e-5)
+        if torch.cuda.is_available():
+            xd = x.cuda()
+            compare(prog(xd), want, rtol=1e-4, atol=1e-5)
+            compare(torch.as_tensor(d, device="cuda").cpu(), want, rtol=1e-4, atol=1e-5)
+        print(prog.info)
+        prog.close()
+        with pytest.raises(simt.RunError, match="closed"):
+            prog(x.numpy())
+
+
+def test_a_cuda_artifact_without_nvcc_runs_emulated_and_says_why_not_natively(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHROMA_NVCC", "off")
+    prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
+    assert prog.manifest["cuda"]["fatbin"] is None and prog.manifest["cuda"]["why"] == "CHROMA_NVCC=off"
+    assert not (tmp_path / "lin" / "kernels.fatbin").exists()
+    from chroma import cuda
+
+    with pytest.raises(simt.RunError, match=r"compiled without nvcc \(CHROMA_NVCC=off\).*emulate=True"):
+        cuda.load_native(str(tmp_path / "lin"), prog.manifest, "manifest.json", prog.package)

@@ -65,7 +65,7 @@ const Dialect& cuda_dialect() {
     x.binding_rw = "unsigned* __restrict__ s{slot}";
     x.binding_ro = "const unsigned* __restrict__ s{slot}";
     x.shared_decl = "__shared__ {type} {name}[{count}];";
-    x.kernel_open = "__global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
+    x.kernel_open = "extern \"C\" __global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
     x.prologue = "  const int lid = (int)threadIdx.x;\n  const int wg = (int)(blockIdx.x + blockIdx.y * {grid_x}u);\n";
     x.prelude =
         "template <class T, class F> __device__ __forceinline__ T chroma_bitcast(F f) { "

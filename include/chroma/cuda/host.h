@@ -1,0 +1,493 @@
+// The CUDA target's host runtime: compiled into each CUDA artifact's host library together with
+// the artifact's fatbin (docs/cuda.md, "The native runtime").
+//
+// It talks to the NVIDIA driver through the CUDA driver API, opened with dlopen at run time
+// (libcuda.so.1, which the driver installs): the library builds with a plain C++ compiler, with
+// no CUDA toolkit, and loading it on a machine without a driver or a GPU is a clear error, not a
+// missing-symbol failure. The few driver types and entry points used are declared here from the
+// driver API's documented C ABI (cuda.h, "Driver API"); the `_v2` names are the ones the
+// driver exports for the 64-bit forms.
+//
+// The schedule is the GPU package's (docs/webgpu_package.md): the caller (python/chroma/cuda.py)
+// reads the package, creates the device buffers (the arena with its status block, the state, the
+// weights shards), uploads them once, then appends each dispatch: a kernel, its grid, the
+// buffers in its storage slots, and its parameter words, which are passed by value as kernel
+// arguments. A call copies the inputs into the arena, clears the status block, launches every
+// dispatch in order on the runtime's one non-blocking stream (or replays them as one CUDA graph,
+// captured on the first call that asks for it) and copies the status block and the outputs back;
+// outputs may also stay on the device (a device-to-device copy into memory the caller owns).
+//
+// Every entry point returns 0 on success; on failure it returns nonzero and writes one line that
+// names the driver call and its error into `err` (`errlen` bytes, NUL-terminated). Calls on one
+// handle must not overlap (the Python layer holds a lock).
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+// The artifact's fatbin (sm_80, sm_90 cubins and compute_90 PTX), embedded by the generated
+// source that includes this header.
+extern "C" const unsigned char chroma_fatbin[];
+extern "C" const unsigned long long chroma_fatbin_size;
+
+namespace chroma::cuda_host {
+
+// Driver API types (cuda.h): handles are pointers to opaque structs, device memory a 64-bit
+// address.
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+
+constexpr CUresult kSuccess = 0;
+constexpr int kAttrComputeMajor = 75;       // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kAttrComputeMinor = 76;       // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
+constexpr int kCaptureThreadLocal = 1;      // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+
+struct Driver {
+  void* lib = nullptr;
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void**, void**);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+};
+
+inline void say(char* err, size_t errlen, const char* fmt, ...) {
+  if (err == nullptr || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+// The driver, opened once per process. On failure `why` says what is missing.
+inline const Driver* driver(std::string* why) {
+  static Driver d;
+  static std::string failure;
+  static const bool ok = [] {
+    d.lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (d.lib == nullptr) {
+      const char* e = ::dlerror();
+      failure = std::string("the NVIDIA driver's libcuda.so.1 does not load (") + (e ? e : "not found") +
+                "): this machine has no NVIDIA driver";
+      return false;
+    }
+    bool all = true;
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(d.lib, name));
+      if (fn == nullptr && all) {
+        failure = std::string("the NVIDIA driver's libcuda.so.1 lacks ") + name + " (a driver older than CUDA 11.4?)";
+        all = false;
+      }
+    };
+    sym(d.cuInit, "cuInit");
+    sym(d.cuGetErrorName, "cuGetErrorName");
+    sym(d.cuGetErrorString, "cuGetErrorString");
+    sym(d.cuDriverGetVersion, "cuDriverGetVersion");
+    sym(d.cuDeviceGetCount, "cuDeviceGetCount");
+    sym(d.cuDeviceGet, "cuDeviceGet");
+    sym(d.cuDeviceGetName, "cuDeviceGetName");
+    sym(d.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    sym(d.cuDeviceTotalMem, "cuDeviceTotalMem_v2");
+    sym(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    sym(d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+    sym(d.cuCtxSetCurrent, "cuCtxSetCurrent");
+    sym(d.cuModuleLoadData, "cuModuleLoadData");
+    sym(d.cuModuleUnload, "cuModuleUnload");
+    sym(d.cuModuleGetFunction, "cuModuleGetFunction");
+    sym(d.cuMemAlloc, "cuMemAlloc_v2");
+    sym(d.cuMemFree, "cuMemFree_v2");
+    sym(d.cuMemGetInfo, "cuMemGetInfo_v2");
+    sym(d.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    sym(d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    sym(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    sym(d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    sym(d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    sym(d.cuMemsetD8Async, "cuMemsetD8Async");
+    sym(d.cuStreamCreate, "cuStreamCreate");
+    sym(d.cuStreamDestroy, "cuStreamDestroy_v2");
+    sym(d.cuStreamSynchronize, "cuStreamSynchronize");
+    sym(d.cuLaunchKernel, "cuLaunchKernel");
+    sym(d.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+    sym(d.cuStreamEndCapture, "cuStreamEndCapture");
+    sym(d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+    sym(d.cuGraphLaunch, "cuGraphLaunch");
+    sym(d.cuGraphExecDestroy, "cuGraphExecDestroy");
+    sym(d.cuGraphDestroy, "cuGraphDestroy");
+    return all;
+  }();
+  if (!ok && why != nullptr) *why = failure;
+  return ok ? &d : nullptr;
+}
+
+struct Dispatch {
+  CUfunction fn = nullptr;
+  unsigned gx = 0, gy = 0, block = 0;
+  std::vector<CUdeviceptr> slots;  // kernel arguments: the storage slots' base addresses...
+  std::vector<unsigned> params;    // ...then the parameter words, by value
+  std::vector<void*> args;         // cuLaunchKernel's pointers to each argument
+  std::string label;
+};
+
+struct Runtime {
+  const Driver* d = nullptr;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUmodule module = nullptr;
+  CUstream stream = nullptr;
+  std::vector<CUdeviceptr> buffers;
+  std::vector<size_t> buffer_bytes;
+  std::vector<CUfunction> kernels;
+  std::vector<unsigned> blocks;
+  std::vector<Dispatch> schedule;
+  CUgraph graph = nullptr;
+  CUgraphExec graph_exec = nullptr;
+  uint64_t graph_status_offset = 0;
+  int cc_major = 0, cc_minor = 0;
+  char name[256] = {};
+};
+
+// One line for a failed driver call: the call, the error's name and the driver's description.
+inline bool failed(const Driver* d, CUresult r, const char* call, char* err, size_t errlen) {
+  if (r == kSuccess) return false;
+  const char* n = nullptr;
+  const char* s = nullptr;
+  if (d->cuGetErrorName(r, &n) != kSuccess) n = nullptr;
+  if (d->cuGetErrorString(r, &s) != kSuccess) s = nullptr;
+  say(err, errlen, "%s failed: %s (%d: %s)", call, n ? n : "CUDA_ERROR_UNKNOWN", r, s ? s : "no description");
+  return true;
+}
+
+}  // namespace chroma::cuda_host
+
+#define CHROMA_CU(call, what)                                                    \
+  do {                                                                           \
+    if (::chroma::cuda_host::failed(rt->d, rt->d->call, what, err, errlen)) return 1; \
+  } while (0)
+
+extern "C" {
+
+// Opens device `ordinal`, loads the embedded fatbin and creates the stream. Returns the handle,
+// or null with the reason in `err`.
+__attribute__((visibility("default"))) void* chroma_cuda_open(int ordinal, char* err, size_t errlen) {
+  using namespace chroma::cuda_host;
+  std::string why;
+  const Driver* d = driver(&why);
+  if (d == nullptr) {
+    say(err, errlen, "%s", why.c_str());
+    return nullptr;
+  }
+  auto* rt = new Runtime;
+  rt->d = d;
+  auto fail = [&]() -> void* {
+    if (rt->stream) d->cuStreamDestroy(rt->stream);
+    if (rt->module) d->cuModuleUnload(rt->module);
+    if (rt->ctx) d->cuDevicePrimaryCtxRelease(rt->dev);
+    delete rt;
+    return nullptr;
+  };
+  if (failed(d, d->cuInit(0), "cuInit", err, errlen)) return fail();
+  int count = 0;
+  if (failed(d, d->cuDeviceGetCount(&count), "cuDeviceGetCount", err, errlen)) return fail();
+  if (ordinal < 0 || ordinal >= count) {
+    say(err, errlen, "CUDA device %d requested, the driver sees %d device%s", ordinal, count, count == 1 ? "" : "s");
+    return fail();
+  }
+  if (failed(d, d->cuDeviceGet(&rt->dev, ordinal), "cuDeviceGet", err, errlen)) return fail();
+  d->cuDeviceGetName(rt->name, sizeof rt->name - 1, rt->dev);
+  d->cuDeviceGetAttribute(&rt->cc_major, kAttrComputeMajor, rt->dev);
+  d->cuDeviceGetAttribute(&rt->cc_minor, kAttrComputeMinor, rt->dev);
+  if (failed(d, d->cuDevicePrimaryCtxRetain(&rt->ctx, rt->dev), "cuDevicePrimaryCtxRetain", err, errlen)) return fail();
+  if (failed(d, d->cuCtxSetCurrent(rt->ctx), "cuCtxSetCurrent", err, errlen)) return fail();
+  const CUresult lr = d->cuModuleLoadData(&rt->module, chroma_fatbin);
+  if (lr != kSuccess) {
+    char why2[512];
+    failed(d, lr, "cuModuleLoadData", why2, sizeof why2);
+    say(err, errlen, "%s: the artifact's fatbin has no code this GPU (%s, sm_%d%d) and its driver can run", why2, rt->name,
+        rt->cc_major, rt->cc_minor);
+    return fail();
+  }
+  if (failed(d, d->cuStreamCreate(&rt->stream, kStreamNonBlocking), "cuStreamCreate", err, errlen)) return fail();
+  return rt;
+}
+
+// "name|major|minor|total bytes|driver version"
+__attribute__((visibility("default"))) int chroma_cuda_info(void* h, char* out, size_t n) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  size_t total = 0;
+  int version = 0;
+  rt->d->cuDeviceTotalMem(&total, rt->dev);
+  rt->d->cuDriverGetVersion(&version);
+  chroma::cuda_host::say(out, n, "%s|%d|%d|%zu|%d", rt->name, rt->cc_major, rt->cc_minor, total, version);
+  return 0;
+}
+
+// Allocates device buffer number `buffers.size()` of `bytes` (at least 4), zero-filled unless
+// `init` (then its first `init_bytes` bytes are copied in). Returns its number in *id.
+__attribute__((visibility("default"))) int chroma_cuda_buffer(void* h, uint64_t bytes, const void* init, uint64_t init_bytes,
+                                                              int* id, char* err, size_t errlen) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  if (init_bytes > bytes) {
+    chroma::cuda_host::say(err, errlen, "buffer of %llu bytes initialized with %llu", (unsigned long long)bytes,
+                           (unsigned long long)init_bytes);
+    return 1;
+  }
+  chroma::cuda_host::CUdeviceptr p = 0;
+  const size_t n = bytes < 4 ? 4 : static_cast<size_t>(bytes);
+  if (chroma::cuda_host::failed(rt->d, rt->d->cuMemAlloc(&p, n), "cuMemAlloc", err, errlen)) return 1;
+  rt->buffers.push_back(p);
+  rt->buffer_bytes.push_back(n);
+  *id = static_cast<int>(rt->buffers.size()) - 1;
+  CHROMA_CU(cuMemsetD8Async(p, 0, n, rt->stream), "cuMemsetD8Async");
+  if (init != nullptr && init_bytes) CHROMA_CU(cuMemcpyHtoDAsync(p, init, init_bytes, rt->stream), "cuMemcpyHtoDAsync");
+  CHROMA_CU(cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
+  return 0;
+}
+
+// Copies `n` host bytes into buffer `id` at `offset` (state initialization).
+__attribute__((visibility("default"))) int chroma_cuda_upload(void* h, int id, uint64_t offset, const void* src, uint64_t n,
+                                                              char* err, size_t errlen) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  if (id < 0 || static_cast<size_t>(id) >= rt->buffers.size() || offset + n > rt->buffer_bytes[static_cast<size_t>(id)]) {
+    chroma::cuda_host::say(err, errlen, "upload of %llu bytes at %llu outside buffer %d", (unsigned long long)n,
+                           (unsigned long long)offset, id);
+    return 1;
+  }
+  CHROMA_CU(cuMemcpyHtoDAsync(rt->buffers[static_cast<size_t>(id)] + offset, src, n, rt->stream), "cuMemcpyHtoDAsync");
+  CHROMA_CU(cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
+  return 0;
+}
+
+// Looks up kernel `index` of the translation unit (chroma_k<index>_main) with its block size.
+__attribute__((visibility("default"))) int chroma_cuda_kernel(void* h, int index, unsigned block, char* err, size_t errlen) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  if (index != static_cast<int>(rt->kernels.size())) {
+    chroma::cuda_host::say(err, errlen, "kernels are looked up in order (expected %zu, got %d)", rt->kernels.size(), index);
+    return 1;
+  }
+  char name[64];
+  std::snprintf(name, sizeof name, "chroma_k%d_main", index);
+  chroma::cuda_host::CUfunction fn = nullptr;
+  if (chroma::cuda_host::failed(rt->d, rt->d->cuModuleGetFunction(&fn, rt->module, name), "cuModuleGetFunction", err, errlen)) {
+    return 1;
+  }
+  rt->kernels.push_back(fn);
+  rt->blocks.push_back(block);
+  return 0;
+}
+
+// Appends a dispatch: kernel `kernel` on a gx x gy grid, storage slot s bound to buffer
+// slot_buffers[s], then `nparams` parameter words.
+__attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int kernel, unsigned gx, unsigned gy, int nslots,
+                                                                const int* slot_buffers, int nparams, const unsigned* params,
+                                                                char* err, size_t errlen) {
+  using namespace chroma::cuda_host;
+  auto* rt = static_cast<Runtime*>(h);
+  if (kernel < 0 || static_cast<size_t>(kernel) >= rt->kernels.size()) {
+    say(err, errlen, "dispatch %zu: no kernel %d", rt->schedule.size(), kernel);
+    return 1;
+  }
+  Dispatch d;
+  d.fn = rt->kernels[static_cast<size_t>(kernel)];
+  d.gx = gx;
+  d.gy = gy;
+  d.block = rt->blocks[static_cast<size_t>(kernel)];
+  for (int s = 0; s < nslots; ++s) {
+    if (slot_buffers[s] < 0 || static_cast<size_t>(slot_buffers[s]) >= rt->buffers.size()) {
+      say(err, errlen, "dispatch %zu: slot %d names buffer %d", rt->schedule.size(), s, slot_buffers[s]);
+      return 1;
+    }
+    d.slots.push_back(rt->buffers[static_cast<size_t>(slot_buffers[s])]);
+  }
+  d.params.assign(params, params + nparams);
+  rt->schedule.push_back(std::move(d));
+  Dispatch& b = rt->schedule.back();  // argument pointers into the stored vectors
+  for (auto& s : b.slots) b.args.push_back(&s);
+  for (auto& p : b.params) b.args.push_back(&p);
+  if (rt->graph_exec) {  // a schedule that grows invalidates the captured graph
+    rt->d->cuGraphExecDestroy(rt->graph_exec);
+    rt->d->cuGraphDestroy(rt->graph);
+    rt->graph_exec = nullptr;
+    rt->graph = nullptr;
+  }
+  return 0;
+}
+
+// One call. Inputs: n_in copies into buffer 0 (the arena) at in_offset[i], from host memory or,
+// where in_device[i], from a device address. The status block (status_bytes at status_offset)
+// is cleared before the kernels and copied to `status` after them. Outputs: n_out copies out of
+// the arena, to host memory or (out_device[i]) to a device address. `graph`: launch the
+// kernels as one CUDA graph (captured on first use). Blocks until the stream is done.
+__attribute__((visibility("default"))) int chroma_cuda_run(void* h, int n_in, const uint64_t* in_offset,
+                                                           const uint64_t* in_src, const uint64_t* in_bytes,
+                                                           const int* in_device, int n_out, const uint64_t* out_offset,
+                                                           const uint64_t* out_dst, const uint64_t* out_bytes,
+                                                           const int* out_device, uint64_t status_offset, void* status,
+                                                           uint64_t status_bytes, int graph, char* err, size_t errlen) {
+  using namespace chroma::cuda_host;
+  auto* rt = static_cast<Runtime*>(h);
+  if (rt->buffers.empty()) {
+    say(err, errlen, "no arena buffer");
+    return 1;
+  }
+  CHROMA_CU(cuCtxSetCurrent(rt->ctx), "cuCtxSetCurrent");
+  const CUdeviceptr arena = rt->buffers[0];
+  for (int i = 0; i < n_in; ++i) {
+    if (!in_bytes[i]) continue;
+    if (in_device[i]) {
+      CHROMA_CU(cuMemcpyDtoDAsync(arena + in_offset[i], in_src[i], in_bytes[i], rt->stream), "cuMemcpyDtoDAsync (input)");
+    } else {
+      CHROMA_CU(cuMemcpyHtoDAsync(arena + in_offset[i], reinterpret_cast<const void*>(in_src[i]), in_bytes[i], rt->stream),
+                "cuMemcpyHtoDAsync (input)");
+    }
+  }
+  auto launch_all = [&]() -> int {
+    CHROMA_CU(cuMemsetD8Async(arena + status_offset, 0, status_bytes, rt->stream), "cuMemsetD8Async (status)");
+    for (size_t i = 0; i < rt->schedule.size(); ++i) {
+      Dispatch& d = rt->schedule[i];
+      if (!d.gx || !d.gy) continue;
+      const CUresult r = rt->d->cuLaunchKernel(d.fn, d.gx, d.gy, 1, d.block, 1, 1, 0, rt->stream, d.args.data(), nullptr);
+      if (r != kSuccess) {
+        char what[64];
+        std::snprintf(what, sizeof what, "cuLaunchKernel (dispatch %zu)", i);
+        failed(rt->d, r, what, err, errlen);
+        return 1;
+      }
+    }
+    return 0;
+  };
+  if (graph) {
+    if (rt->graph_exec && rt->graph_status_offset != status_offset) {
+      rt->d->cuGraphExecDestroy(rt->graph_exec);
+      rt->d->cuGraphDestroy(rt->graph);
+      rt->graph_exec = nullptr;
+      rt->graph = nullptr;
+    }
+    if (!rt->graph_exec) {
+      CHROMA_CU(cuStreamBeginCapture(rt->stream, kCaptureThreadLocal), "cuStreamBeginCapture");
+      const int lr = launch_all();
+      CUgraph g = nullptr;
+      const CUresult er = rt->d->cuStreamEndCapture(rt->stream, &g);
+      if (lr) {
+        if (g) rt->d->cuGraphDestroy(g);
+        return 1;
+      }
+      if (failed(rt->d, er, "cuStreamEndCapture", err, errlen)) return 1;
+      if (failed(rt->d, rt->d->cuGraphInstantiateWithFlags(&rt->graph_exec, g, 0), "cuGraphInstantiateWithFlags", err, errlen)) {
+        rt->d->cuGraphDestroy(g);
+        return 1;
+      }
+      rt->graph = g;
+      rt->graph_status_offset = status_offset;
+    }
+    CHROMA_CU(cuGraphLaunch(rt->graph_exec, rt->stream), "cuGraphLaunch");
+  } else if (launch_all()) {
+    return 1;
+  }
+  CHROMA_CU(cuMemcpyDtoHAsync(status, arena + status_offset, status_bytes, rt->stream), "cuMemcpyDtoHAsync (status)");
+  for (int i = 0; i < n_out; ++i) {
+    if (!out_bytes[i]) continue;
+    if (out_device[i]) {
+      CHROMA_CU(cuMemcpyDtoDAsync(out_dst[i], arena + out_offset[i], out_bytes[i], rt->stream), "cuMemcpyDtoDAsync (output)");
+    } else {
+      CHROMA_CU(cuMemcpyDtoHAsync(reinterpret_cast<void*>(out_dst[i]), arena + out_offset[i], out_bytes[i], rt->stream),
+                "cuMemcpyDtoHAsync (output)");
+    }
+  }
+  CHROMA_CU(cuStreamSynchronize(rt->stream), "cuStreamSynchronize (a kernel failed)");
+  return 0;
+}
+
+// Device memory the caller owns (outputs kept on the device).
+__attribute__((visibility("default"))) int chroma_cuda_alloc(void* h, uint64_t bytes, uint64_t* ptr, char* err, size_t errlen) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  chroma::cuda_host::CUdeviceptr p = 0;
+  CHROMA_CU(cuCtxSetCurrent(rt->ctx), "cuCtxSetCurrent");
+  CHROMA_CU(cuMemAlloc(&p, bytes ? bytes : 4), "cuMemAlloc");
+  *ptr = p;
+  return 0;
+}
+
+__attribute__((visibility("default"))) int chroma_cuda_free(void* h, uint64_t ptr) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  rt->d->cuCtxSetCurrent(rt->ctx);
+  return rt->d->cuMemFree(ptr) == chroma::cuda_host::kSuccess ? 0 : 1;
+}
+
+// Copies n bytes from a device address to host memory (a device output's .numpy()).
+__attribute__((visibility("default"))) int chroma_cuda_download(void* h, uint64_t src, void* dst, uint64_t n, char* err,
+                                                                size_t errlen) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  CHROMA_CU(cuCtxSetCurrent(rt->ctx), "cuCtxSetCurrent");
+  CHROMA_CU(cuMemcpyDtoH(dst, src, n), "cuMemcpyDtoH");
+  return 0;
+}
+
+// Releases everything (device buffers, graph, stream, module, the context reference).
+__attribute__((visibility("default"))) void chroma_cuda_close(void* h) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  if (rt == nullptr) return;
+  const auto* d = rt->d;
+  d->cuCtxSetCurrent(rt->ctx);
+  d->cuStreamSynchronize(rt->stream);
+  if (rt->graph_exec) d->cuGraphExecDestroy(rt->graph_exec);
+  if (rt->graph) d->cuGraphDestroy(rt->graph);
+  for (auto p : rt->buffers) d->cuMemFree(p);
+  d->cuStreamDestroy(rt->stream);
+  d->cuModuleUnload(rt->module);
+  d->cuDevicePrimaryCtxRelease(rt->dev);
+  delete rt;
+}
+
+// Bytes of the embedded fatbin.
+__attribute__((visibility("default"))) uint64_t chroma_cuda_fatbin_bytes() {
+  return chroma_fatbin_size;
+}
+
+}  // extern "C"
+
+#undef CHROMA_CU

@@ -1,0 +1,311 @@
+"""CUDA artifacts on an NVIDIA GPU: ``chroma.load(directory)`` for an artifact compiled with
+``target="cuda"`` (docs/cuda.md, "The native runtime").
+
+The artifact's host library (include/chroma/cuda/host.h, built when the artifact was compiled,
+with the fatbin nvcc made from ``kernels.cu`` embedded in it) talks to the NVIDIA driver through
+the CUDA driver API. This module reads the GPU package (the same schedule the WebGPU runtime
+and the emulator replay), creates the device buffers once (the arena with its status block,
+the state, the weights shards), uploads the weights and the initial state, looks every kernel
+up once, and hands the library each dispatch (kernel, grid, buffers in its storage slots,
+parameter words). A call copies the inputs in, launches the whole schedule on one non-blocking
+stream (or as one CUDA graph, ``graph=True``), and copies the status block and the outputs back.
+
+Inputs may be NumPy arrays or device arrays (objects with ``__cuda_array_interface__``: CuPy,
+PyTorch CUDA tensors, Numba), whose bytes are copied device to device; ``device_outputs=True``
+returns `DeviceArray` objects that stay in GPU memory (``__cuda_array_interface__``, ``numpy()``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from .program import ArtifactError
+from .webgpu import _WORD, STATUS_BYTES, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
+
+__all__ = ["CudaProgram", "DeviceArray"]
+
+_ERR = 1024
+_U64P = ctypes.POINTER(ctypes.c_uint64)
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    c = ctypes
+    sig = {
+        "chroma_cuda_open": (c.c_void_p, [c.c_int, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_info": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_buffer": (c.c_int, [c.c_void_p, c.c_uint64, c.c_void_p, c.c_uint64, c.POINTER(c.c_int), c.c_char_p,
+                                         c.c_size_t]),
+        "chroma_cuda_upload": (c.c_int, [c.c_void_p, c.c_int, c.c_uint64, c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_kernel": (c.c_int, [c.c_void_p, c.c_int, c.c_uint, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_dispatch": (c.c_int, [c.c_void_p, c.c_int, c.c_uint, c.c_uint, c.c_int, c.POINTER(c.c_int), c.c_int,
+                                           c.POINTER(c.c_uint), c.c_char_p, c.c_size_t]),
+        "chroma_cuda_run": (c.c_int, [c.c_void_p, c.c_int, _U64P, _U64P, _U64P, c.POINTER(c.c_int), c.c_int, _U64P, _U64P,
+                                      _U64P, c.POINTER(c.c_int), c.c_uint64, c.c_void_p, c.c_uint64, c.c_int, c.c_char_p,
+                                      c.c_size_t]),
+        "chroma_cuda_alloc": (c.c_int, [c.c_void_p, c.c_uint64, _U64P, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_free": (c.c_int, [c.c_void_p, c.c_uint64]),
+        "chroma_cuda_download": (c.c_int, [c.c_void_p, c.c_uint64, c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_close": (None, [c.c_void_p]),
+        "chroma_cuda_fatbin_bytes": (c.c_uint64, []),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+
+
+def _u64(values) -> ctypes.Array:
+    return (ctypes.c_uint64 * max(1, len(values)))(*values)
+
+
+def _int(values) -> ctypes.Array:
+    return (ctypes.c_int * max(1, len(values)))(*values)
+
+
+class DeviceArray:
+    """An output kept in GPU memory (``prog(x, device_outputs=True)``): its own allocation,
+    freed when the object goes. ``__cuda_array_interface__`` (version 3) hands it to CuPy,
+    PyTorch or Numba without a copy; ``numpy()`` copies it to the host. Its dtype is the
+    device's storage type (int64 outputs are stored as int32 on the GPU)."""
+
+    def __init__(self, prog: "CudaProgram", ptr: int, dtype: np.dtype, shape: Tuple[int, ...], nbytes: int):
+        self._prog, self.ptr, self.dtype, self.shape, self.nbytes = prog, ptr, np.dtype(dtype), tuple(shape), nbytes
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": None, "stream": None}
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        self._prog._download(self.ptr, out)
+        return out
+
+    def __del__(self):
+        prog, self._prog = getattr(self, "_prog", None), None
+        if prog is not None:
+            prog._free(self.ptr)
+
+    def __repr__(self):
+        return f"DeviceArray({self.dtype}{list(self.shape)} at 0x{self.ptr:x})"
+
+
+class CudaProgram(WebGPUProgram):
+    """A CUDA package on an NVIDIA GPU. Called like a WebGPUProgram (arrays in, positionally or
+    by name; one array or a tuple out). ``graph=True`` replays each call's kernels as one CUDA
+    graph (captured on the first call): one launch instead of one per dispatch."""
+
+    def __init__(self, package: Union[Package, str, os.PathLike, bytes], library: str, *, device: int = 0,
+                 graph: bool = False):
+        t0 = time.perf_counter()
+        self.package = p = package if isinstance(package, Package) else read_package(package)
+        if p.dialect != "cuda":
+            raise PackageError(f"{p.where}: a {p.dialect} package; the CUDA runtime runs CUDA packages")
+        self.inputs, self.outputs = p.inputs, p.outputs
+        self._lock = threading.Lock()
+        self._lost: Optional[str] = None
+        self._calls = 0
+        self.graph = bool(graph)
+        self._h = None
+        try:
+            self._lib = lib = ctypes.CDLL(os.path.abspath(library))
+            _bind(lib)
+        except (OSError, AttributeError) as e:
+            raise ArtifactError(f"{library}: the CUDA host library does not load ({e})") from None
+        err = ctypes.create_string_buffer(_ERR)
+        h = lib.chroma_cuda_open(int(device), err, _ERR)
+        if not h:
+            raise RunError(f"{p.where}: no NVIDIA GPU can run it here: {err.value.decode(errors='replace')}")
+        self._h = h
+        try:
+            self._setup(p, err)
+        except BaseException:
+            self.close()
+            raise
+        info = ctypes.create_string_buffer(512)
+        lib.chroma_cuda_info(h, info, 512)
+        name, major, minor, total, driver = info.value.decode(errors="replace").rsplit("|", 4)
+        self._single = p.manifest.get("output_structure", "single") == "single" and len(p.outputs) == 1
+        self._info = {"device": name, "compute_capability": f"{major}.{minor}", "device_memory": int(total),
+                      "driver_version": int(driver), "fatbin_bytes": int(lib.chroma_cuda_fatbin_bytes()),
+                      "kernels": len(p.kernels), "dispatches": len(p.dispatches), "graph": self.graph,
+                      "load_seconds": time.perf_counter() - t0,
+                      "buffer_bytes": {"arena": p.arena_bytes, "state": p.state_bytes,
+                                       "weights": sum(nb for _, nb in p.shards)}}
+
+    def _check(self, rc: int, err) -> None:
+        if rc:
+            raise RunError(f"{self.package.where}: {err.value.decode(errors='replace')}")
+
+    def _setup(self, p: Package, err) -> None:
+        lib, h = self._lib, self._h
+        bid = ctypes.c_int()
+        self._check(lib.chroma_cuda_buffer(h, p.arena_bytes, None, 0, ctypes.byref(bid), err, _ERR), err)  # buffer 0
+        state = np.zeros(p.state_bytes, np.uint8)
+        for _, off, nb, init in p.state:
+            state[off:off + nb] = np.frombuffer(p.section(init, nb), np.uint8)
+        self._state_init = state
+        self._check(lib.chroma_cuda_buffer(h, p.state_bytes, state.ctypes.data, state.nbytes, ctypes.byref(bid), err, _ERR),
+                    err)  # buffer 1
+        for off, nb in p.shards:  # buffers 2...
+            data = np.frombuffer(p.section(off, nb), np.uint8)
+            self._check(lib.chroma_cuda_buffer(h, nb, data.ctypes.data, nb, ctypes.byref(bid), err, _ERR), err)
+        kernels = p.manifest.get("kernels", [])
+        for i in range(len(p.kernels)):
+            wg = kernels[i].get("workgroup_size", [0])[0] if isinstance(kernels[i], dict) else 0
+            if not isinstance(wg, int) or not 1 <= wg <= 1024:
+                raise PackageError(f"{p.where}: manifest field kernels[{i}].workgroup_size is {wg!r}, expected 1..1024 "
+                                   f"threads (CUDA's block limit)")
+            self._check(lib.chroma_cuda_kernel(h, i, wg, err, _ERR), err)
+        params = np.frombuffer(bytes(p.section(p.params_offset, p.params_bytes)) + bytes(4), np.uint32)
+        for i, d in enumerate(p.dispatches):
+            slots = []
+            for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
+                buf = d["bindings"][n]
+                slots.append(2 + buf[1] if isinstance(buf, tuple) else 0 if buf == "arena" else 1)
+            words = params[d["params"][1] // 4:(d["params"][1] + d["params"][2]) // 4] if d["params"] else params[:0]
+            gx, gy, gz = d["grid"]
+            if gz != 1:
+                raise PackageError(f"{p.where}: dispatch {i} grid {list(d['grid'])}: the CUDA runtime launches 2-D grids")
+            w = np.ascontiguousarray(words, np.uint32)
+            self._check(lib.chroma_cuda_dispatch(h, d["kernel"], gx, gy, len(slots), _int(slots), len(w),
+                                                 w.ctypes.data_as(ctypes.POINTER(ctypes.c_uint)), err, _ERR), err)
+
+    def __repr__(self):
+        return f"CudaProgram({self.package.where!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+    def _write_state(self) -> None:
+        err = ctypes.create_string_buffer(_ERR)
+        s = self._state_init
+        self._check(self._lib.chroma_cuda_upload(self._h, 1, 0, s.ctypes.data, s.nbytes, err, _ERR), err)
+
+    def reset_state(self) -> None:
+        """Restores every state tensor (KV caches) to its initial value."""
+        with self._lock:
+            if self._h is not None and self._lost is None:
+                self._write_state()
+
+    def _inputs(self, arrays, named) -> Tuple[List[int], List[int], List[int], List[Any]]:
+        """(addresses, byte counts, is-device flags, objects to keep alive) for each input, in
+        order. A device array must be contiguous in the device's storage type (int64 inputs:
+        int32)."""
+        names = [t.name for t in self.inputs]
+        dev = {}
+        args = list(arrays)
+        for i, a in enumerate(args):
+            if hasattr(a, "__cuda_array_interface__") and i < len(names):
+                dev[names[i]] = a
+                args[i] = np.zeros(self.inputs[i].shape, self.inputs[i].dtype)  # placeholder for the checks
+        for k, a in list(named.items()):
+            if hasattr(a, "__cuda_array_interface__"):
+                dev[k] = a
+                named = dict(named)
+                t = self.inputs[names.index(k)] if k in names else None
+                if t is not None:
+                    named[k] = np.zeros(t.shape, t.dtype)
+        words = self._words(tuple(args), named)
+        ptrs, sizes, flags, keep = [], [], [], []
+        for i, (t, w) in enumerate(zip(self.inputs, words)):
+            if t.name in dev:
+                ai = dev[t.name].__cuda_array_interface__
+                want = np.dtype(_WORD[t.storage])
+                contiguous = ai.get("strides") is None or tuple(ai["strides"]) == np.zeros(t.shape, want).strides
+                if tuple(ai["shape"]) != t.shape or np.dtype(ai["typestr"]) != want or not contiguous:
+                    raise ValueError(f"input {i} ('{t.name}'): a device array must be contiguous {want}{list(t.shape)} "
+                                     f"(got {np.dtype(ai['typestr'])}{list(ai['shape'])}, strides {ai.get('strides')})")
+                ptrs.append(int(ai["data"][0]))
+                sizes.append(t.size * want.itemsize)
+                flags.append(1)
+                keep.append(dev[t.name])
+            else:
+                b = np.frombuffer(w, np.uint8)
+                ptrs.append(b.ctypes.data if b.size else 0)
+                sizes.append(t.nbytes)
+                flags.append(0)
+                keep.append(b)
+        return ptrs, sizes, flags, keep
+
+    def __call__(self, *arrays: Any, device_outputs: bool = False, **named: Any):
+        ptrs, sizes, flags, keep = self._inputs(arrays, named)
+        p = self.package
+        err = ctypes.create_string_buffer(_ERR)
+        status = np.zeros(STATUS_BYTES // 4, np.uint32)
+        with self._lock:
+            if self._lost:
+                raise RunError(f"{p.where}: {self._lost}")
+            if device_outputs:
+                outs: List[Any] = []
+                for t in self.outputs:
+                    ptr = ctypes.c_uint64()
+                    self._check(self._lib.chroma_cuda_alloc(self._h, t.nbytes, ctypes.byref(ptr), err, _ERR), err)
+                    outs.append(DeviceArray(self, ptr.value, _WORD[t.storage], t.shape, t.nbytes))
+                dst = [o.ptr for o in outs]
+            else:
+                host = [np.empty(t.nbytes, np.uint8) for t in self.outputs]
+                dst = [b.ctypes.data if b.size else 0 for b in host]
+            rc = self._lib.chroma_cuda_run(
+                self._h, len(self.inputs), _u64([t.offset for t in self.inputs]), _u64(ptrs),
+                _u64(sizes), _int(flags), len(self.outputs), _u64([t.offset for t in self.outputs]),
+                _u64(dst), _u64([t.nbytes for t in self.outputs]), _int([int(device_outputs)] * len(self.outputs)),
+                p.status_offset, status.ctypes.data, STATUS_BYTES, int(self.graph), err, _ERR)
+            del keep
+            if rc:
+                # The arena and state are in an unknown state now: every later call fails too.
+                self._lost = f"a call failed on the GPU: {err.value.decode(errors='replace')}"
+                raise RunError(f"{p.where}: {self._lost}")
+            self._calls += 1
+        if status[0]:
+            raise IndexOutOfRange(self._bad_index(int(status[1]) - 1, int(status[2].view(np.int32)), int(status[3]),
+                                                  int(status[4])))
+        if not device_outputs:
+            outs = [t.decode(b.tobytes()) for t, b in zip(self.outputs, host)]
+        return outs[0] if self._single else tuple(outs)
+
+    def _download(self, ptr: int, out: np.ndarray) -> None:
+        err = ctypes.create_string_buffer(_ERR)
+        with self._lock:
+            if self._h is None:
+                raise RunError(f"{self.package.where}: the program was closed")
+            self._check(self._lib.chroma_cuda_download(self._h, ptr, out.ctypes.data, out.nbytes, err, _ERR), err)
+
+    def _free(self, ptr: int) -> None:
+        with self._lock:
+            if self._h is not None:
+                self._lib.chroma_cuda_free(self._h, ptr)
+
+    def profile(self, *arrays: Any, iters: int = 5, **named: Any) -> List[Dict[str, Any]]:
+        raise RunError("CudaProgram.profile is not implemented: use Nsight Systems (nsys profile) on the calling "
+                       "process; every kernel is named chroma_k<i>_main after the package's kernel index")
+
+    def close(self) -> None:
+        """Releases the device buffers, the stream and the module; later calls raise RunError."""
+        with self._lock:
+            if self._h is not None:
+                self._lib.chroma_cuda_close(self._h)
+                self._h = None
+            self._lost = "the program was closed"
+
+
+def load_native(directory: str, manifest: dict, mpath: str, package: Package, *, device: int = 0,
+                graph: bool = False) -> CudaProgram:
+    """The CUDA artifact in `directory` on the GPU, through the host library the manifest names."""
+    host = (manifest.get("cuda") or {}).get("host")
+    if not isinstance(host, dict):
+        why = (manifest.get("cuda") or {}).get("why", "no fatbin")
+        raise RunError(f"{directory}: this CUDA artifact was compiled without nvcc ({why}), so it holds no GPU code; "
+                       f"compile it where nvcc is installed, or chroma.load(directory, emulate=True) runs its kernels on "
+                       f"the CPU SIMT emulator")
+    lib = host.get("library")
+    if not isinstance(lib, str) or os.path.basename(lib) != lib or lib in ("", ".", ".."):
+        raise ArtifactError(f"{mpath}: field 'cuda.host.library' ({lib!r}) must name a file in the artifact directory")
+    path = os.path.join(directory, lib)
+    if not os.path.isfile(path):
+        raise ArtifactError(f"{mpath}: the CUDA host library {path} it names is missing")
+    prog = CudaProgram(package, path, device=device, graph=graph)
+    prog.manifest = manifest
+    return prog
