@@ -11,6 +11,8 @@ ensure_debs setup g++ cmake ninja-build libopenblas-dev libdnnl-dev libgtest-dev
 # WebGPU on the CPU: Chromium (headless tests; its SwiftShader Vulkan driver also serves Dawn
 # in Node) and Mesa's lavapipe (the `wgpu` Python package's adapter in the tests).
 ensure_debs setup chromium mesa-vulkan-drivers
+# clang-14: type-checks the Metal target's MSL against include/chroma/msl_check (docs/cuda.md).
+ensure_debs setup clang-14
 command -v npm >/dev/null 2>&1 || ensure_debs setup nodejs npm
 
 PYTHON="${PYTHON:-python3}"
