@@ -156,7 +156,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   std::vector<std::string> libs;
   if (opts.blas) libs.push_back("-lopenblas");
   if (opts.dnnl) libs.insert(libs.end(), {"-ldnnl", "-lgomp"});
-  libs.push_back("-lcrypto");  // chroma/detail/sha256.h
+  if (opts.crypto) libs.push_back("-lcrypto");  // chroma/detail/sha256.h
   const std::string cmd = cxx + " " + join(flags) + " " + join(libs);
   key.update(cmd.data(), cmd.size());
   const std::string hd = headers_digest(opts.include_dir);

@@ -21,6 +21,7 @@ struct BuildOptions {
   std::string cache_dir;               // "" disables the cache
   bool blas = true;
   bool dnnl = false;                   // link oneDNN (and its OpenMP runtime)
+  bool crypto = true;                  // link libcrypto (chroma/detail/sha256.h)
   int jobs = 0;                        // 0: one per core
   std::vector<std::string> extra_flags;
   // A header (relative to include_dir) that source files include first: with a cache_dir and

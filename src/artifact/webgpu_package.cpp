@@ -490,6 +490,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     bo.include_dir = opts.include_dir;
     bo.cache_dir = opts.cache_dir;
     bo.blas = false;
+    bo.crypto = false;  // the kernels and the host runtime hash nothing
     bo.extra_flags = {"-DCHROMA_SIMT=1"};
     bo.pch_header = metal ? "chroma/simt/metal.h" : "chroma/simt/cuda.h";  // most of a small model's build time otherwise
     fs::create_directories(out / "src");

@@ -29,7 +29,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 import chroma  # noqa: E402
 
 TARGET = os.environ.get("CHROMA_TEST_TARGET", "cpu")
-if TARGET == "cuda":
+# CHROMA_TEST_TARGET=cuda-native (scripts/gpu_check.sh, on a machine with an NVIDIA GPU): the
+# op suite compiled for CUDA with nvcc and run natively (chroma.cuda), skips as cuda_skips.py.
+NATIVE = TARGET == "cuda-native"
+if NATIVE:
+    TARGET = "cuda"
+elif TARGET == "cuda":
     # The op suite runs the CUDA kernels on the emulator; nvcc's fatbin (seconds per model) is
     # built and checked for every architecture by test_cuda.py in the CPU pass.
     os.environ.setdefault("CHROMA_NVCC", "off")
@@ -112,6 +117,8 @@ def check(tmp_path):
             options["target"] = TARGET
             rtol, atol = max(rtol, GPU_RTOL), max(atol, GPU_ATOL)
         prog = chroma.compile(fn, tuple(inputs), out=out, **options)
+        if NATIVE:
+            prog = chroma.load(out)  # the same artifact on the GPU
         with torch.no_grad():
             want = fn(*inputs)
         got = prog(*[to_numpy(x) for x in inputs])

@@ -214,3 +214,19 @@ def test_a_cuda_artifact_without_nvcc_runs_emulated_and_says_why_not_natively(tm
 
     with pytest.raises(simt.RunError, match=r"compiled without nvcc \(CHROMA_NVCC=off\).*emulate=True"):
         cuda.load_native(str(tmp_path / "lin"), prog.manifest, "manifest.json", prog.package)
+
+
+def test_fp32_products_are_not_tf32(tmp_path):
+    """The TF32 check: a K = 4096 product of random numbers against float64. FP32 accumulation
+    lands near 1e-6 relative error, TF32's 10-bit mantissa near 3e-4; the bound 2e-5 tells them
+    apart. On the emulator here, and natively where there is a GPU."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 4096, generator=g), torch.randn(4096, 16, generator=g)
+    prog = _compile(lambda x, w: x @ w, (a, b), tmp_path, "mm")
+    want = a.double() @ b.double()
+    progs = [prog] + ([chroma.load(str(tmp_path / "mm"))] if _has_gpu() else [])
+    for p in progs:
+        got = torch.from_numpy(p(a.numpy(), b.numpy())).double()
+        rel = float((got - want).norm() / want.norm())
+        print(type(p).__name__, f"relative error {rel:.2e}")
+        assert rel < 2e-5, rel

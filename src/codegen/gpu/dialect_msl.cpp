@@ -16,8 +16,8 @@ const Dialect& msl_dialect() {
     x.bitcast = "as_type<{type}>({0})";
     x.nonfinite_float = "as_type<float>({0})";
     x.store_bits =
-        "atomic_fetch_and_explicit((device atomic_uint*)&s{slot}[{0}], ~{mask}, memory_order_relaxed); "
-        "atomic_fetch_or_explicit((device atomic_uint*)&s{slot}[{0}], {1}, memory_order_relaxed);";
+        "atomic_fetch_and_explicit(reinterpret_cast<device atomic_uint*>(&s{slot}[{0}]), ~{mask}, memory_order_relaxed); "
+        "atomic_fetch_or_explicit(reinterpret_cast<device atomic_uint*>(&s{slot}[{0}]), {1}, memory_order_relaxed);";
     x.param = "((int)prm.p{0})";
     x.shift_amount = "((uint)({0}))";
     x.float_remainder = "fmod({0}, {1})";
