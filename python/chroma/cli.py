@@ -212,6 +212,16 @@ def cmd_inspect(a):
         return None
     if m.get("target") in ("webgpu", "cuda", "metal"):
         print(f"artifact {a.dir}: target {m['target']}, package {m['package']['file']}")
+        cu = m.get("cuda") or {}
+        if m.get("target") == "cuda":
+            fb = cu.get("fatbin")
+            if fb:
+                spills = "none" if not fb.get("ptxas_spills") else fb["ptxas_spills"].strip()
+                print(f"fatbin {fb.get('file')}: {fb.get('bytes')} B, {fb.get('command')}; ptxas spills: {spills}; "
+                      f"host library {(cu.get('host') or {}).get('library')} (native: chroma.load(dir))")
+            else:
+                print(f"fatbin: none ({cu.get('why', 'not recorded')}): runs on the emulator only "
+                      f"(chroma.load(dir, emulate=True))")
         return _inspect_package(os.path.normpath(os.path.join(a.dir, m["package"]["file"])))
     print(f"artifact {a.dir}: format {m['format']} v{m['version']}, compiler {m['compiler_version']}, target {m['target']}")
     for kind in ("inputs", "outputs"):

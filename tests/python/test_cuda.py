@@ -205,7 +205,7 @@ def test_native_runtime_on_a_gpu_or_a_clear_error(tmp_path):
             prog(x.numpy())
 
 
-def test_a_cuda_artifact_without_nvcc_runs_emulated_and_says_why_not_natively(tmp_path, monkeypatch):
+def test_a_cuda_artifact_without_nvcc_runs_emulated_and_says_why_not_natively(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CHROMA_NVCC", "off")
     prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
     assert prog.manifest["cuda"]["fatbin"] is None and prog.manifest["cuda"]["why"] == "CHROMA_NVCC=off"
@@ -214,6 +214,10 @@ def test_a_cuda_artifact_without_nvcc_runs_emulated_and_says_why_not_natively(tm
 
     with pytest.raises(simt.RunError, match=r"compiled without nvcc \(CHROMA_NVCC=off\).*emulate=True"):
         cuda.load_native(str(tmp_path / "lin"), prog.manifest, "manifest.json", prog.package)
+    from chroma import cli
+
+    cli.main(["inspect", str(tmp_path / "lin")])
+    assert "fatbin: none (CHROMA_NVCC=off): runs on the emulator only" in capsys.readouterr().out
 
 
 def test_fp32_products_are_not_tf32(tmp_path):
