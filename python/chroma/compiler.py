@@ -336,8 +336,8 @@ def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs
 def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any], target: str = "cpu") -> Any:
     t0 = time.perf_counter()
     if target in ("cuda", "metal"):
-        # This build has no native CUDA or Metal host runtime yet: the program returned runs the
-        # generated kernels on the CPU SIMT emulator (kernels.cu is what nvcc compiles).
+        # The program returned runs the generated kernels on the CPU SIMT emulator, which works on
+        # every machine; chroma.load(out) runs a CUDA artifact natively on an NVIDIA GPU.
         prog = load(out, emulate=True)
     else:
         prog = load(out, threads=threads)
@@ -401,6 +401,8 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
+    if target != "cpu":  # the finished-artifact cache keeps CPU artifacts (their files) only
+        return build({"model_cache": f"off (target {target})"})
     models = [(name, fn, examples[name]) for name, (fn, _) in entries.items()]
     options = dict(entries=list(entries), target=target, blas=blas, max_depth=max_depth)
     if spec:
@@ -418,8 +420,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                with golden inputs and outputs from an eager run, and returns a
                chroma.webgpu.WebGPUProgram that runs it through the `wgpu` package; or
                "cuda": the same package with CUDA kernels (`<out>.chroma-cuda`), `<out>/kernels.cu`
-               and the CPU SIMT emulator's library; returns a chroma.simt.EmulatedProgram
-               (the native CUDA host runtime is not built yet); "metal": the same with MSL
+               and the CPU SIMT emulator's library (with nvcc: also the fatbin and the host
+               library, chroma.load(out) on a GPU); returns a chroma.simt.EmulatedProgram; "metal": the same with MSL
                kernels (`<out>.chroma-metal`, `<out>/kernels.metal`), emulated
     blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
     jobs:      parallel compiler processes (0: one per core)

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from .program import ArtifactError
-from .webgpu import _WORD, STATUS_BYTES, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
+from .webgpu import _WORD, STATUS_BYTES, GpuEntry, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
 
 __all__ = ["CudaProgram", "DeviceArray"]
 
@@ -42,10 +42,11 @@ def _bind(lib: ctypes.CDLL) -> None:
         "chroma_cuda_buffer": (c.c_int, [c.c_void_p, c.c_uint64, c.c_void_p, c.c_uint64, c.POINTER(c.c_int), c.c_char_p,
                                          c.c_size_t]),
         "chroma_cuda_upload": (c.c_int, [c.c_void_p, c.c_int, c.c_uint64, c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]),
+        "chroma_cuda_entry": (c.c_int, [c.c_void_p]),
         "chroma_cuda_kernel": (c.c_int, [c.c_void_p, c.c_int, c.c_uint, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_dispatch": (c.c_int, [c.c_void_p, c.c_int, c.c_uint, c.c_uint, c.c_int, c.POINTER(c.c_int), c.c_int,
+        "chroma_cuda_dispatch": (c.c_int, [c.c_void_p, c.c_int, c.c_int, c.c_uint, c.c_uint, c.c_int, c.POINTER(c.c_int), c.c_int,
                                            c.POINTER(c.c_uint), c.c_char_p, c.c_size_t]),
-        "chroma_cuda_run": (c.c_int, [c.c_void_p, c.c_int, _U64P, _U64P, _U64P, c.POINTER(c.c_int), c.c_int, _U64P, _U64P,
+        "chroma_cuda_run": (c.c_int, [c.c_void_p, c.c_int, c.c_int, _U64P, _U64P, _U64P, c.POINTER(c.c_int), c.c_int, _U64P, _U64P,
                                       _U64P, c.POINTER(c.c_int), c.c_uint64, c.c_void_p, c.c_uint64, c.c_int, c.c_char_p,
                                       c.c_size_t]),
         "chroma_cuda_alloc": (c.c_int, [c.c_void_p, c.c_uint64, _U64P, c.c_char_p, c.c_size_t]),
@@ -130,7 +131,7 @@ class CudaProgram(WebGPUProgram):
         info = ctypes.create_string_buffer(512)
         lib.chroma_cuda_info(h, info, 512)
         name, major, minor, total, driver = info.value.decode(errors="replace").rsplit("|", 4)
-        self._single = p.manifest.get("output_structure", "single") == "single" and len(p.outputs) == 1
+        self._single = p.entries[0].single
         self._info = {"device": name, "compute_capability": f"{major}.{minor}", "device_memory": int(total),
                       "driver_version": int(driver), "fatbin_bytes": int(lib.chroma_cuda_fatbin_bytes()),
                       "kernels": len(p.kernels), "dispatches": len(p.dispatches), "graph": self.graph,
@@ -163,7 +164,22 @@ class CudaProgram(WebGPUProgram):
                                    f"threads (CUDA's block limit)")
             self._check(lib.chroma_cuda_kernel(h, i, wg, err, _ERR), err)
         params = np.frombuffer(bytes(p.section(p.params_offset, p.params_bytes)) + bytes(4), np.uint32)
-        for i, d in enumerate(p.dispatches):
+        for ei, e in enumerate(p.entries):
+            if lib.chroma_cuda_entry(h) != ei:
+                raise RunError(f"{p.where}: the host library numbered entry '{e.name}' out of order")
+            self._plan(ei, e.dispatches, params, err)
+        self.entries = [GpuEntry(self, i, e) for i, e in enumerate(p.entries)]
+
+    def entry(self, name: str) -> GpuEntry:
+        """The entry point `name` (a decoder's "prefill" or "step")."""
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"{self.package.where}: no entry '{name}' (entries: {', '.join(e.name for e in self.entries)})")
+
+    def _plan(self, entry: int, dispatches: List[dict], params: np.ndarray, err) -> None:
+        p, lib, h = self.package, self._lib, self._h
+        for i, d in enumerate(dispatches):
             slots = []
             for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
                 buf = d["bindings"][n]
@@ -173,7 +189,7 @@ class CudaProgram(WebGPUProgram):
             if gz != 1:
                 raise PackageError(f"{p.where}: dispatch {i} grid {list(d['grid'])}: the CUDA runtime launches 2-D grids")
             w = np.ascontiguousarray(words, np.uint32)
-            self._check(lib.chroma_cuda_dispatch(h, d["kernel"], gx, gy, len(slots), _int(slots), len(w),
+            self._check(lib.chroma_cuda_dispatch(h, entry, d["kernel"], gx, gy, len(slots), _int(slots), len(w),
                                                  w.ctypes.data_as(ctypes.POINTER(ctypes.c_uint)), err, _ERR), err)
 
     def __repr__(self):
@@ -190,27 +206,27 @@ class CudaProgram(WebGPUProgram):
             if self._h is not None and self._lost is None:
                 self._write_state()
 
-    def _inputs(self, arrays, named) -> Tuple[List[int], List[int], List[int], List[Any]]:
+    def _inputs(self, arrays, named, inputs) -> Tuple[List[int], List[int], List[int], List[Any]]:
         """(addresses, byte counts, is-device flags, objects to keep alive) for each input, in
         order. A device array must be contiguous in the device's storage type (int64 inputs:
         int32)."""
-        names = [t.name for t in self.inputs]
+        names = [t.name for t in inputs]
         dev = {}
         args = list(arrays)
         for i, a in enumerate(args):
             if hasattr(a, "__cuda_array_interface__") and i < len(names):
                 dev[names[i]] = a
-                args[i] = np.zeros(self.inputs[i].shape, self.inputs[i].dtype)  # placeholder for the checks
+                args[i] = np.zeros(inputs[i].shape, inputs[i].dtype)  # placeholder for the checks
         for k, a in list(named.items()):
             if hasattr(a, "__cuda_array_interface__"):
                 dev[k] = a
                 named = dict(named)
-                t = self.inputs[names.index(k)] if k in names else None
+                t = inputs[names.index(k)] if k in names else None
                 if t is not None:
                     named[k] = np.zeros(t.shape, t.dtype)
-        words = self._words(tuple(args), named)
+        words = self._words(tuple(args), named, inputs)
         ptrs, sizes, flags, keep = [], [], [], []
-        for i, (t, w) in enumerate(zip(self.inputs, words)):
+        for i, (t, w) in enumerate(zip(inputs, words)):
             if t.name in dev:
                 ai = dev[t.name].__cuda_array_interface__
                 want = np.dtype(_WORD[t.storage])
@@ -231,7 +247,11 @@ class CudaProgram(WebGPUProgram):
         return ptrs, sizes, flags, keep
 
     def __call__(self, *arrays: Any, device_outputs: bool = False, **named: Any):
-        ptrs, sizes, flags, keep = self._inputs(arrays, named)
+        return self._call_entry(0, arrays, named, device_outputs)
+
+    def _call_entry(self, index: int, arrays: tuple, named: dict, device_outputs: bool = False):
+        e = self.package.entries[index]
+        ptrs, sizes, flags, keep = self._inputs(arrays, named, e.inputs)
         p = self.package
         err = ctypes.create_string_buffer(_ERR)
         status = np.zeros(STATUS_BYTES // 4, np.uint32)
@@ -240,18 +260,18 @@ class CudaProgram(WebGPUProgram):
                 raise RunError(f"{p.where}: {self._lost}")
             if device_outputs:
                 outs: List[Any] = []
-                for t in self.outputs:
+                for t in e.outputs:
                     ptr = ctypes.c_uint64()
                     self._check(self._lib.chroma_cuda_alloc(self._h, t.nbytes, ctypes.byref(ptr), err, _ERR), err)
                     outs.append(DeviceArray(self, ptr.value, _WORD[t.storage], t.shape, t.nbytes))
                 dst = [o.ptr for o in outs]
             else:
-                host = [np.empty(t.nbytes, np.uint8) for t in self.outputs]
+                host = [np.empty(t.nbytes, np.uint8) for t in e.outputs]
                 dst = [b.ctypes.data if b.size else 0 for b in host]
             rc = self._lib.chroma_cuda_run(
-                self._h, len(self.inputs), _u64([t.offset for t in self.inputs]), _u64(ptrs),
-                _u64(sizes), _int(flags), len(self.outputs), _u64([t.offset for t in self.outputs]),
-                _u64(dst), _u64([t.nbytes for t in self.outputs]), _int([int(device_outputs)] * len(self.outputs)),
+                self._h, index, len(e.inputs), _u64([t.offset for t in e.inputs]), _u64(ptrs),
+                _u64(sizes), _int(flags), len(e.outputs), _u64([t.offset for t in e.outputs]),
+                _u64(dst), _u64([t.nbytes for t in e.outputs]), _int([int(device_outputs)] * len(e.outputs)),
                 p.status_offset, status.ctypes.data, STATUS_BYTES, int(self.graph), err, _ERR)
             del keep
             if rc:
@@ -261,10 +281,10 @@ class CudaProgram(WebGPUProgram):
             self._calls += 1
         if status[0]:
             raise IndexOutOfRange(self._bad_index(int(status[1]) - 1, int(status[2].view(np.int32)), int(status[3]),
-                                                  int(status[4])))
+                                                  int(status[4]), e.dispatches))
         if not device_outputs:
-            outs = [t.decode(b.tobytes()) for t, b in zip(self.outputs, host)]
-        return outs[0] if self._single else tuple(outs)
+            outs = [t.decode(b.tobytes()) for t, b in zip(e.outputs, host)]
+        return outs[0] if e.single else tuple(outs)
 
     def _download(self, ptr: int, out: np.ndarray) -> None:
         err = ctypes.create_string_buffer(_ERR)
@@ -307,5 +327,5 @@ def load_native(directory: str, manifest: dict, mpath: str, package: Package, *,
     if not os.path.isfile(path):
         raise ArtifactError(f"{mpath}: the CUDA host library {path} it names is missing")
     prog = CudaProgram(package, path, device=device, graph=graph)
-    prog.manifest = manifest
+    prog.manifest, prog.directory = manifest, directory
     return prog

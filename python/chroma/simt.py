@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from .program import ArtifactError
-from .webgpu import STATUS_BYTES, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
+from .webgpu import (STATUS_BYTES, GpuEntry, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram,
+                     read_package)
 
 __all__ = ["EmulatedProgram"]
 
@@ -66,8 +67,21 @@ class EmulatedProgram(WebGPUProgram):
                         np.frombuffer(bytes(p.section(off, nb)) + bytes(-nb % 4), np.uint32).copy()
                         for off, nb in p.shards]
         self._params = np.frombuffer(bytes(p.section(p.params_offset, p.params_bytes)) + bytes(4), np.uint32).copy()
-        self._schedule = []
-        for d in p.dispatches:
+        self._schedules = [self._plan(e.dispatches) for e in p.entries]
+        self._schedule = self._schedules[0]
+        self.entries = [GpuEntry(self, i, e) for i, e in enumerate(p.entries)]
+        self._single = p.entries[0].single
+        self._info = {"emulator": os.path.basename(library), "kernels": len(p.kernels), "dispatches": len(p.dispatches),
+                      "entries": [e.name for e in p.entries], "reverse": self.reverse,
+                      "load_seconds": time.perf_counter() - t0,
+                      "buffer_bytes": {"arena": p.arena_bytes, "state": p.state_bytes,
+                                       "weights": sum(nb for _, nb in p.shards), "params": p.params_bytes}}
+
+    def _plan(self, dispatches: List[dict]) -> list:
+        """One entry's schedule: (kernel, grid x, grid y, slot addresses, parameter address)."""
+        p = self.package
+        schedule = []
+        for d in dispatches:
             slots = []
             for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
                 buf = d["bindings"][n]
@@ -77,12 +91,15 @@ class EmulatedProgram(WebGPUProgram):
             gx, gy, gz = d["grid"]
             if gz != 1:
                 raise PackageError(f"{p.where}: dispatch grid {list(d['grid'])}: the emulator runs 2-D grids")
-            self._schedule.append((d["kernel"], gx, gy, (ctypes.c_void_p * max(1, len(slots)))(*slots), params))
-        self._single = p.manifest.get("output_structure", "single") == "single" and len(p.outputs) == 1
-        self._info = {"emulator": os.path.basename(library), "kernels": len(p.kernels), "dispatches": len(p.dispatches),
-                      "reverse": self.reverse, "load_seconds": time.perf_counter() - t0,
-                      "buffer_bytes": {"arena": p.arena_bytes, "state": p.state_bytes,
-                                       "weights": sum(nb for _, nb in p.shards), "params": p.params_bytes}}
+            schedule.append((d["kernel"], gx, gy, (ctypes.c_void_p * max(1, len(slots)))(*slots), params))
+        return schedule
+
+    def entry(self, name: str) -> GpuEntry:
+        """The entry point `name` (a decoder's "prefill" or "step")."""
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"{self.package.where}: no entry '{name}' (entries: {', '.join(e.name for e in self.entries)})")
 
     def __repr__(self):
         return f"EmulatedProgram({self.package.where!r}, inputs={self.inputs}, outputs={self.outputs})"
@@ -97,31 +114,36 @@ class EmulatedProgram(WebGPUProgram):
         with self._lock:
             self._write_state()
 
-    def _dispatch(self, i: int) -> None:
-        k, gx, gy, slots, params = self._schedule[i]
+    def _dispatch(self, i: int, schedule: Optional[list] = None) -> None:
+        k, gx, gy, slots, params = (self._schedule if schedule is None else schedule)[i]
         if gx and gy and self._launch(k, gx, gy, slots, params, int(self.reverse)) != 0:
             raise RunError(f"{self.package.where}: dispatch {i}: the emulator has no kernel {k}")
 
     def __call__(self, *arrays: Any, **named: Any):
-        words = self._words(arrays, named)
+        return self._call_entry(0, arrays, named)
+
+    def _call_entry(self, index: int, arrays: tuple, named: dict):
+        e = self.package.entries[index]
+        words = self._words(arrays, named, e.inputs)
         p = self.package
+        schedule = self._schedules[index]
         with self._lock:
             if self._lost:
                 raise RunError(f"{p.where}: {self._lost}")
             raw = self._arena.view(np.uint8)
-            for t, w in zip(self.inputs, words):
+            for t, w in zip(e.inputs, words):
                 if t.nbytes:
                     raw[t.offset:t.offset + t.nbytes] = np.frombuffer(w, np.uint8)
             raw[p.status_offset:p.status_offset + STATUS_BYTES] = 0
-            for i in range(len(self._schedule)):
-                self._dispatch(i)
+            for i in range(len(schedule)):
+                self._dispatch(i, schedule)
             status = raw[p.status_offset:p.status_offset + 20].view("<u4").copy()
-            outs = [t.decode(raw[t.offset:t.offset + t.nbytes].tobytes()) for t in self.outputs]
+            outs = [t.decode(raw[t.offset:t.offset + t.nbytes].tobytes()) for t in e.outputs]
             self._calls += 1
         if status[0]:
             raise IndexOutOfRange(self._bad_index(int(status[1]) - 1, int(status[2].view(np.int32)), int(status[3]),
-                                                  int(status[4])))
-        return outs[0] if self._single else tuple(outs)
+                                                  int(status[4]), e.dispatches))
+        return outs[0] if e.single else tuple(outs)
 
     def profile(self, *arrays: Any, iters: int = 1, **named: Any) -> List[Dict[str, Any]]:
         """Each dispatch's emulated time (the median of `iters` calls), slowest first. These are
@@ -189,5 +211,5 @@ def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reve
     if not os.path.isfile(lib):
         raise ArtifactError(f"{mpath}: the emulator library {lib} it names is missing")
     prog = EmulatedProgram(package, lib, reverse=reverse)
-    prog.manifest = manifest
+    prog.manifest, prog.directory = manifest, directory
     return prog

@@ -161,6 +161,19 @@ class Tensor:
         return f"{self.name}: {self.dtype}{list(self.shape)}"
 
 
+class PackageEntry:
+    """One entry point of a package: `name`, `inputs`/`outputs` (Tensor), `output_structure`
+    and its checked schedule (`dispatches`)."""
+
+    def __init__(self, name: str, inputs: List[Tensor], outputs: List[Tensor], output_structure: Any,
+                 dispatches: List[dict]):
+        self.name, self.inputs, self.outputs, self.dispatches = name, inputs, outputs, dispatches
+        self.single = output_structure == "single" and len(outputs) == 1
+
+    def __repr__(self):
+        return f"PackageEntry({self.name!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+
 class Package:
     """A package, read and checked (checks 1-3 of docs/webgpu_package.md): `manifest` (the
     parsed JSON), `payload` (a memoryview of the binary sections), `digest` (the header's
@@ -250,18 +263,7 @@ class Package:
         if self.arena_bytes % 4 or so % ALIGN or so + STATUS_BYTES > self.arena_bytes:
             raise PackageError(f"{w} 'arena': {self.arena_bytes} bytes (a multiple of 4) must hold the {STATUS_BYTES}"
                                f"-byte status block at status_offset {so} (a multiple of {ALIGN})")
-        self.inputs = [Tensor(d, f"{w} 'inputs[{i}]'", True) for i, d in enumerate(_list(m, "inputs", w))]
-        self.outputs = [Tensor(d, f"{w} 'outputs[{i}]'", True) for i, d in enumerate(_list(m, "outputs", w))]
-        for kind, ts in (("inputs", self.inputs), ("outputs", self.outputs)):
-            for i, t in enumerate(ts):
-                if not t.name or [u.name for u in ts].count(t.name) > 1:
-                    raise PackageError(f"{w} '{kind}[{i}]': name {t.name!r}, expected a unique non-empty name")
-                end = t.offset + t.nbytes
-                on_status = t.nbytes and t.offset < so + STATUS_BYTES and so < end
-                if t.offset % ALIGN or end > self.arena_bytes or on_status:
-                    raise PackageError(f"{w} '{kind}[{i}]' ('{t.name}'): offset {t.offset} + {t.nbytes} bytes must be "
-                                       f"a multiple of {ALIGN} in the arena ({self.arena_bytes} bytes), off the status "
-                                       f"block")
+        self.inputs, self.outputs = self._io(m, w)
         params = m.get("params", {"offset": 0, "bytes": 0})
         self.params_offset = _int(params, "offset", f"{w} 'params'")
         self.params_bytes = _int(params, "bytes", f"{w} 'params'")
@@ -313,6 +315,39 @@ class Package:
         self.kernels = [self._check_kernel(d, f"{w} 'kernels[{k}]'") for k, d in enumerate(_list(m, "kernels", w))]
         self.dispatches = [self._check_dispatch(d, f"{w} 'dispatches[{i}]'")
                            for i, d in enumerate(_list(m, "dispatches", w))]
+        # Entry points (a decoder's prefill and step): each its own inputs, outputs and schedule
+        # over the shared buffers and kernels; the top-level fields are the first entry's. A
+        # package without 'entries' has one, named "main".
+        self.entries: List[PackageEntry] = []
+        for k, e in enumerate(m.get("entries") or []):
+            at = f"{w} 'entries[{k}]'"
+            if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not e["name"]:
+                raise PackageError(f"{at}: expected an object with a non-empty 'name'")
+            if e["name"] in [x.name for x in self.entries]:
+                raise PackageError(f"{at}: entry name {e['name']!r} given twice")
+            ins, outs = self._io(e, at)
+            ds = [self._check_dispatch(d, f"{at}.dispatches[{i}]") for i, d in enumerate(_list(e, "dispatches", at))]
+            self.entries.append(PackageEntry(e["name"], ins, outs, e.get("output_structure", "single"), ds))
+        if not self.entries:
+            self.entries.append(PackageEntry("main", self.inputs, self.outputs, m.get("output_structure", "single"),
+                                             self.dispatches))
+
+    def _io(self, m: dict, w: str) -> Tuple[List[Tensor], List[Tensor]]:
+        """An entry's inputs and outputs: uniquely named, in the arena, off the status block."""
+        so = self.status_offset
+        inputs = [Tensor(d, f"{w} 'inputs[{i}]'", True) for i, d in enumerate(_list(m, "inputs", w))]
+        outputs = [Tensor(d, f"{w} 'outputs[{i}]'", True) for i, d in enumerate(_list(m, "outputs", w))]
+        for kind, ts in (("inputs", inputs), ("outputs", outputs)):
+            for i, t in enumerate(ts):
+                if not t.name or [u.name for u in ts].count(t.name) > 1:
+                    raise PackageError(f"{w} '{kind}[{i}]': name {t.name!r}, expected a unique non-empty name")
+                end = t.offset + t.nbytes
+                on_status = t.nbytes and t.offset < so + STATUS_BYTES and so < end
+                if t.offset % ALIGN or end > self.arena_bytes or on_status:
+                    raise PackageError(f"{w} '{kind}[{i}]' ('{t.name}'): offset {t.offset} + {t.nbytes} bytes must be "
+                                       f"a multiple of {ALIGN} in the arena ({self.arena_bytes} bytes), off the status "
+                                       f"block")
+        return inputs, outputs
 
     def _check_kernel(self, d: Any, where: str) -> dict:
         if not isinstance(d, dict) or not isinstance(d.get("code"), str) or not isinstance(d.get("entry", "main"), str):
@@ -412,6 +447,26 @@ def _limit_key(name: str, adapter_limits) -> Optional[str]:
     return next((k for k in adapter_limits if k.replace("-", "").lower() == flat), None)
 
 
+class GpuEntry:
+    """One entry point of a loaded GPU program (``prog.entry("step")``): called like the
+    program, with its own inputs and outputs; ``out=`` (one output) receives the result."""
+
+    def __init__(self, prog: Any, index: int, e: PackageEntry):
+        self._prog, self._index, self.name, self.inputs, self.outputs = prog, index, e.name, e.inputs, e.outputs
+
+    def __call__(self, *arrays: Any, out: Optional[np.ndarray] = None, **named: Any):
+        res = self._prog._call_entry(self._index, arrays, named)
+        if out is not None:
+            if isinstance(res, tuple):
+                raise TypeError(f"entry '{self.name}': out= takes one output, this entry returns {len(res)}")
+            np.copyto(out, res)
+            return out
+        return res
+
+    def __repr__(self):
+        return f"GpuEntry({self.name!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+
 class WebGPUProgram:
     """A package loaded on a WebGPU device. Call it with NumPy arrays (positionally, or by
     input name); it returns one array, or a tuple when the model returns several.
@@ -436,6 +491,9 @@ class WebGPUProgram:
         if p.dialect != "wgsl":
             raise PackageError(f"{p.where}: a {p.dialect} package, not WebGPU's (WGSL); "
                                f"chroma.load(directory, emulate=True) runs a CUDA or Metal artifact on the CPU emulator")
+        if len(p.entries) > 1:
+            raise PackageError(f"{p.where}: a package with entries {[e.name for e in p.entries]}: this runtime runs "
+                               f"single-entry packages")
         self.inputs, self.outputs = p.inputs, p.outputs
         self._lock = threading.Lock()
         self._lost: Optional[str] = None
@@ -590,9 +648,11 @@ class WebGPUProgram:
             if self._state is not None and self._lost is None:
                 self._write_state()
 
-    def _words(self, args: Tuple[Any, ...], named: Dict[str, Any]) -> List[np.ndarray]:
-        """The inputs, checked against the manifest, as the arena stores them."""
-        names = [t.name for t in self.inputs]
+    def _words(self, args: Tuple[Any, ...], named: Dict[str, Any], inputs: Optional[List[Tensor]] = None) -> List[np.ndarray]:
+        """The inputs (of `inputs`, default the first entry's), checked against the manifest, as
+        the arena stores them."""
+        inputs = self.inputs if inputs is None else inputs
+        names = [t.name for t in inputs]
         if len(args) > len(names):
             raise TypeError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(args)}")
         given = dict(zip(names, args))
@@ -606,7 +666,7 @@ class WebGPUProgram:
         if missing:
             raise TypeError(f"missing inputs {missing} (expected {len(names)}: {', '.join(names)})")
         words = []
-        for i, t in enumerate(self.inputs):
+        for i, t in enumerate(inputs):
             a = np.asarray(given[t.name])
             if a.dtype != t.dtype or a.shape != t.shape:
                 raise ValueError(f"input {i} ('{t.name}'): expected {t.dtype}{list(t.shape)}, "
@@ -697,11 +757,12 @@ class WebGPUProgram:
                          "node": d["node"], "source": d["source"], "ms": float(np.median(ms))})
         return sorted(rows, key=lambda r: -r["ms"])
 
-    def _bad_index(self, i: int, index: int, size: int, axis: int) -> str:
+    def _bad_index(self, i: int, index: int, size: int, axis: int, dispatches: Optional[List[dict]] = None) -> str:
         what = f"index {index} is out of range for dimension {axis} of size {size}"
-        if not 0 <= i < len(self.package.dispatches):
+        dispatches = self.package.dispatches if dispatches is None else dispatches
+        if not 0 <= i < len(dispatches):
             return f"{self.package.where}: a kernel reported that {what} (unknown dispatch {i})"
-        d = self.package.dispatches[i]
+        d = dispatches[i]
         return f"{self.package.where}: dispatch {i} ({d['label']}, node {d['node'] or '?'}, at {d['source'] or '?'}): {what}"
 
     def self_check(self) -> Dict[str, Any]:

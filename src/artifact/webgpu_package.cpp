@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "artifact/build.h"
@@ -218,11 +219,12 @@ json cuda_native(const fs::path& out, const std::string& source, BuildOptions bo
 std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,
                                  PhaseTimer& timer) {
   const bool metal = opts.target == "metal", cuda = opts.target == "cuda" || metal;  // cuda: a SIMT target
-  const char* api = metal ? "Metal" : cuda ? "CUDA" : "WebGPU";
-  if (entries.size() != 1) {
-    throw CompileError(std::string("a ") + api + " package holds one entry point (this compile has " + std::to_string(entries.size()) + ")");
+  if (!cuda && entries.size() != 1) {
+    throw CompileError("a WebGPU package holds one entry point for now (this compile has " + std::to_string(entries.size()) +
+                       "): the WebGPU runtimes run one schedule; the CUDA and Metal targets take several (a decoder's "
+                       "prefill and step)");
   }
-  CompiledEntry& e = entries[0];
+  CompiledEntry& e = entries[0];  // the package's default entry (its top-level fields)
   Program& p = e.program;
 
   // Weights and state as the device stores them, shards within the default binding limit.
@@ -239,51 +241,6 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   wl.shards.back().second = static_cast<int64_t>(wl.bytes.size());
   timer.lap("weights");
 
-  // The device arena: the status block, the inputs, the outputs, then the planned temporaries.
-  int64_t at = kAlign;
-  json inputs = json::array(), outputs = json::array();
-  std::vector<int64_t> input_at(p.inputs.size()), output_at(p.outputs.size());
-  auto io = [&](const std::vector<int32_t>& ids, std::vector<int64_t>* where, json* list, bool is_input) {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Buffer& b = p.buffers[static_cast<size_t>(ids[i])];
-      check_gpu_dtype(b.type.dtype, is_input ? "input '" + p.input_names[i] + "'" : "output " + std::to_string(i));
-      (*where)[i] = at;
-      const int64_t bytes = device_storage_bytes(b.type.dtype, b.type.numel());
-      list->push_back({{"name", is_input ? p.input_names[i] : "output" + std::to_string(i)},
-                       {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape}, {"storage", storage_name(b.type.dtype)},
-                       {"offset", at}, {"bytes", bytes}});
-      at = align_up(at + std::max<int64_t>(bytes, 4));
-    }
-  };
-  io(p.inputs, &input_at, &inputs, true);
-  io(p.outputs, &output_at, &outputs, false);
-  const int64_t temps_at = at;
-  // Temporaries were planned in the device's storage (lower_options in pipeline.cpp).
-  for (const Buffer& b : p.buffers) {
-    if (b.region == Region::kArena) check_gpu_dtype(b.type.dtype, "temporary '" + b.name + "'");
-  }
-  const int64_t arena_bytes = align_up(temps_at + p.arena_bytes);
-
-  auto place = [&](int32_t id) {
-    const Buffer& b = p.buffers[static_cast<size_t>(id)];
-    gpu::Placement pl;
-    switch (b.region) {
-      case Region::kInput: pl.word = input_at[static_cast<size_t>(b.slot)] / 4; break;
-      case Region::kOutput: pl.word = output_at[static_cast<size_t>(b.slot)] / 4; break;
-      case Region::kArena: pl.word = (temps_at + b.offset) / 4; break;
-      case Region::kState:
-        pl.where = gpu::Placement::kState;
-        pl.word = b.offset / 4;
-        break;
-      case Region::kConstant: {
-        pl.where = gpu::Placement::kWeights;
-        pl.shard = wl.shard_of(b.offset);
-        pl.word = (b.offset - wl.shards[static_cast<size_t>(pl.shard)].first) / 4;
-        break;
-      }
-    }
-    return pl;
-  };
   // WebGPU's default limits: every package runs on a default device. The CUDA target uses the
   // same limits for now, with 32-lane subgroups (warps) always there.
   gpu::Capabilities caps;
@@ -292,8 +249,106 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   } else {
     caps.subgroup_variants = true;  // reductions also with subgroup operations, used where the device has them
   }
-  const gpu::Generated gen =
-      gpu::generate(p, place, caps, metal ? gpu::msl_dialect() : cuda ? gpu::cuda_dialect() : gpu::wgsl_dialect());
+  // Each entry point: its own arena layout (the status block, its inputs, its outputs, then
+  // its planned temporaries; entries run one at a time, so they share one arena buffer) and
+  // its own schedule; kernels are shared, each distinct text once across entries.
+  gpu::Generated gen;  // every entry's modules; dispatches: entry 0's (the top-level schedule)
+  std::map<std::string, int> module_of;
+  std::vector<uint8_t> params;
+  json entry_list = json::array();
+  json inputs, outputs, dispatches;
+  int64_t arena_bytes = kAlign;
+  for (size_t ei = 0; ei < entries.size(); ++ei) {
+    Program& ep = entries[ei].program;
+    int64_t at = kAlign;
+    json ein = json::array(), eout = json::array();
+    std::vector<int64_t> input_at(ep.inputs.size()), output_at(ep.outputs.size());
+    auto io = [&](const std::vector<int32_t>& ids, std::vector<int64_t>* where, json* list, bool is_input) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Buffer& b = ep.buffers[static_cast<size_t>(ids[i])];
+        check_gpu_dtype(b.type.dtype, is_input ? "input '" + ep.input_names[i] + "'" : "output " + std::to_string(i));
+        (*where)[i] = at;
+        const int64_t bytes = device_storage_bytes(b.type.dtype, b.type.numel());
+        list->push_back({{"name", is_input ? ep.input_names[i] : "output" + std::to_string(i)},
+                         {"dtype", dtype_name(b.type.dtype)}, {"shape", b.type.shape}, {"storage", storage_name(b.type.dtype)},
+                         {"offset", at}, {"bytes", bytes}});
+        at = align_up(at + std::max<int64_t>(bytes, 4));
+      }
+    };
+    io(ep.inputs, &input_at, &ein, true);
+    io(ep.outputs, &output_at, &eout, false);
+    const int64_t temps_at = at;
+    // Temporaries were planned in the device's storage (lower_options in pipeline.cpp).
+    for (const Buffer& b : ep.buffers) {
+      if (b.region == Region::kArena) check_gpu_dtype(b.type.dtype, "temporary '" + b.name + "'");
+    }
+    arena_bytes = std::max(arena_bytes, align_up(temps_at + ep.arena_bytes));
+
+    auto place = [&](int32_t id) {
+      const Buffer& b = ep.buffers[static_cast<size_t>(id)];
+      gpu::Placement pl;
+      switch (b.region) {
+        case Region::kInput: pl.word = input_at[static_cast<size_t>(b.slot)] / 4; break;
+        case Region::kOutput: pl.word = output_at[static_cast<size_t>(b.slot)] / 4; break;
+        case Region::kArena: pl.word = (temps_at + b.offset) / 4; break;
+        case Region::kState:
+          pl.where = gpu::Placement::kState;
+          pl.word = b.offset / 4;
+          break;
+        case Region::kConstant: {
+          pl.where = gpu::Placement::kWeights;
+          pl.shard = wl.shard_of(b.offset);
+          pl.word = (b.offset - wl.shards[static_cast<size_t>(pl.shard)].first) / 4;
+          break;
+        }
+      }
+      return pl;
+    };
+    gpu::Generated g =
+        gpu::generate(ep, place, caps, metal ? gpu::msl_dialect() : cuda ? gpu::cuda_dialect() : gpu::wgsl_dialect());
+    std::vector<int> remap(g.modules.size());
+    for (size_t m = 0; m < g.modules.size(); ++m) {
+      const std::string key = g.modules[m].code + '\x01' + g.modules[m].code_subgroups;
+      auto [it, added] = module_of.emplace(key, static_cast<int>(gen.modules.size()));
+      if (added) gen.modules.push_back(std::move(g.modules[m]));
+      remap[m] = it->second;
+    }
+    gen.max_slots = std::max(gen.max_slots, g.max_slots);
+    gen.max_workgroup_size = std::max(gen.max_workgroup_size, g.max_workgroup_size);
+    gen.max_shared_bytes = std::max(gen.max_shared_bytes, g.max_shared_bytes);
+    gen.max_grid = std::max(gen.max_grid, g.max_grid);
+    json edisp = json::array();
+    for (gpu::Dispatch& d : g.dispatches) {
+      d.module = remap[static_cast<size_t>(d.module)];
+      const int64_t off = align_up(static_cast<int64_t>(params.size()));
+      params.resize(static_cast<size_t>(off), 0);
+      const auto* pb = reinterpret_cast<const uint8_t*>(d.params.data());
+      params.insert(params.end(), pb, pb + 4 * d.params.size());
+      json bindings = json::array();
+      for (size_t sl_i = 0; sl_i < d.slots.size(); ++sl_i) {
+        json bnd = {{"binding", sl_i + 1}};
+        switch (d.slots[sl_i].where) {
+          case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
+          case gpu::Placement::kState: bnd["buffer"] = "state"; break;
+          case gpu::Placement::kWeights:
+            bnd["buffer"] = "weights";
+            bnd["shard"] = d.slots[sl_i].shard;
+            break;
+        }
+        bindings.push_back(bnd);
+      }
+      edisp.push_back({{"kernel", d.module}, {"grid", {d.grid_x, d.grid_y, 1}}, {"params", off}, {"bindings", bindings},
+                       {"label", d.label}, {"node", d.node}, {"source", d.source}});
+    }
+    if (ei == 0) {
+      inputs = ein;
+      outputs = eout;
+      dispatches = edisp;
+      gen.dispatches = std::move(g.dispatches);
+    }
+    entry_list.push_back({{"name", entries[ei].name}, {"inputs", ein}, {"outputs", eout},
+                          {"output_structure", ep.output_structure}, {"dispatches", edisp}});
+  }
   timer.lap("codegen");
 
   // Payload: params, weights shards, golden data; each section 256-byte aligned.
@@ -305,29 +360,6 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     payload.insert(payload.end(), b, b + n);
     return off;
   };
-  std::vector<uint8_t> params;
-  json dispatches = json::array();
-  for (const gpu::Dispatch& d : gen.dispatches) {
-    const int64_t off = align_up(static_cast<int64_t>(params.size()));
-    params.resize(static_cast<size_t>(off), 0);
-    const auto* pb = reinterpret_cast<const uint8_t*>(d.params.data());
-    params.insert(params.end(), pb, pb + 4 * d.params.size());
-    json bindings = json::array();
-    for (size_t s = 0; s < d.slots.size(); ++s) {
-      json bnd = {{"binding", s + 1}};
-      switch (d.slots[s].where) {
-        case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
-        case gpu::Placement::kState: bnd["buffer"] = "state"; break;
-        case gpu::Placement::kWeights:
-          bnd["buffer"] = "weights";
-          bnd["shard"] = d.slots[s].shard;
-          break;
-      }
-      bindings.push_back(bnd);
-    }
-    dispatches.push_back({{"kernel", d.module}, {"grid", {d.grid_x, d.grid_y, 1}}, {"params", off}, {"bindings", bindings},
-                          {"label", d.label}, {"node", d.node}, {"source", d.source}});
-  }
   params.resize(static_cast<size_t>(align_up(std::max<int64_t>(static_cast<int64_t>(params.size()), 16))), 0);
   const int64_t params_at = section(params.data(), params.size());
   json shards = json::array();
@@ -347,7 +379,9 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   }
   json state = {{"bytes", sl.bytes}, {"tensors", json::array()}};
   for (const StateLayout::Tensor& t : sl.tensors) {
-    state["tensors"].push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.nbytes}, {"init", weights_at + t.init_offset}});
+    // Each initial value in a payload section of its own (256-byte aligned, as every section).
+    const int64_t init_at = section(wl.bytes.data() + t.init_offset, static_cast<size_t>(t.nbytes));
+    state["tensors"].push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.nbytes}, {"init", init_at}});
   }
   const Golden golden = read_golden(opts.golden_path);
   json gj = {{"inputs", json::array()}, {"outputs", json::array()}, {"tolerance", {{"atol", golden.atol}, {"rtol", golden.rtol}}}};
@@ -421,8 +455,10 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
             {"weights", {{"shards", shards}, {"tensors", tensors}}},
             {"kernels", kernels},
             {"dispatches", dispatches},
-            {"golden", gj},
+            {"entries", entry_list},
+
             {"stats", stats}};
+  if (!opts.golden_path.empty()) m["golden"] = gj;  // (compile_entries has no golden data)
   // The content hash covers the manifest (without it) and the payload.
   auto pack = [&](const std::string& manifest_text, std::vector<uint8_t>* file) {
     const int64_t manifest_at = 96;

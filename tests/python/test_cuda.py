@@ -234,3 +234,38 @@ def test_fp32_products_are_not_tf32(tmp_path):
         rel = float((got - want).norm() / want.norm())
         print(type(p).__name__, f"relative error {rel:.2e}")
         assert rel < 2e-5, rel
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kv_cache_decoder_cached_equals_uncached_before_and_after_the_wrap(tmp_path, target):
+    """compile_decoder on the GPU targets: one package with two entry points (prefill, step)
+    over one copy of the weights and the KV cache as device state. On the emulator (and on a
+    GPU natively for CUDA when there is one): every cached step's logits equal the uncached
+    model's over the same window, across three wraps of the 8-row cache."""
+    from chroma.models import gpt_oss as g
+    from test_gpt_oss import VARIANT, assert_logits_close
+
+    m = g.build(**VARIANT)
+    dec = chroma.compile_decoder(m, prompt_len=5, cache_size=8, out=str(tmp_path / "dec"), target=target)
+    assert [e.name for e in dec.program.entries] == ["prefill", "step"]
+    decs = [dec]
+    if target == "cuda" and _has_gpu():
+        decs.append(chroma.Decoder(chroma.load(str(tmp_path / "dec"))))
+    toks = g.sample_tokens(m.cfg, 21, seed=3)
+    for d in decs:
+        with torch.no_grad():
+            assert_logits_close(d.prefill(toks[:5].numpy()), m(toks[:5]))
+            for p in range(5, 21):  # the cache wraps at positions 8, 16
+                assert_logits_close(d.step(int(toks[p])), m(toks[: p + 1], max_window=8)[-1:])
+    pkg = dec.program.package
+    weights = sum(nb for _, nb in pkg.shards)  # one copy for both entries
+    print(f"weights {weights} B for {sum(w.numel() * 4 for w in m.parameters())} B of parameters")
+    assert weights < 1.25 * sum(w.numel() * 4 for w in m.parameters())
+
+
+def test_a_webgpu_package_with_several_entries_is_refused_at_compile_time(tmp_path):
+    from chroma.models import gpt_oss as g
+    from test_gpt_oss import VARIANT
+
+    with pytest.raises(chroma.CompileError, match="WebGPU package holds one entry point"):
+        chroma.compile_decoder(g.build(**VARIANT), prompt_len=5, cache_size=8, out=str(tmp_path / "d"), target="webgpu")

@@ -183,10 +183,13 @@ struct Runtime {
   std::vector<size_t> buffer_bytes;
   std::vector<CUfunction> kernels;
   std::vector<unsigned> blocks;
-  std::vector<Dispatch> schedule;
-  CUgraph graph = nullptr;
-  CUgraphExec graph_exec = nullptr;
-  uint64_t graph_status_offset = 0;
+  struct Entry {  // an entry point's schedule and its captured graph
+    std::vector<Dispatch> schedule;
+    CUgraph graph = nullptr;
+    CUgraphExec graph_exec = nullptr;
+    uint64_t graph_status_offset = 0;
+  };
+  std::vector<Entry> entries;
   int cc_major = 0, cc_minor = 0;
   char name[256] = {};
 };
@@ -320,15 +323,27 @@ __attribute__((visibility("default"))) int chroma_cuda_kernel(void* h, int index
   return 0;
 }
 
-// Appends a dispatch: kernel `kernel` on a gx x gy grid, storage slot s bound to buffer
+// Adds an entry point with an empty schedule; returns its number (0, 1, ...).
+__attribute__((visibility("default"))) int chroma_cuda_entry(void* h) {
+  auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
+  rt->entries.emplace_back();
+  return static_cast<int>(rt->entries.size()) - 1;
+}
+
+// Appends a dispatch to entry point `entry`'s schedule (chroma_cuda_entry): kernel `kernel` on a gx x gy grid, storage slot s bound to buffer
 // slot_buffers[s], then `nparams` parameter words.
-__attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int kernel, unsigned gx, unsigned gy, int nslots,
+__attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int entry, int kernel, unsigned gx, unsigned gy, int nslots,
                                                                 const int* slot_buffers, int nparams, const unsigned* params,
                                                                 char* err, size_t errlen) {
   using namespace chroma::cuda_host;
   auto* rt = static_cast<Runtime*>(h);
+  if (entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
+    say(err, errlen, "dispatch for entry %d, which chroma_cuda_entry has not made (%zu entries)", entry, rt->entries.size());
+    return 1;
+  }
+  Runtime::Entry& en = rt->entries[static_cast<size_t>(entry)];
   if (kernel < 0 || static_cast<size_t>(kernel) >= rt->kernels.size()) {
-    say(err, errlen, "dispatch %zu: no kernel %d", rt->schedule.size(), kernel);
+    say(err, errlen, "dispatch %zu: no kernel %d", en.schedule.size(), kernel);
     return 1;
   }
   Dispatch d;
@@ -338,31 +353,33 @@ __attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int ker
   d.block = rt->blocks[static_cast<size_t>(kernel)];
   for (int s = 0; s < nslots; ++s) {
     if (slot_buffers[s] < 0 || static_cast<size_t>(slot_buffers[s]) >= rt->buffers.size()) {
-      say(err, errlen, "dispatch %zu: slot %d names buffer %d", rt->schedule.size(), s, slot_buffers[s]);
+      say(err, errlen, "dispatch %zu: slot %d names buffer %d", en.schedule.size(), s, slot_buffers[s]);
       return 1;
     }
     d.slots.push_back(rt->buffers[static_cast<size_t>(slot_buffers[s])]);
   }
   d.params.assign(params, params + nparams);
-  rt->schedule.push_back(std::move(d));
-  Dispatch& b = rt->schedule.back();  // argument pointers into the stored vectors
-  for (auto& s : b.slots) b.args.push_back(&s);
-  for (auto& p : b.params) b.args.push_back(&p);
-  if (rt->graph_exec) {  // a schedule that grows invalidates the captured graph
-    rt->d->cuGraphExecDestroy(rt->graph_exec);
-    rt->d->cuGraphDestroy(rt->graph);
-    rt->graph_exec = nullptr;
-    rt->graph = nullptr;
+  en.schedule.push_back(std::move(d));
+  for (Dispatch& b : en.schedule) {  // argument pointers into the stored vectors (which may have moved)
+    b.args.clear();
+    for (auto& s : b.slots) b.args.push_back(&s);
+    for (auto& p : b.params) b.args.push_back(&p);
+  }
+  if (en.graph_exec) {  // a schedule that grows invalidates the captured graph
+    rt->d->cuGraphExecDestroy(en.graph_exec);
+    rt->d->cuGraphDestroy(en.graph);
+    en.graph_exec = nullptr;
+    en.graph = nullptr;
   }
   return 0;
 }
 
-// One call. Inputs: n_in copies into buffer 0 (the arena) at in_offset[i], from host memory or,
+// One call of entry point `entry`. Inputs: n_in copies into buffer 0 (the arena) at in_offset[i], from host memory or,
 // where in_device[i], from a device address. The status block (status_bytes at status_offset)
 // is cleared before the kernels and copied to `status` after them. Outputs: n_out copies out of
 // the arena, to host memory or (out_device[i]) to a device address. `graph`: launch the
 // kernels as one CUDA graph (captured on first use). Blocks until the stream is done.
-__attribute__((visibility("default"))) int chroma_cuda_run(void* h, int n_in, const uint64_t* in_offset,
+__attribute__((visibility("default"))) int chroma_cuda_run(void* h, int entry, int n_in, const uint64_t* in_offset,
                                                            const uint64_t* in_src, const uint64_t* in_bytes,
                                                            const int* in_device, int n_out, const uint64_t* out_offset,
                                                            const uint64_t* out_dst, const uint64_t* out_bytes,
@@ -370,10 +387,11 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int n_in, co
                                                            uint64_t status_bytes, int graph, char* err, size_t errlen) {
   using namespace chroma::cuda_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (rt->buffers.empty()) {
-    say(err, errlen, "no arena buffer");
+  if (rt->buffers.empty() || entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
+    say(err, errlen, "no arena buffer, or no entry %d (%zu entries)", entry, rt->entries.size());
     return 1;
   }
+  Runtime::Entry& en = rt->entries[static_cast<size_t>(entry)];
   CHROMA_CU(cuCtxSetCurrent(rt->ctx), "cuCtxSetCurrent");
   const CUdeviceptr arena = rt->buffers[0];
   for (int i = 0; i < n_in; ++i) {
@@ -387,8 +405,8 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int n_in, co
   }
   auto launch_all = [&]() -> int {
     CHROMA_CU(cuMemsetD8Async(arena + status_offset, 0, status_bytes, rt->stream), "cuMemsetD8Async (status)");
-    for (size_t i = 0; i < rt->schedule.size(); ++i) {
-      Dispatch& d = rt->schedule[i];
+    for (size_t i = 0; i < en.schedule.size(); ++i) {
+      Dispatch& d = en.schedule[i];
       if (!d.gx || !d.gy) continue;
       const CUresult r = rt->d->cuLaunchKernel(d.fn, d.gx, d.gy, 1, d.block, 1, 1, 0, rt->stream, d.args.data(), nullptr);
       if (r != kSuccess) {
@@ -401,13 +419,13 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int n_in, co
     return 0;
   };
   if (graph) {
-    if (rt->graph_exec && rt->graph_status_offset != status_offset) {
-      rt->d->cuGraphExecDestroy(rt->graph_exec);
-      rt->d->cuGraphDestroy(rt->graph);
-      rt->graph_exec = nullptr;
-      rt->graph = nullptr;
+    if (en.graph_exec && en.graph_status_offset != status_offset) {
+      rt->d->cuGraphExecDestroy(en.graph_exec);
+      rt->d->cuGraphDestroy(en.graph);
+      en.graph_exec = nullptr;
+      en.graph = nullptr;
     }
-    if (!rt->graph_exec) {
+    if (!en.graph_exec) {
       CHROMA_CU(cuStreamBeginCapture(rt->stream, kCaptureThreadLocal), "cuStreamBeginCapture");
       const int lr = launch_all();
       CUgraph g = nullptr;
@@ -417,14 +435,14 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int n_in, co
         return 1;
       }
       if (failed(rt->d, er, "cuStreamEndCapture", err, errlen)) return 1;
-      if (failed(rt->d, rt->d->cuGraphInstantiateWithFlags(&rt->graph_exec, g, 0), "cuGraphInstantiateWithFlags", err, errlen)) {
+      if (failed(rt->d, rt->d->cuGraphInstantiateWithFlags(&en.graph_exec, g, 0), "cuGraphInstantiateWithFlags", err, errlen)) {
         rt->d->cuGraphDestroy(g);
         return 1;
       }
-      rt->graph = g;
-      rt->graph_status_offset = status_offset;
+      en.graph = g;
+      en.graph_status_offset = status_offset;
     }
-    CHROMA_CU(cuGraphLaunch(rt->graph_exec, rt->stream), "cuGraphLaunch");
+    CHROMA_CU(cuGraphLaunch(en.graph_exec, rt->stream), "cuGraphLaunch");
   } else if (launch_all()) {
     return 1;
   }
@@ -474,8 +492,10 @@ __attribute__((visibility("default"))) void chroma_cuda_close(void* h) {
   const auto* d = rt->d;
   d->cuCtxSetCurrent(rt->ctx);
   d->cuStreamSynchronize(rt->stream);
-  if (rt->graph_exec) d->cuGraphExecDestroy(rt->graph_exec);
-  if (rt->graph) d->cuGraphDestroy(rt->graph);
+  for (auto& en : rt->entries) {
+    if (en.graph_exec) d->cuGraphExecDestroy(en.graph_exec);
+    if (en.graph) d->cuGraphDestroy(en.graph);
+  }
   for (auto p : rt->buffers) d->cuMemFree(p);
   d->cuStreamDestroy(rt->stream);
   d->cuModuleUnload(rt->module);
