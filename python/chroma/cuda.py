@@ -43,6 +43,9 @@ def _bind(lib: ctypes.CDLL) -> None:
                                          c.c_size_t]),
         "chroma_cuda_upload": (c.c_int, [c.c_void_p, c.c_int, c.c_uint64, c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]),
         "chroma_cuda_entry": (c.c_int, [c.c_void_p]),
+        "chroma_cuda_gemm": (c.c_int, [c.c_void_p, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.POINTER(c.c_int),
+                                       c.POINTER(c.c_int64), c.POINTER(c.c_int64), c.POINTER(c.c_int64),
+                                       c.POINTER(c.c_int64), c.c_char_p, c.c_size_t]),
         "chroma_cuda_kernel": (c.c_int, [c.c_void_p, c.c_int, c.c_uint, c.c_char_p, c.c_size_t]),
         "chroma_cuda_dispatch": (c.c_int, [c.c_void_p, c.c_int, c.c_int, c.c_uint, c.c_uint, c.c_int, c.POINTER(c.c_int), c.c_int,
                                            c.POINTER(c.c_uint), c.c_char_p, c.c_size_t]),
@@ -119,6 +122,8 @@ class CudaProgram(WebGPUProgram):
         except (OSError, AttributeError) as e:
             raise ArtifactError(f"{library}: the CUDA host library does not load ({e})") from None
         err = ctypes.create_string_buffer(_ERR)
+        if any(d["kernel"] < 0 for e in p.entries for d in e.dispatches):
+            self._preload_cublas()
         h = lib.chroma_cuda_open(int(device), err, _ERR)
         if not h:
             raise RunError(f"{p.where}: no NVIDIA GPU can run it here: {err.value.decode(errors='replace')}")
@@ -138,6 +143,28 @@ class CudaProgram(WebGPUProgram):
                       "load_seconds": time.perf_counter() - t0,
                       "buffer_bytes": {"arena": p.arena_bytes, "state": p.state_bytes,
                                        "weights": sum(nb for _, nb in p.shards)}}
+
+    @staticmethod
+    def _preload_cublas() -> None:
+        """Makes cuBLAS findable by the host library's dlopen("libcublas.so.13"/".12"): the file
+        $CHROMA_CUBLAS names, else the nvidia-cublas Python package's (PyTorch's dependency),
+        loaded globally; without either the system's library path decides."""
+        import glob
+
+        cands = [os.environ["CHROMA_CUBLAS"]] if os.environ.get("CHROMA_CUBLAS") else []
+        try:
+            import nvidia.cublas  # type: ignore[import-not-found]
+
+            for d in list(nvidia.cublas.__path__):
+                cands += sorted(glob.glob(os.path.join(d, "lib", "libcublas.so*")), reverse=True)
+        except ImportError:
+            pass
+        for c in cands:
+            try:
+                ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                continue
 
     def _check(self, rc: int, err) -> None:
         if rc:
@@ -179,11 +206,22 @@ class CudaProgram(WebGPUProgram):
 
     def _plan(self, entry: int, dispatches: List[dict], params: np.ndarray, err) -> None:
         p, lib, h = self.package, self._lib, self._h
+        def buffer_id(buf):
+            return 2 + buf[1] if isinstance(buf, tuple) else 0 if buf == "arena" else 1
+
         for i, d in enumerate(dispatches):
+            if d["kernel"] < 0:  # a cuBLAS product (bounds checked when the package was read)
+                lib = d["library"]
+                ops = [lib[x] for x in ("a", "b", "c")]
+                i64 = lambda key: (ctypes.c_int64 * 3)(*[o[key] for o in ops])  # noqa: E731
+                rc = self._lib.chroma_cuda_gemm(h, entry, lib["batch"], lib["m"], lib["n"], lib["k"],
+                                                _int([buffer_id(d["bindings"][n]) for n in (1, 2, 3)]), i64("word"),
+                                                i64("batch_stride"), i64("row_stride"), i64("col_stride"), err, _ERR)
+                self._check(rc, err)
+                continue
             slots = []
             for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
-                buf = d["bindings"][n]
-                slots.append(2 + buf[1] if isinstance(buf, tuple) else 0 if buf == "arena" else 1)
+                slots.append(buffer_id(d["bindings"][n]))
             words = params[d["params"][1] // 4:(d["params"][1] + d["params"][2]) // 4] if d["params"] else params[:0]
             gx, gy, gz = d["grid"]
             if gz != 1:

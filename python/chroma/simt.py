@@ -82,6 +82,17 @@ class EmulatedProgram(WebGPUProgram):
         p = self.package
         schedule = []
         for d in dispatches:
+            if d["kernel"] < 0:  # a library gemm: "cuBLAS" through NumPy's matmul (the CPU BLAS)
+                mats = []
+                for n, name, (r, c) in ((1, "a", ("m", "k")), (2, "b", ("k", "n")), (3, "c", ("m", "n"))):
+                    buf = d["bindings"][n]
+                    arr = self._shards[buf[1]] if isinstance(buf, tuple) else self._arena if buf == "arena" else self._state
+                    o, lib = d["library"][name], d["library"]
+                    mats.append(np.lib.stride_tricks.as_strided(
+                        arr.view(np.float32)[o["word"]:], (lib["batch"], lib[r], lib[c]),
+                        (4 * o["batch_stride"], 4 * o["row_stride"], 4 * o["col_stride"])))
+                schedule.append((-1, 0, 0, mats, None))
+                continue
             slots = []
             for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
                 buf = d["bindings"][n]
@@ -116,6 +127,10 @@ class EmulatedProgram(WebGPUProgram):
 
     def _dispatch(self, i: int, schedule: Optional[list] = None) -> None:
         k, gx, gy, slots, params = (self._schedule if schedule is None else schedule)[i]
+        if k < 0:
+            a, b, c = slots
+            c[...] = np.matmul(a, b)  # float32 in, float32 accumulation (OpenBLAS sgemm)
+            return
         if gx and gy and self._launch(k, gx, gy, slots, params, int(self.reverse)) != 0:
             raise RunError(f"{self.package.where}: dispatch {i}: the emulator has no kernel {k}")
 

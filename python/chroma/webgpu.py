@@ -366,7 +366,65 @@ class Package:
             raise PackageError(f"{where}: features {missing} are not in 'requirements.features'")
         return {"name": str(d.get("name", "")), "code": d["code"], "entry": d.get("entry", "main"), "bindings": kinds}
 
+    def _buffer_of(self, b: Any, at: str, writable: bool) -> Tuple[Any, int]:
+        """A binding's buffer ('arena', 'state' or ('weights', shard)) and its bytes."""
+        buf = b.get("buffer") if isinstance(b, dict) else None
+        if buf == "weights":
+            shard = _int(b, "shard", at)
+            if shard >= len(self.shards):
+                raise PackageError(f"{at}: shard index {shard} is out of range (the package has {len(self.shards)} weight "
+                                   f"shards)")
+            if writable:
+                raise PackageError(f"{at}: weights shard {shard} bound read-write")
+            return ("weights", shard), self.shards[shard][1]
+        if buf not in ("arena", "state") or (buf == "state" and not self.state_bytes):
+            raise PackageError(f"{at}: buffer {buf!r}, expected 'arena', 'weights' or 'state' (with a non-zero state.bytes)")
+        return buf, self.arena_bytes if buf == "arena" else self.state_bytes
+
+    def _check_library(self, d: dict, where: str) -> dict:
+        """A library dispatch: a float32 (batched) product for the platform's BLAS (cuBLAS),
+        bindings 1, 2, 3 the buffers of A, B and C; every element it addresses must lie in its
+        buffer (checked here, before any runtime hands the addresses to a BLAS)."""
+        lib = d["library"]
+        if self.dialect != "cuda" or not isinstance(lib, dict) or lib.get("op") != "sgemm":
+            raise PackageError(f"{where}: field 'library' is {lib!r}: a CUDA package's library dispatch is "
+                               f"{{'op': 'sgemm', ...}}")
+        dims = {k: _int(lib, k, f"{where}.library") for k in ("batch", "m", "n", "k")}
+        if min(dims.values()) < 1:
+            raise PackageError(f"{where}.library: batch, m, n and k must be positive ({dims})")
+        bnd = {}
+        for j, b in enumerate(_list(d, "bindings", where)):
+            n = _int(b, "binding", f"{where}.bindings[{j}]")
+            if n not in (1, 2, 3) or n in bnd:
+                raise PackageError(f"{where}.bindings[{j}]: binding {n}: a library dispatch binds 1 (A), 2 (B) and 3 (C) once "
+                                   f"each")
+            bnd[n] = self._buffer_of(b, f"{where}.bindings[{j}]", n == 3)
+        if sorted(bnd) != [1, 2, 3]:
+            raise PackageError(f"{where}: a library dispatch binds 1 (A), 2 (B) and 3 (C); it binds {sorted(bnd)}")
+        ops = {}
+        for name, n, (rows, cols) in (("a", 1, ("m", "k")), ("b", 2, ("k", "n")), ("c", 3, ("m", "n"))):
+            o = lib.get(name)
+            at = f"{where}.library.{name}"
+            v = {k: _int(o, k, at) for k in ("word", "batch_stride", "row_stride", "col_stride")}
+            r, c = dims[rows], dims[cols]
+            if not ((v["col_stride"] == 1 and v["row_stride"] >= c) or (v["row_stride"] == 1 and v["col_stride"] >= r)) \
+                    or (name == "c" and v["col_stride"] != 1):
+                raise PackageError(f"{at}: strides {v} do not make a row- or column-major {r} x {c} matrix"
+                                   + (" (C must be row-major)" if name == "c" else ""))
+            last = v["word"] + (dims["batch"] - 1) * v["batch_stride"] + (r - 1) * v["row_stride"] + (c - 1) * v["col_stride"]
+            if 4 * (last + 1) > bnd[n][1]:
+                raise PackageError(f"{at}: addresses word {last}, beyond its buffer ({bnd[n][1]} bytes)")
+            ops[name] = v
+        c = ops["c"]
+        if dims["batch"] > 1 and c["batch_stride"] < dims["m"] * c["row_stride"]:
+            raise PackageError(f"{where}.library.c: batch stride {c['batch_stride']} overlaps the batches")
+        return {"kernel": -1, "library": dict(dims, **ops), "grid": (0, 0, 0), "params": None,
+                "bindings": {n: b for n, (b, _) in bnd.items()}, "label": str(d.get("label", "")),
+                "node": str(d.get("node", "")), "source": str(d.get("source", ""))}
+
     def _check_dispatch(self, d: Any, where: str) -> dict:
+        if isinstance(d, dict) and "library" in d:
+            return self._check_library(d, where)
         k = _int(d, "kernel", where)
         if k >= len(self.kernels):
             raise PackageError(f"{where}: kernel index {k} is out of range (the package has {len(self.kernels)} "

@@ -1,6 +1,7 @@
 // The WebGPU target: WGSL kernels from the GPU generator, the schedule that replays them, the
 // memory plan, weights shards and golden data in one `.chroma-web` file
 // (docs/webgpu_package.md), plus the artifact directory's manifest.json.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -246,6 +247,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   gpu::Capabilities caps;
   if (cuda) {
     caps.subgroup_size = 32;
+    caps.library_gemm = !metal;  // cuBLAS (the CPU BLAS when emulated)
   } else {
     caps.subgroup_variants = true;  // reductions also with subgroup operations, used where the device has them
   }
@@ -319,6 +321,29 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     gen.max_grid = std::max(gen.max_grid, g.max_grid);
     json edisp = json::array();
     for (gpu::Dispatch& d : g.dispatches) {
+      if (d.library) {  // a float32 product for the platform's BLAS (docs/webgpu_package.md "Library dispatches")
+        auto operand = [](const gpu::LibraryGemm::Operand& o) {
+          return json{{"word", o.word}, {"batch_stride", o.batch_stride}, {"row_stride", o.row_stride}, {"col_stride", o.col_stride}};
+        };
+        json bindings = json::array();
+        for (size_t sl_i = 0; sl_i < d.slots.size(); ++sl_i) {
+          json bnd = {{"binding", sl_i + 1}};
+          switch (d.slots[sl_i].where) {
+            case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
+            case gpu::Placement::kState: bnd["buffer"] = "state"; break;
+            case gpu::Placement::kWeights:
+              bnd["buffer"] = "weights";
+              bnd["shard"] = d.slots[sl_i].shard;
+              break;
+          }
+          bindings.push_back(bnd);
+        }
+        const gpu::LibraryGemm& gm = d.gemm;
+        edisp.push_back({{"library", {{"op", "sgemm"}, {"batch", gm.batch}, {"m", gm.m}, {"n", gm.n}, {"k", gm.k},
+                                      {"a", operand(gm.a)}, {"b", operand(gm.b)}, {"c", operand(gm.c)}}},
+                         {"bindings", bindings}, {"label", d.label}, {"node", d.node}, {"source", d.source}});
+        continue;
+      }
       d.module = remap[static_cast<size_t>(d.module)];
       const int64_t off = align_up(static_cast<int64_t>(params.size()));
       params.resize(static_cast<size_t>(off), 0);
@@ -436,7 +461,9 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     for (int32_t id : ids) n += p.buffers[static_cast<size_t>(id)].type.nbytes();
     return n;
   };
-  json stats = {{"kernels", p.kernels.size()}, {"dispatches", gen.dispatches.size()}, {"pipelines", gen.modules.size()},
+  const int64_t library_calls = std::count_if(gen.dispatches.begin(), gen.dispatches.end(), [](const gpu::Dispatch& d) { return d.library; });
+  json stats = {{"kernels", p.kernels.size()}, {"dispatches", gen.dispatches.size()}, {"library_calls", library_calls},
+                {"pipelines", gen.modules.size()},
                 {"cpu_kernels", cpu_kernels}, {"arena_bytes", p.arena_bytes}, {"device_arena_bytes", arena_bytes},
                 {"temporaries_bytes", p.temporaries_bytes}, {"folded_constants", e.graph.folded_constants},
                 {"weight_bytes", weight_bytes}, {"state_bytes", sl.bytes}, {"fused_expressions", p.fused_expressions},
@@ -508,6 +535,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   for (const CompiledEntry& ce : entries) es.push_back(describe_entry(ce, weight_bytes, sl.bytes));
   for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) am[key] = es[0][key];
   am["stats"]["dispatches"] = gen.dispatches.size();
+  am["stats"]["library_calls"] = library_calls;
   am["stats"]["pipelines"] = gen.modules.size();
   am["stats"]["cpu_kernels"] = cpu_kernels;
   am["stats"]["package_bytes"] = file.size();

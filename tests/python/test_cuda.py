@@ -225,8 +225,9 @@ def test_fp32_products_are_not_tf32(tmp_path):
     lands near 1e-6 relative error, TF32's 10-bit mantissa near 3e-4; the bound 2e-5 tells them
     apart. On the emulator here, and natively where there is a GPU."""
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(8, 4096, generator=g), torch.randn(4096, 16, generator=g)
+    a, b = torch.randn(16, 4096, generator=g), torch.randn(4096, 16, generator=g)
     prog = _compile(lambda x, w: x @ w, (a, b), tmp_path, "mm")
+    assert prog.stats["library_calls"] == 1  # cuBLAS on a GPU, NumPy's sgemm on the emulator
     want = a.double() @ b.double()
     progs = [prog] + ([chroma.load(str(tmp_path / "mm"))] if _has_gpu() else [])
     for p in progs:
@@ -269,3 +270,46 @@ def test_a_webgpu_package_with_several_entries_is_refused_at_compile_time(tmp_pa
 
     with pytest.raises(chroma.CompileError, match="WebGPU package holds one entry point"):
         chroma.compile_decoder(g.build(**VARIANT), prompt_len=5, cache_size=8, out=str(tmp_path / "d"), target="webgpu")
+
+
+@pytest.mark.parametrize("case", ["linear_gelu", "batched_bt", "broadcast_b", "transposed_a"])
+def test_float32_products_through_the_library_gemm(tmp_path, monkeypatch, case):
+    """Products with at least 64^3 multiply-adds over strided operands are library dispatches
+    (cuBLAS on a GPU; NumPy's float32 matmul, the CPU BLAS, on the emulator), the fused
+    epilogue a kernel after them; row- and column-major operands, batches, broadcast ones."""
+    monkeypatch.setenv("CHROMA_NVCC", "off")
+    torch.manual_seed(0)
+    if case == "linear_gelu":
+        lin = torch.nn.Linear(128, 96)
+        f, args = (lambda x: torch.nn.functional.gelu(lin(x))), (randn(4, 32, 128),)
+    elif case == "batched_bt":
+        f, args = (lambda a, b: (a @ b.transpose(1, 2)) * 0.5), (randn(3, 64, 80), randn(3, 72, 80, seed=1))
+    elif case == "broadcast_b":
+        f, args = (lambda a, b: a @ b), (randn(3, 64, 80), randn(80, 72, seed=1))
+    else:
+        f, args = (lambda a, b: a.transpose(1, 2) @ b), (randn(3, 80, 64), randn(3, 80, 72, seed=1))
+    with torch.no_grad():
+        prog = chroma.compile(f, args, target="cuda", out=str(tmp_path / "p"))
+        want = f(*args)
+    assert prog.stats["library_calls"] >= 1, prog.package.manifest["dispatches"]
+    compare(prog(*[a.numpy() for a in args]), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_library_dispatch_outside_its_buffer_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHROMA_NVCC", "off")
+    prog = _compile(lambda a, b: a @ b, (randn(64, 80), randn(80, 72)), tmp_path, "mm")
+    pkg = prog.package
+    d = next(x for x in pkg.manifest["dispatches"] if "library" in x)
+    pkg._check_dispatch(d, "ok")  # as written
+    bad = json.loads(json.dumps(d))
+    bad["library"]["c"]["word"] = pkg.arena_bytes // 4
+    with pytest.raises(simt.PackageError, match=r"library.c: addresses word .* beyond its buffer"):
+        pkg._check_dispatch(bad, "dispatch")
+    bad = json.loads(json.dumps(d))
+    bad["library"]["a"]["row_stride"] = 3
+    with pytest.raises(simt.PackageError, match="row- or column-major"):
+        pkg._check_dispatch(bad, "dispatch")
+    bad = json.loads(json.dumps(d))
+    bad["bindings"][2]["buffer"], bad["bindings"][2]["shard"] = "weights", 0
+    with pytest.raises(simt.PackageError, match="bound read-write"):
+        pkg._check_dispatch(bad, "dispatch")

@@ -164,7 +164,36 @@ inline const Driver* driver(std::string* why) {
   return ok ? &d : nullptr;
 }
 
+// cuBLAS (libcublas, opened on first use like the driver): float32 products with FP32 compute
+// (CUBLAS_COMPUTE_32F) and the default math mode, so no TF32 tensor-core rounding.
+struct Blas {
+  void* lib = nullptr;
+  void* handle = nullptr;
+  int (*create)(void**);
+  int (*destroy)(void*);
+  int (*set_stream)(void*, CUstream);
+  int (*set_math_mode)(void*, int);
+  int (*gemm)(void*, int, int, int, int, int, const void*, const void*, int, int, long long, const void*, int, int, long long,
+              const void*, void*, int, int, long long, int, int, int);
+};
+constexpr int kBlasOpN = 0, kBlasOpT = 1;    // CUBLAS_OP_N, CUBLAS_OP_T
+constexpr int kBlasDefaultMath = 0;          // CUBLAS_DEFAULT_MATH: no TF32
+constexpr int kR32F = 0;                     // CUDA_R_32F
+constexpr int kCompute32F = 68;              // CUBLAS_COMPUTE_32F
+constexpr int kGemmDefault = -1;             // CUBLAS_GEMM_DEFAULT
+
+// A row-major C = A B (each operand: word offset in its buffer, batch/row/column strides in
+// words, one of row/column 1) as cuBLAS's column-major call computing C^T = B^T A^T.
+struct Gemm {
+  int batch = 1, m = 0, n = 0, k = 0;
+  CUdeviceptr a = 0, b = 0, c = 0;
+  int op_a = kBlasOpN, op_b = kBlasOpN, lda = 0, ldb = 0, ldc = 0;
+  long long stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 struct Dispatch {
+  bool library = false;  // a cuBLAS call (`gemm`), else a kernel launch
+  Gemm gemm;
   CUfunction fn = nullptr;
   unsigned gx = 0, gy = 0, block = 0;
   std::vector<CUdeviceptr> slots;  // kernel arguments: the storage slots' base addresses...
@@ -190,6 +219,7 @@ struct Runtime {
     uint64_t graph_status_offset = 0;
   };
   std::vector<Entry> entries;
+  Blas blas;
   int cc_major = 0, cc_minor = 0;
   char name[256] = {};
 };
@@ -202,6 +232,45 @@ inline bool failed(const Driver* d, CUresult r, const char* call, char* err, siz
   if (d->cuGetErrorName(r, &n) != kSuccess) n = nullptr;
   if (d->cuGetErrorString(r, &s) != kSuccess) s = nullptr;
   say(err, errlen, "%s failed: %s (%d: %s)", call, n ? n : "CUDA_ERROR_UNKNOWN", r, s ? s : "no description");
+  return true;
+}
+
+// Opens cuBLAS for `rt` on its stream (once). Returns false with the reason in err.
+inline bool open_blas(Runtime* rt, char* err, size_t errlen) {
+  Blas& b = rt->blas;
+  if (b.handle) return true;
+  const char* names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+  std::string tried;
+  for (const char* n : names) {
+    b.lib = ::dlopen(n, RTLD_NOW | RTLD_LOCAL);
+    if (b.lib) break;
+    const char* e = ::dlerror();
+    tried += std::string(tried.empty() ? "" : "; ") + (e ? e : n);
+  }
+  if (!b.lib) {
+    say(err, errlen, "cuBLAS does not load (%s): install the CUDA toolkit's libcublas or the nvidia-cublas Python package",
+        tried.c_str());
+    return false;
+  }
+  b.create = reinterpret_cast<decltype(b.create)>(::dlsym(b.lib, "cublasCreate_v2"));
+  b.destroy = reinterpret_cast<decltype(b.destroy)>(::dlsym(b.lib, "cublasDestroy_v2"));
+  b.set_stream = reinterpret_cast<decltype(b.set_stream)>(::dlsym(b.lib, "cublasSetStream_v2"));
+  b.set_math_mode = reinterpret_cast<decltype(b.set_math_mode)>(::dlsym(b.lib, "cublasSetMathMode"));
+  b.gemm = reinterpret_cast<decltype(b.gemm)>(::dlsym(b.lib, "cublasGemmStridedBatchedEx"));
+  if (!b.create || !b.destroy || !b.set_stream || !b.set_math_mode || !b.gemm) {
+    say(err, errlen, "the cuBLAS library found lacks cublasCreate_v2, cublasSetStream_v2, cublasSetMathMode or "
+        "cublasGemmStridedBatchedEx (CUDA 11 or newer is needed)");
+    return false;
+  }
+  int st = b.create(&b.handle);
+  if (st == 0) st = b.set_stream(b.handle, rt->stream);
+  if (st == 0) st = b.set_math_mode(b.handle, kBlasDefaultMath);
+  if (st != 0) {
+    say(err, errlen, "cuBLAS initialization failed (cublasStatus_t %d)", st);
+    if (b.handle) b.destroy(b.handle);
+    b.handle = nullptr;
+    return false;
+  }
   return true;
 }
 
@@ -374,6 +443,51 @@ __attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int ent
   return 0;
 }
 
+// Appends a cuBLAS product to entry point `entry`'s schedule: row-major C = A B over `batch`
+// matrices; operand x (a, b, c) lies in buffer buf[x] at word[x], with batch_stride[x],
+// row_stride[x] and col_stride[x] in words (one of the last two 1; C's column stride 1).
+__attribute__((visibility("default"))) int chroma_cuda_gemm(void* h, int entry, int batch, int m, int n, int k,
+                                                            const int* buf, const int64_t* word, const int64_t* batch_stride,
+                                                            const int64_t* row_stride, const int64_t* col_stride, char* err,
+                                                            size_t errlen) {
+  using namespace chroma::cuda_host;
+  auto* rt = static_cast<Runtime*>(h);
+  if (entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
+    say(err, errlen, "gemm for entry %d, which chroma_cuda_entry has not made", entry);
+    return 1;
+  }
+  for (int x = 0; x < 3; ++x) {
+    if (buf[x] < 0 || static_cast<size_t>(buf[x]) >= rt->buffers.size()) {
+      say(err, errlen, "gemm operand %d names buffer %d", x, buf[x]);
+      return 1;
+    }
+  }
+  if (!open_blas(rt, err, errlen)) return 1;
+  Dispatch d;
+  d.library = true;
+  Gemm& g = d.gemm;
+  g.batch = batch;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  auto addr = [&](int x) { return rt->buffers[static_cast<size_t>(buf[x])] + static_cast<CUdeviceptr>(4 * word[x]); };
+  g.a = addr(0);
+  g.b = addr(1);
+  g.c = addr(2);
+  // Row-major A (m x k): column-major it is A^T (op N, ld = row stride); stored by columns
+  // (row stride 1) it is A (op T, ld = column stride). The same for B.
+  g.op_a = col_stride[0] == 1 ? kBlasOpN : kBlasOpT;
+  g.lda = static_cast<int>(col_stride[0] == 1 ? row_stride[0] : col_stride[0]);
+  g.op_b = col_stride[1] == 1 ? kBlasOpN : kBlasOpT;
+  g.ldb = static_cast<int>(col_stride[1] == 1 ? row_stride[1] : col_stride[1]);
+  g.ldc = static_cast<int>(row_stride[2]);
+  g.stride_a = batch_stride[0];
+  g.stride_b = batch_stride[1];
+  g.stride_c = batch_stride[2];
+  rt->entries[static_cast<size_t>(entry)].schedule.push_back(d);
+  return 0;
+}
+
 // One call of entry point `entry`. Inputs: n_in copies into buffer 0 (the arena) at in_offset[i], from host memory or,
 // where in_device[i], from a device address. The status block (status_bytes at status_offset)
 // is cleared before the kernels and copied to `status` after them. Outputs: n_out copies out of
@@ -407,6 +521,21 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int entry, i
     CHROMA_CU(cuMemsetD8Async(arena + status_offset, 0, status_bytes, rt->stream), "cuMemsetD8Async (status)");
     for (size_t i = 0; i < en.schedule.size(); ++i) {
       Dispatch& d = en.schedule[i];
+      if (d.library) {
+        const Gemm& g = d.gemm;
+        const float one = 1.0f, zero = 0.0f;
+        // C^T (n x m, column-major, ldc) = op(B view) (n x k) * op(A view) (k x m)
+        const int st = rt->blas.gemm(rt->blas.handle, g.op_b, g.op_a, g.n, g.m, g.k, &one, reinterpret_cast<const void*>(g.b),
+                                     kR32F, g.ldb, g.stride_b, reinterpret_cast<const void*>(g.a), kR32F, g.lda, g.stride_a,
+                                     &zero, reinterpret_cast<void*>(g.c), kR32F, g.ldc, g.stride_c, g.batch, kCompute32F,
+                                     kGemmDefault);
+        if (st != 0) {
+          say(err, errlen, "cublasGemmStridedBatchedEx (dispatch %zu: %d x %d x %d, batch %d) failed: cublasStatus_t %d", i,
+              g.m, g.n, g.k, g.batch, st);
+          return 1;
+        }
+        continue;
+      }
       if (!d.gx || !d.gy) continue;
       const CUresult r = rt->d->cuLaunchKernel(d.fn, d.gx, d.gy, 1, d.block, 1, 1, 0, rt->stream, d.args.data(), nullptr);
       if (r != kSuccess) {
@@ -496,6 +625,7 @@ __attribute__((visibility("default"))) void chroma_cuda_close(void* h) {
     if (en.graph_exec) d->cuGraphExecDestroy(en.graph_exec);
     if (en.graph) d->cuGraphDestroy(en.graph);
   }
+  if (rt->blas.handle) rt->blas.destroy(rt->blas.handle);
   for (auto p : rt->buffers) d->cuMemFree(p);
   d->cuStreamDestroy(rt->stream);
   d->cuModuleUnload(rt->module);

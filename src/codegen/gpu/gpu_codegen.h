@@ -27,6 +27,10 @@ struct Capabilities {
   int64_t max_grid = 65535;              // maxComputeWorkgroupsPerDimension
   int64_t max_binding_bytes = 128ll << 20;  // maxStorageBufferBindingSize
   bool has_f16 = false;
+  // Float32 matrix products go to the platform's BLAS (cuBLAS on CUDA) as library dispatches
+  // where their operands are strided matrices (library_gemm_call); the generated kernel stays
+  // for the rest (fused operands, few rows or columns).
+  bool library_gemm = false;
 };
 
 // Where a program buffer lives on the device: a word offset in the arena, the state buffer,
@@ -48,8 +52,21 @@ struct Module {
   int64_t shared_bytes = 0;
 };
 
+// A float32 (batched) product the runtime hands to the platform's BLAS, row-major
+// semantics: C[b, m, n] = sum_k A[b, m, k] B[b, k, n], each operand addressed as
+// word + b * batch_stride + row * row_stride + col * col_stride in its storage slot (slots 0,
+// 1, 2 of the dispatch: A, B, C), one of each matrix's two strides 1 (C's column stride 1).
+struct LibraryGemm {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  struct Operand {
+    int64_t word = 0, batch_stride = 0, row_stride = 0, col_stride = 1;
+  } a, b, c;
+};
+
 struct Dispatch {
-  int module = 0;
+  int module = 0;     // -1: a library call (gemm)
+  bool library = false;
+  LibraryGemm gemm;
   int64_t grid_x = 1, grid_y = 1;
   std::vector<uint32_t> params;
   std::vector<Placement> slots;  // which buffer each storage slot is (word ignored)

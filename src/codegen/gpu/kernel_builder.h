@@ -4,6 +4,8 @@
 // src/codegen/gpu.
 #pragma once
 
+#include <optional>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -371,6 +373,13 @@ class KB {
 
 // Matrix products and convolutions (products.cpp).
 void t_matmul(KB& kb, const chroma::Kernel& lk);
+// The product `lk` as a library gemm when its operands allow it (float32, strided matrices,
+// more than 8 rows and columns), else nothing.
+std::optional<LibraryGemm> library_gemm_call(const Program& p, const std::function<Placement(int32_t)>& place,
+                                             const chroma::Kernel& lk);
+// The elementwise epilogue of a product the library computed: reads each result back from
+// the output and stores the epilogue's value over it (nothing to do without an epilogue).
+void t_product_epilogue(KB& kb, const chroma::Kernel& lk);
 void t_conv(KB& kb, const chroma::Kernel& lk);
 
 }  // namespace chroma::gpu::internal

@@ -220,6 +220,74 @@ void t_matmul(KB& kb, const chroma::Kernel& lk) {
   tiled_gemm(kb, t, g);
 }
 
+std::optional<LibraryGemm> library_gemm_call(const Program& p, const std::function<Placement(int32_t)>& place,
+                                             const chroma::Kernel& lk) {
+  const Expr& A = lk.inputs[0];
+  const Expr& B = lk.inputs[1];
+  if (A.kind != Expr::kLoad || B.kind != Expr::kLoad || A.dtype != DType::kF32 || B.dtype != DType::kF32) return std::nullopt;
+  const Buffer& cb = p.buffers[static_cast<size_t>(lk.outputs[0])];
+  if (cb.type.dtype != DType::kF32) return std::nullopt;
+  const size_t r = lk.shape.size();
+  if (r < 2) return std::nullopt;
+  LibraryGemm g;
+  g.m = lk.shape[r - 2];
+  g.n = lk.shape[r - 1];
+  g.k = A.shape()[r - 1];
+  if (g.m <= 8 || g.n <= 8 || g.k < 1) return std::nullopt;  // the memory-bound kernel's products
+  // Small products stay generated: one fused kernel launch beats a library call plus an
+  // epilogue kernel when there is little arithmetic to share out (below 64^3 multiply-adds).
+  if (g.m * g.n * g.k * numel(Shape(lk.shape.begin(), lk.shape.end() - 2)) < (int64_t{1} << 18)) return std::nullopt;
+  // Batch dimensions: at most one of extent > 1 (a uniform batch stride for every operand).
+  int bdim = -1;
+  for (size_t d = 0; d + 2 < r; ++d) {
+    if (lk.shape[d] == 1) continue;
+    if (bdim >= 0) return std::nullopt;
+    bdim = static_cast<int>(d);
+  }
+  g.batch = bdim < 0 ? 1 : lk.shape[static_cast<size_t>(bdim)];
+  // One operand over `strides` (of the product's rank): its word offset and strides, with an
+  // extent-1 dimension's stride set so that the matrix is plainly row- or column-major.
+  auto operand = [&](int32_t buffer, const Layout& l, int64_t rows, int64_t cols, LibraryGemm::Operand* o) {
+    if (l.strides.size() != r) return false;
+    o->word = place(buffer).word + l.offset;
+    o->batch_stride = bdim < 0 ? 0 : l.strides[static_cast<size_t>(bdim)];
+    int64_t sr = l.strides[r - 2], sc = l.strides[r - 1];
+    if (cols == 1) sc = 1;
+    if (rows == 1) sr = sc == 1 ? cols : 1;
+    if (sc == 1 && sr >= cols) {
+      o->row_stride = sr;
+      o->col_stride = 1;
+      return true;
+    }
+    if (sr == 1 && sc >= rows) {
+      o->row_stride = 1;
+      o->col_stride = sc;
+      return true;
+    }
+    return false;
+  };
+  if (!operand(A.buffer, A.layout, g.m, g.k, &g.a) || !operand(B.buffer, B.layout, g.k, g.n, &g.b) ||
+      !operand(lk.outputs[0], lk.out_layouts[0], g.m, g.n, &g.c) || g.c.col_stride != 1) {
+    return std::nullopt;
+  }
+  if (g.batch > 1 && (g.a.batch_stride < 0 || g.b.batch_stride < 0 || g.c.batch_stride < g.m * g.c.row_stride)) return std::nullopt;
+  if (g.a.word < 0 || g.b.word < 0 || g.c.word < 0) return std::nullopt;
+  return g;
+}
+
+void t_product_epilogue(KB& kb, const chroma::Kernel& lk) {
+  if (lk.epilogue < 0) return;  // an empty body: no dispatch
+  Expr result;
+  result.kind = Expr::kLoad;
+  result.dtype = DType::kF32;
+  result.buffer = lk.outputs[0];
+  result.layout = lk.out_layouts[0];
+  kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
+    const std::vector<Ex> c = KB::coords_of(b, i, lk.shape);
+    kb.store_result(b, lk, c, b.let(kb.eval(b, result, c)));
+  });
+}
+
 // Convolution. Grouped ones with at least 16 output channels per group and 64 products per
 // output run im2col-tiled: per group, the product of the implicit im2col matrix
 // [batch x output positions, Cin/g x kernel positions] (never written; zero padding by

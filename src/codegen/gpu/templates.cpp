@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "codegen/gpu/kernel_builder.h"
@@ -474,6 +475,23 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const chroma::Kernel& lk = p.kernels[ki];
     try {
+      // A float32 product the platform's BLAS computes: its library dispatch, then the
+      // epilogue (if any) as a generated kernel.
+      std::optional<LibraryGemm> gemm;
+      if (caps.library_gemm && lk.kind == chroma::Kernel::kMatMul) gemm = internal::library_gemm_call(p, place, lk);
+      if (gemm) {
+        Dispatch dp;
+        dp.module = -1;
+        dp.library = true;
+        dp.gemm = *gemm;
+        dp.grid_x = dp.grid_y = 0;
+        dp.slots = {place(lk.inputs[0].buffer), place(lk.inputs[1].buffer), place(lk.outputs[0])};
+        dp.lowered_kernel = static_cast<int>(ki);
+        dp.label = lk.label;
+        dp.node = lk.name;
+        dp.source = lk.source;
+        out.dispatches.push_back(std::move(dp));
+      }
       // The kernel's dispatches, built with or without subgroup operations.
       auto build = [&](bool subgroups) {
       std::vector<KB> parts;
@@ -488,7 +506,10 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         case chroma::Kernel::kReduce: t_reduce(make(""), lk, p); break;
         case chroma::Kernel::kSoftmax: t_softmax(make(""), lk); break;
         case chroma::Kernel::kArgReduce: t_arg_reduce(make(""), lk); break;
-        case chroma::Kernel::kMatMul: internal::t_matmul(make(""), lk); break;
+        case chroma::Kernel::kMatMul:
+          if (gemm) internal::t_product_epilogue(make("_epilogue"), lk);
+          else internal::t_matmul(make(""), lk);
+          break;
         case chroma::Kernel::kGather:
         case chroma::Kernel::kGatherElements: t_gather(make(""), lk); break;
         case chroma::Kernel::kTopK: t_topk(make(""), lk); break;
