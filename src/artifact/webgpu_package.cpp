@@ -242,12 +242,17 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   wl.shards.back().second = static_cast<int64_t>(wl.bytes.size());
   timer.lap("weights");
 
-  // WebGPU's default limits: every package runs on a default device. The CUDA target uses the
-  // same limits for now, with 32-lane subgroups (warps) always there.
+  // WebGPU's default limits: every package runs on a default device. CUDA and Metal: their
+  // own (1024 threads per block or threadgroup; 48 KiB of static shared memory per CUDA block,
+  // 32 KiB of threadgroup memory on Apple GPUs; kernel arguments instead of bindings: Metal's
+  // 31 buffer slots less the parameters' one), with 32-lane subgroups (warps, SIMD-groups).
   gpu::Capabilities caps;
   if (cuda) {
     caps.subgroup_size = 32;
     caps.library_gemm = !metal;  // cuBLAS (the CPU BLAS when emulated)
+    caps.max_workgroup_size = 1024;
+    caps.max_shared_bytes = metal ? 32768 : 49152;
+    caps.max_storage_buffers = metal ? 30 : 64;
   } else {
     caps.subgroup_variants = true;  // reductions also with subgroup operations, used where the device has them
   }
