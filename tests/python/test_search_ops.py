@@ -120,3 +120,18 @@ def test_batch_norm_with_update_functional(check):
     rm, rv = randn(3, seed=22), randn(3, seed=23).abs() + 0.5
     check(lambda x, w, b, rm, rv: torch.ops.aten._batch_norm_with_update_functional(x, w, b, rm, rv, 0.1, 1e-5),
           x, w, b, rm, rv)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_and_sort_of_wide_rows_with_ties_nan_and_signed_zeros(check, largest):
+    # Rows of 64 and more take the workgroup-per-row top-k on the GPU targets: every pass two
+    # workgroup reductions (best key, then the lowest index holding it). Top-k on distinct
+    # values (PyTorch's order among tied values is unspecified) with a NaN (the largest, as in
+    # PyTorch); a stable sort with many ties and both zeros (ties keep their order).
+    x = randn(3, 1000, seed=31)
+    x[0, 17] = float("nan")
+    i = torch.randperm(300, generator=torch.Generator().manual_seed(32)).reshape(1, 300).repeat(2, 1) - 150
+    t = torch.round(randn(3, 130, seed=33) * 4) / 4
+    t[1, 5], t[1, 6], t[1, 7] = -0.0, 0.0, -0.0
+    check(lambda x, i, t: (*torch.topk(x, 7, dim=1, largest=largest), *torch.topk(i, 5, largest=largest),
+                           *torch.sort(t, dim=1, descending=largest, stable=True)), x, i, t)

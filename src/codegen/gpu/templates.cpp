@@ -4,6 +4,7 @@
 // output layouts; none knows the dialect.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
@@ -347,8 +348,9 @@ Ex order_key(Block& b, const Ex& v, bool largest) {
   return b.let(largest ? u : un("~", u));
 }
 
-// Top-k (and sort, k = n) along an axis: one invocation per row picks the k best in order,
-// each pass the best entry strictly after the previous pick (ties go to the lower index).
+// Top-k (and sort, k = n) along an axis: one invocation per row (a workgroup per wide row)
+// picks the k best in order, each pass the best entry strictly after the previous pick (ties go
+// to the lower index).
 void t_topk(KB& kb, const chroma::Kernel& lk) {
   std::vector<bool> mask(lk.shape.size(), false);
   mask[static_cast<size_t>(lk.attrs.axis)] = true;
@@ -356,6 +358,50 @@ void t_topk(KB& kb, const chroma::Kernel& lk) {
   const Expr& e = lk.inputs[0];
   const int64_t R = s.extent(), K = lk.attrs.k;
   const Ty t = compute_type(e.dtype);
+  if (R >= 64 && K >= 1) {
+    // Wide rows (a vocabulary's top-k, a sort): one workgroup per row. Each pass every
+    // invocation finds the best entry strictly after the previous pick among its strided share
+    // of the row, then two workgroup reductions (subgroup operations on CUDA and Metal: one
+    // 32-lane warp or SIMD-group does most of the work) take the best key and, among the
+    // invocations holding it, the lowest index: the same order and ties as below, k passes of
+    // R / W reads each instead of R.
+    kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
+    kb.k.workgroups = s.outputs();
+    const int W = kb.k.workgroup_size;
+    Block b = kb.body();
+    const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+    const Ex pk = b.mut(Ty::kU32, lit_u(0xffffffffu), "pk");
+    const Ex pi = b.mut(Ty::kI32, lit_i(-1), "pi");
+    auto umax = [](Block&, Ex x, Ex y) { return call("max", Ty::kU32, {x, y}); };
+    auto imin = [](Block&, Ex x, Ex y) { return call("min", Ty::kI32, {x, y}); };
+    b.loop("j", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& j) {
+      const Ex bk = in.mut(Ty::kU32, lit_u(0), "bk");
+      const Ex bi = in.mut(Ty::kI32, lit_i(-1), "bi");
+      in.loop("r", lid, lit_i(R), lit_i(W), [&](Block& l, const Ex& r) {
+        const Ex v = l.let(kb.eval(l, e, merge(l, s, o, r)));
+        const Ex key = order_key(l, v, lk.attrs.largest);
+        const Ex after = bin("||", bin("<", key, pk), bin("&&", bin("==", key, pk), bin(">", r, pi)));
+        const Ex better = bin("||", bin("<", bi, lit_i(0)), bin("||", bin(">", key, bk), bin("&&", bin("==", key, bk), bin("<", r, bi))));
+        l.if_(bin("&&", after, better), [&](Block& tb) {
+          tb.assign(bk, key);
+          tb.assign(bi, r);
+        });
+      });
+      // invocations without a candidate (bi < 0) take part with the lowest key and no index
+      const Ex mk = kb.tree(in, in.let(select(lit_u(0), bk, bin(">=", bi, lit_i(0)))), "tk", umax, "subgroupMax", lit_u(0));
+      const Ex cand = in.let(select(lit_i(INT32_MAX), bi, bin("&&", bin(">=", bi, lit_i(0)), bin("==", bk, mk))));
+      const Ex mi = kb.tree(in, cand, "ti", imin, "subgroupMin", lit_i(INT32_MAX));
+      in.if_(bin("==", lid, lit_i(0)), [&](Block& st) {
+        const std::vector<Ex> c = merge(st, s, o, j);
+        const Ex v = st.let(kb.eval(st, e, merge(st, s, o, mi)));
+        kb.store(st, &lk.out_layouts[0], lk.outputs[0], lk.out_layouts[0], c, v);
+        kb.store(st, &lk.out_layouts[1], lk.outputs[1], lk.out_layouts[1], c, mi);
+      });
+      in.assign(pk, mk);
+      in.assign(pi, mi);
+    });
+    return;
+  }
   kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
     const Ex pk = b.mut(Ty::kU32, lit_u(0xffffffffu), "pk");
     const Ex pi = b.mut(Ty::kI32, lit_i(-1), "pi");
