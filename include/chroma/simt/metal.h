@@ -36,6 +36,30 @@ inline T select(T if_false, T if_true, bool c) {
   return c ? if_true : if_false;
 }
 inline float rsqrt(float x) { return 1.0f / sqrtf(x); }
+// metal::precise: the host's libm (float).
+namespace precise {
+inline float exp(float x) { return expf(x); }
+inline float exp2(float x) { return exp2f(x); }
+inline float log(float x) { return logf(x); }
+inline float log2(float x) { return log2f(x); }
+inline float sqrt(float x) { return sqrtf(x); }
+inline float rsqrt(float x) { return 1.0f / sqrtf(x); }
+inline float sin(float x) { return sinf(x); }
+inline float cos(float x) { return cosf(x); }
+inline float tan(float x) { return tanf(x); }
+inline float asin(float x) { return asinf(x); }
+inline float acos(float x) { return acosf(x); }
+inline float atan(float x) { return atanf(x); }
+inline float atan2(float y, float x) { return atan2f(y, x); }
+inline float sinh(float x) { return sinhf(x); }
+inline float cosh(float x) { return coshf(x); }
+inline float tanh(float x) { return tanhf(x); }
+inline float asinh(float x) { return asinhf(x); }
+inline float acosh(float x) { return acoshf(x); }
+inline float atanh(float x) { return atanhf(x); }
+inline float pow(float x, float y) { return powf(x, y); }
+inline float fmod(float x, float y) { return fmodf(x, y); }
+}  // namespace precise
 
 enum mem_flags : unsigned { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
 inline mem_flags operator|(mem_flags a, mem_flags b) { return static_cast<mem_flags>(static_cast<unsigned>(a) | b); }

@@ -20,10 +20,19 @@ const Dialect& msl_dialect() {
         "atomic_fetch_or_explicit(reinterpret_cast<device atomic_uint*>(&s{slot}[{0}]), {1}, memory_order_relaxed);";
     x.param = "((int)prm.p{0})";
     x.shift_amount = "((uint)({0}))";
-    x.float_remainder = "fmod({0}, {1})";
+    x.float_remainder = "precise::fmod({0}, {1})";
+    // Transcendental functions spelled metal::precise:: so that their accuracy does not depend
+    // on the host's compile options (MSL's default fast-math mode picks the fast:: variants).
     x.builtins = {
         {"select", "select({0}, {1}, {2})"}, {"round", "rint({0})"}, {"abs", "chroma_abs({0})"},
         {"min", "chroma_min({0}, {1})"}, {"max", "chroma_max({0}, {1})"},
+        {"exp", "precise::exp({0})"}, {"exp2", "precise::exp2({0})"}, {"log", "precise::log({0})"},
+        {"log2", "precise::log2({0})"}, {"sqrt", "precise::sqrt({0})"}, {"rsqrt", "precise::rsqrt({0})"},
+        {"sin", "precise::sin({0})"}, {"cos", "precise::cos({0})"}, {"tan", "precise::tan({0})"},
+        {"asin", "precise::asin({0})"}, {"acos", "precise::acos({0})"}, {"atan", "precise::atan({0})"},
+        {"atan2", "precise::atan2({0}, {1})"}, {"sinh", "precise::sinh({0})"}, {"cosh", "precise::cosh({0})"},
+        {"tanh", "precise::tanh({0})"}, {"asinh", "precise::asinh({0})"}, {"acosh", "precise::acosh({0})"},
+        {"atanh", "precise::atanh({0})"}, {"pow", "precise::pow({0}, {1})"},
         // SIMD-group (32-lane) reductions: every lane gets the result.
         {"subgroupAdd", "simd_sum({0})"}, {"subgroupMul", "simd_product({0})"},
         {"subgroupMax", "simd_max({0})"}, {"subgroupMin", "simd_min({0})"},
