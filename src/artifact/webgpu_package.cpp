@@ -132,10 +132,11 @@ std::string simt_translation_unit(const gpu::Generated& gen, bool metal) {
     << "#ifdef CHROMA_SIMT\n#include \"chroma/simt/" << (metal ? "metal.h" : "cuda.h") << "\"\n#else\n"
     << (metal ? "#include <metal_stdlib>\nusing namespace metal;\n" : "#include <cstring>\n") << "#endif\n\n";
   for (size_t i = 0; i < gen.modules.size(); ++i) {
-    // CUDA kernels have C linkage, named chroma_k<i>_main: what the host runtime looks up.
-    if (!metal) o << "#define chroma_main chroma_k" << i << "_main\n";
+    // Each kernel named chroma_k<i>_main, unique in the translation unit (CUDA's with C
+    // linkage): what a host runtime looks up.
+    o << "#define chroma_main chroma_k" << i << "_main\n";
     o << "namespace chroma_k" << i << " {  // " << gen.modules[i].name << "\n" << gen.modules[i].code << "}  // namespace chroma_k" << i << "\n";
-    o << (metal ? "\n" : "#undef chroma_main\n\n");
+    o << "#undef chroma_main\n\n";
   }
   o << "#ifdef CHROMA_SIMT\n"
     << "// slots: each storage slot's first word; params: the dispatch's parameter words.\n"
@@ -156,7 +157,7 @@ std::string simt_translation_unit(const gpu::Generated& gen, bool metal) {
       for (int q = 0; q < m.params; ++q) arg("params[" + std::to_string(q) + "]");
     }
     o << "    case " << i << ":\n      chroma::simt::launch({gx, gy, 1}, {" << m.workgroup_size << ", 1, 1}, [&] { " << ns
-      << "::chroma_" << (metal ? std::string("main") : "k" + std::to_string(i) + "_main") << "(" << args << "); }, opt);\n      return 0;\n";
+      << "::chroma_k" << i << "_main(" << args << "); }, opt);\n      return 0;\n";
   }
   o << "    default:\n      return -1;\n  }\n}\n"
     << "extern \"C\" __attribute__((visibility(\"default\"))) int chroma_simt_modules() { return " << gen.modules.size() << "; }\n"

@@ -46,6 +46,7 @@ def _compiled_text(directory, target):
     else:
         text = open(os.path.join(directory, "kernels.metal")).read()
         assert "#include <metal_stdlib>" in text and "kernel void chroma_main(" in text
+        assert "#define chroma_main chroma_k0_main" in text  # unique kernel names
 
 
 def _nvcc():
