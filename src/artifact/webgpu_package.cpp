@@ -325,29 +325,33 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     gen.max_workgroup_size = std::max(gen.max_workgroup_size, g.max_workgroup_size);
     gen.max_shared_bytes = std::max(gen.max_shared_bytes, g.max_shared_bytes);
     gen.max_grid = std::max(gen.max_grid, g.max_grid);
+    // A dispatch's storage slots as the manifest's bindings (slot s is binding s + 1).
+    auto bindings_of = [](const gpu::Dispatch& d) {
+      json bindings = json::array();
+      for (size_t si = 0; si < d.slots.size(); ++si) {
+        json bnd = {{"binding", si + 1}};
+        switch (d.slots[si].where) {
+          case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
+          case gpu::Placement::kState: bnd["buffer"] = "state"; break;
+          case gpu::Placement::kWeights:
+            bnd["buffer"] = "weights";
+            bnd["shard"] = d.slots[si].shard;
+            break;
+        }
+        bindings.push_back(bnd);
+      }
+      return bindings;
+    };
     json edisp = json::array();
     for (gpu::Dispatch& d : g.dispatches) {
       if (d.library) {  // a float32 product for the platform's BLAS (docs/webgpu_package.md "Library dispatches")
         auto operand = [](const gpu::LibraryGemm::Operand& o) {
           return json{{"word", o.word}, {"batch_stride", o.batch_stride}, {"row_stride", o.row_stride}, {"col_stride", o.col_stride}};
         };
-        json bindings = json::array();
-        for (size_t sl_i = 0; sl_i < d.slots.size(); ++sl_i) {
-          json bnd = {{"binding", sl_i + 1}};
-          switch (d.slots[sl_i].where) {
-            case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
-            case gpu::Placement::kState: bnd["buffer"] = "state"; break;
-            case gpu::Placement::kWeights:
-              bnd["buffer"] = "weights";
-              bnd["shard"] = d.slots[sl_i].shard;
-              break;
-          }
-          bindings.push_back(bnd);
-        }
         const gpu::LibraryGemm& gm = d.gemm;
         edisp.push_back({{"library", {{"op", "sgemm"}, {"batch", gm.batch}, {"m", gm.m}, {"n", gm.n}, {"k", gm.k},
                                       {"a", operand(gm.a)}, {"b", operand(gm.b)}, {"c", operand(gm.c)}}},
-                         {"bindings", bindings}, {"label", d.label}, {"node", d.node}, {"source", d.source}});
+                         {"bindings", bindings_of(d)}, {"label", d.label}, {"node", d.node}, {"source", d.source}});
         continue;
       }
       d.module = remap[static_cast<size_t>(d.module)];
@@ -355,20 +359,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
       params.resize(static_cast<size_t>(off), 0);
       const auto* pb = reinterpret_cast<const uint8_t*>(d.params.data());
       params.insert(params.end(), pb, pb + 4 * d.params.size());
-      json bindings = json::array();
-      for (size_t sl_i = 0; sl_i < d.slots.size(); ++sl_i) {
-        json bnd = {{"binding", sl_i + 1}};
-        switch (d.slots[sl_i].where) {
-          case gpu::Placement::kArena: bnd["buffer"] = "arena"; break;
-          case gpu::Placement::kState: bnd["buffer"] = "state"; break;
-          case gpu::Placement::kWeights:
-            bnd["buffer"] = "weights";
-            bnd["shard"] = d.slots[sl_i].shard;
-            break;
-        }
-        bindings.push_back(bnd);
-      }
-      edisp.push_back({{"kernel", d.module}, {"grid", {d.grid_x, d.grid_y, 1}}, {"params", off}, {"bindings", bindings},
+      edisp.push_back({{"kernel", d.module}, {"grid", {d.grid_x, d.grid_y, 1}}, {"params", off}, {"bindings", bindings_of(d)},
                        {"label", d.label}, {"node", d.node}, {"source", d.source}});
     }
     if (ei == 0) {

@@ -348,6 +348,14 @@ Ex order_key(Block& b, const Ex& v, bool largest) {
   return b.let(largest ? u : un("~", u));
 }
 
+// Whether entry (key, r) comes strictly after the previous pick (pk, pi) in top-k order (key
+// descending, index ascending) and before the best so far (bk, bi; none while bi < 0).
+Ex topk_candidate(const Ex& key, const Ex& r, const Ex& pk, const Ex& pi, const Ex& bk, const Ex& bi) {
+  const Ex after = bin("||", bin("<", key, pk), bin("&&", bin("==", key, pk), bin(">", r, pi)));
+  const Ex better = bin("||", bin("<", bi, lit_i(0)), bin("||", bin(">", key, bk), bin("&&", bin("==", key, bk), bin("<", r, bi))));
+  return bin("&&", after, better);
+}
+
 // Top-k (and sort, k = n) along an axis: one invocation per row (a workgroup per wide row)
 // picks the k best in order, each pass the best entry strictly after the previous pick (ties go
 // to the lower index).
@@ -380,9 +388,7 @@ void t_topk(KB& kb, const chroma::Kernel& lk) {
       in.loop("r", lid, lit_i(R), lit_i(W), [&](Block& l, const Ex& r) {
         const Ex v = l.let(kb.eval(l, e, merge(l, s, o, r)));
         const Ex key = order_key(l, v, lk.attrs.largest);
-        const Ex after = bin("||", bin("<", key, pk), bin("&&", bin("==", key, pk), bin(">", r, pi)));
-        const Ex better = bin("||", bin("<", bi, lit_i(0)), bin("||", bin(">", key, bk), bin("&&", bin("==", key, bk), bin("<", r, bi))));
-        l.if_(bin("&&", after, better), [&](Block& tb) {
+        l.if_(topk_candidate(key, r, pk, pi, bk, bi), [&](Block& tb) {
           tb.assign(bk, key);
           tb.assign(bi, r);
         });
@@ -412,9 +418,7 @@ void t_topk(KB& kb, const chroma::Kernel& lk) {
       in.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& l, const Ex& r) {
         const Ex v = l.let(kb.eval(l, e, merge(l, s, o, r)));
         const Ex key = order_key(l, v, lk.attrs.largest);
-        const Ex after = bin("||", bin("<", key, pk), bin("&&", bin("==", key, pk), bin(">", r, pi)));
-        const Ex better = bin("||", bin("<", bi, lit_i(0)), bin("||", bin(">", key, bk), bin("&&", bin("==", key, bk), bin("<", r, bi))));
-        l.if_(bin("&&", after, better), [&](Block& tb) {
+        l.if_(topk_candidate(key, r, pk, pi, bk, bi), [&](Block& tb) {
           tb.assign(bk, key);
           tb.assign(bi, r);
           tb.assign(bv, v);
