@@ -102,7 +102,8 @@ class DeviceArray:
 class CudaProgram(WebGPUProgram):
     """A CUDA package on an NVIDIA GPU. Called like a WebGPUProgram (arrays in, positionally or
     by name; one array or a tuple out). ``graph=True`` replays each call's kernels as one CUDA
-    graph (captured on the first call): one launch instead of one per dispatch."""
+    graph (captured on the second call; the first launches directly): one launch instead of one per
+    dispatch."""
 
     def __init__(self, package: Union[Package, str, os.PathLike, bytes], library: str, *, device: int = 0,
                  graph: bool = False):

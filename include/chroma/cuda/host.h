@@ -14,7 +14,7 @@
 // buffers in its storage slots, and its parameter words, which are passed by value as kernel
 // arguments. A call copies the inputs into the arena, clears the status block, launches every
 // dispatch in order on the runtime's one non-blocking stream (or replays them as one CUDA graph,
-// captured on the first call that asks for it) and copies the status block and the outputs back;
+// captured on the second call that asks for it) and copies the status block and the outputs back;
 // outputs may also stay on the device (a device-to-device copy into memory the caller owns).
 //
 // Every entry point returns 0 on success; on failure it returns nonzero and writes one line that
@@ -217,6 +217,7 @@ struct Runtime {
     CUgraph graph = nullptr;
     CUgraphExec graph_exec = nullptr;
     uint64_t graph_status_offset = 0;
+    int eager_calls = 0;  // graph mode captures from the second call (cuBLAS sets up on the first)
   };
   std::vector<Entry> entries;
   Blas blas;
@@ -492,7 +493,7 @@ __attribute__((visibility("default"))) int chroma_cuda_gemm(void* h, int entry, 
 // where in_device[i], from a device address. The status block (status_bytes at status_offset)
 // is cleared before the kernels and copied to `status` after them. Outputs: n_out copies out of
 // the arena, to host memory or (out_device[i]) to a device address. `graph`: launch the
-// kernels as one CUDA graph (captured on first use). Blocks until the stream is done.
+// kernels as one CUDA graph (captured on the second call in that mode). Blocks until the stream is done.
 __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int entry, int n_in, const uint64_t* in_offset,
                                                            const uint64_t* in_src, const uint64_t* in_bytes,
                                                            const int* in_device, int n_out, const uint64_t* out_offset,
@@ -547,7 +548,12 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, int entry, i
     }
     return 0;
   };
-  if (graph) {
+  if (graph && !en.graph_exec && en.eager_calls == 0) {
+    // The first call in graph mode runs its launches directly: libraries (cuBLAS) allocate
+    // their workspaces on first use, which a stream capture does not allow.
+    if (launch_all()) return 1;
+    ++en.eager_calls;
+  } else if (graph) {
     if (en.graph_exec && en.graph_status_offset != status_offset) {
       rt->d->cuGraphExecDestroy(en.graph_exec);
       rt->d->cuGraphDestroy(en.graph);
