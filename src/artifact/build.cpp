@@ -368,6 +368,22 @@ std::string find_nvcc() {
 }
 
 std::vector<std::string> fatbin_architectures() {
+  // $CHROMA_CUDA_ARCHS ("90" or "80,90"): cubins for those only, and the last one's PTX (a
+  // device check compiling hundreds of models for the one GPU it has).
+  if (const char* env = std::getenv("CHROMA_CUDA_ARCHS"); env && *env) {
+    std::vector<std::string> out;
+    std::stringstream ss(env);
+    std::string a, last;
+    while (std::getline(ss, a, ',')) {
+      if (a.empty() || a.find_first_not_of("0123456789") != std::string::npos) {
+        throw CompileError("CHROMA_CUDA_ARCHS='" + std::string(env) + "': expected compute capabilities such as 80,90");
+      }
+      out.insert(out.end(), {"-gencode", "arch=compute_" + a + ",code=sm_" + a});
+      last = a;
+    }
+    out.insert(out.end(), {"-gencode", "arch=compute_" + last + ",code=compute_" + last});
+    return out;
+  }
   return {"-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90", "-gencode",
           "arch=compute_90,code=compute_90"};
 }

@@ -314,3 +314,15 @@ def test_a_library_dispatch_outside_its_buffer_is_refused(tmp_path, monkeypatch)
     bad["bindings"][2]["buffer"], bad["bindings"][2]["shard"] = "weights", 0
     with pytest.raises(simt.PackageError, match="bound read-write"):
         pkg._check_dispatch(bad, "dispatch")
+
+
+def test_chroma_cuda_archs_selects_the_fatbin_architectures(tmp_path, monkeypatch):
+    if _nvcc() is None:
+        pytest.skip("nvcc is not installed (CUDA toolkit): the generated CUDA is only compiled where it is")
+    monkeypatch.setenv("CHROMA_CUDA_ARCHS", "90")
+    prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
+    fb = prog.manifest["cuda"]["fatbin"]
+    assert fb["architectures"] == ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
+    monkeypatch.setenv("CHROMA_CUDA_ARCHS", "sm_90")
+    with pytest.raises(chroma.CompileError, match="CHROMA_CUDA_ARCHS='sm_90': expected compute capabilities"):
+        _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin2")

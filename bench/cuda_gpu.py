@@ -1,7 +1,7 @@
 """Chroma's CUDA target against PyTorch on the same NVIDIA GPU, in one run (issue 15's benchmark;
 run by scripts/gpu_check.sh).
 
-    python3 bench/cuda.py --out $OUT/cuda.json          # on a machine with an NVIDIA GPU
+    python3 bench/cuda_gpu.py --out $OUT/cuda.json          # on a machine with an NVIDIA GPU
 
 The reference model (chroma.models.gpt_oss.build(), 8 tokens, DESIGN.md's protocol) through:
   chroma        the CUDA artifact (chroma.compile(..., target="cuda")), one launch per dispatch
