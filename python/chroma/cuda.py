@@ -198,13 +198,6 @@ class CudaProgram(WebGPUProgram):
             self._plan(ei, e.dispatches, params, err)
         self.entries = [GpuEntry(self, i, e) for i, e in enumerate(p.entries)]
 
-    def entry(self, name: str) -> GpuEntry:
-        """The entry point `name` (a decoder's "prefill" or "step")."""
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise KeyError(f"{self.package.where}: no entry '{name}' (entries: {', '.join(e.name for e in self.entries)})")
-
     def _plan(self, entry: int, dispatches: List[dict], params: np.ndarray, err) -> None:
         p, lib, h = self.package, self._lib, self._h
         def buffer_id(buf):
@@ -256,20 +249,20 @@ class CudaProgram(WebGPUProgram):
             if hasattr(a, "__cuda_array_interface__") and i < len(names):
                 dev[names[i]] = a
                 args[i] = np.zeros(inputs[i].shape, inputs[i].dtype)  # placeholder for the checks
-        for k, a in list(named.items()):
-            if hasattr(a, "__cuda_array_interface__"):
+        named = dict(named)
+        for k, a in named.items():
+            if hasattr(a, "__cuda_array_interface__") and k in names:
                 dev[k] = a
-                named = dict(named)
-                t = inputs[names.index(k)] if k in names else None
-                if t is not None:
-                    named[k] = np.zeros(t.shape, t.dtype)
+                t = inputs[names.index(k)]
+                named[k] = np.zeros(t.shape, t.dtype)
         words = self._words(tuple(args), named, inputs)
         ptrs, sizes, flags, keep = [], [], [], []
         for i, (t, w) in enumerate(zip(inputs, words)):
             if t.name in dev:
                 ai = dev[t.name].__cuda_array_interface__
                 want = np.dtype(_WORD[t.storage])
-                contiguous = ai.get("strides") is None or tuple(ai["strides"]) == np.zeros(t.shape, want).strides
+                c_strides = tuple(int(np.prod(t.shape[d + 1:], dtype=np.int64)) * want.itemsize for d in range(len(t.shape)))
+                contiguous = ai.get("strides") is None or tuple(ai["strides"]) == c_strides
                 if tuple(ai["shape"]) != t.shape or np.dtype(ai["typestr"]) != want or not contiguous:
                     raise ValueError(f"input {i} ('{t.name}'): a device array must be contiguous {want}{list(t.shape)} "
                                      f"(got {np.dtype(ai['typestr'])}{list(ai['shape'])}, strides {ai.get('strides')})")

@@ -105,13 +105,6 @@ class EmulatedProgram(WebGPUProgram):
             schedule.append((d["kernel"], gx, gy, (ctypes.c_void_p * max(1, len(slots)))(*slots), params))
         return schedule
 
-    def entry(self, name: str) -> GpuEntry:
-        """The entry point `name` (a decoder's "prefill" or "step")."""
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise KeyError(f"{self.package.where}: no entry '{name}' (entries: {', '.join(e.name for e in self.entries)})")
-
     def __repr__(self):
         return f"EmulatedProgram({self.package.where!r}, inputs={self.inputs}, outputs={self.outputs})"
 

@@ -448,19 +448,7 @@ class Package:
             if kind not in ("storage", "read-only-storage") or n in out["bindings"]:
                 raise PackageError(f"{at}: binding {n} is not a storage binding kernel {k} ('{kernel['name']}') "
                                    f"declares, or is bound twice")
-            buf = b.get("buffer")
-            if buf == "weights":
-                shard = _int(b, "shard", at)
-                if shard >= len(self.shards):
-                    raise PackageError(f"{at}: shard index {shard} is out of range (the package has "
-                                       f"{len(self.shards)} weight shards)")
-                if kind != "read-only-storage":
-                    raise PackageError(f"{at}: weights shard {shard} bound read-write")
-                buf = ("weights", shard)
-            elif buf not in ("arena", "state") or (buf == "state" and not self.state_bytes):
-                raise PackageError(f"{at}: buffer {buf!r}, expected 'arena', 'weights' or 'state' (with a non-zero "
-                                   f"state.bytes)")
-            out["bindings"][n] = buf
+            out["bindings"][n] = self._buffer_of(b, at, kind != "read-only-storage")[0]
         unbound = [n for n, (kind, _) in kernel["bindings"].items() if kind != "uniform" and n not in out["bindings"]]
         if unbound:
             raise PackageError(f"{where}: kernel {k} ('{kernel['name']}') bindings {unbound} are not bound")
@@ -705,6 +693,15 @@ class WebGPUProgram:
         with self._lock:
             if self._state is not None and self._lost is None:
                 self._write_state()
+
+    entries: List[GpuEntry] = []  # the runtimes that run several entry points fill this
+
+    def entry(self, name: str) -> GpuEntry:
+        """The entry point `name` (a decoder's "prefill" or "step")."""
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"{self.package.where}: no entry '{name}' (entries: {', '.join(e.name for e in self.entries)})")
 
     def _words(self, args: Tuple[Any, ...], named: Dict[str, Any], inputs: Optional[List[Tensor]] = None) -> List[np.ndarray]:
         """The inputs (of `inputs`, default the first entry's), checked against the manifest, as

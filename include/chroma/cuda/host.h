@@ -430,11 +430,11 @@ __attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int ent
   }
   d.params.assign(params, params + nparams);
   en.schedule.push_back(std::move(d));
-  for (Dispatch& b : en.schedule) {  // argument pointers into the stored vectors (which may have moved)
-    b.args.clear();
-    for (auto& s : b.slots) b.args.push_back(&s);
-    for (auto& p : b.params) b.args.push_back(&p);
-  }
+  // Argument pointers into the stored dispatch's vectors: a Dispatch moved when the schedule
+  // grows keeps its vectors' buffers, so they stay valid.
+  Dispatch& b = en.schedule.back();
+  for (auto& s : b.slots) b.args.push_back(&s);
+  for (auto& p : b.params) b.args.push_back(&p);
   if (en.graph_exec) {  // a schedule that grows invalidates the captured graph
     rt->d->cuGraphExecDestroy(en.graph_exec);
     rt->d->cuGraphDestroy(en.graph);
