@@ -16,6 +16,7 @@
 //   * The degree n of a polynomial is truncated to an integer; NaN, +-inf and negative n give 0.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -550,7 +551,12 @@ template <class T> inline T nextafter_(T a, T b) { return std::nextafter(a, b); 
 template <class T> inline T frexp_mantissa(T a) { int e = 0; return std::frexp(a, &e); }
 template <class T> inline T frexp_exponent(T a) { int e = 0; std::frexp(a, &e); return static_cast<T>(e); }
 template <class T> inline bool signbit_(T a) {
-  if constexpr (std::is_floating_point_v<T>) return std::signbit(a);
+  // The sign bit read through the bits, not std::signbit: GCC 12 with -march=znver4 stops
+  // with an internal compiler error when it vectorizes std::signbit over floats widened from
+  // bfloat16 (a V4SI shift of a V4SF subreg).
+  if constexpr (std::is_same_v<T, float>) return (std::bit_cast<std::uint32_t>(a) >> 31) != 0;
+  else if constexpr (std::is_same_v<T, double>) return (std::bit_cast<std::uint64_t>(a) >> 63) != 0;
+  else if constexpr (std::is_floating_point_v<T>) return std::signbit(a);
   else if constexpr (std::is_signed_v<T>) return a < 0;
   else return false;
 }
