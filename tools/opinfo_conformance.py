@@ -220,13 +220,40 @@ def _tie_canon(name, sample):
         dim = args[1] if len(args) > 1 else kw.get("dim", -1)
         ordered = args[3] if len(args) > 3 else kw.get("sorted", True)
         return lambda o: _canon_ties(o, dim, not ordered)
+    if name == "mode":
+        dim = args[0] if args else kw.get("dim", -1)
+        keepdim = args[1] if len(args) > 1 else kw.get("keepdim", False)
+        x = sample.input.detach().clone()
+        return lambda o: _canon_mode(o, x, dim, keepdim)
     return None
+
+
+def _canon_mode(outs, x, dim, keepdim):
+    """torch.mode's index may point at any occurrence of the mode value (the CPU kernel sorts
+    each row without a stable order, so eager returns an arbitrary one when the value repeats,
+    as half types make likely): an index that points at an element equal to the returned
+    value (NaNs equal) becomes the first such position; any other index is left as it is, so
+    a wrong one still fails."""
+    import torch
+
+    vals, idx = outs[0], outs[1]
+    if x.dim() == 0 or x.numel() == 0:
+        return list(outs)
+    d = dim % x.dim()
+    v = vals if keepdim else vals.unsqueeze(d)
+    i = idx if keepdim else idx.unsqueeze(d)
+    hit = (x == v) | (x.isnan() & v.isnan())
+    first = hit.int().argmax(d, keepdim=True)
+    points = torch.take_along_dim(hit, i.clamp(0, x.shape[d] - 1), d) & (i >= 0) & (i < x.shape[d])
+    canon = torch.where(points, first, i)
+    return [vals, canon if keepdim else canon.squeeze(d)] + list(outs[2:])
 
 
 # Entries whose outputs are defined only up to a sign (or a rotation): both Chroma's and
 # eager's outputs are put into the canonical form above before they are compared (as
 # PyTorch's own linalg tests compare reconstructions rather than the vectors themselves).
-# sort and topk (_tie_canon): the order of equal values' indices is unspecified.
+# sort and topk (_tie_canon): the order of equal values' indices is unspecified; mode
+# (_canon_mode): which occurrence of the mode value its index points at.
 CANONICAL = {
     "svd": lambda o: _canon_svd(o, vh=False),
     "linalg.svd": lambda o: _canon_svd(o, vh=True),

@@ -21,7 +21,8 @@ opset) with these changes:
   ``.item()`` and runs the number kernel).
 - ``torch_nn::_linear_cross_entropy_batch_chunked`` and ``..._no_reduction`` (the chunked
   path of ``F.linear_cross_entropy``, custom ops since torch 2.14): their loss by its
-  definition, ``F.cross_entropy(F.linear(input, W, b), target, ...)``. Only the inference
+  definition, ``F.cross_entropy(F.linear(input, W, b), target, ...)``, computed in the op's
+  accumulation type (float32 for half inputs) and rounded once, as the op does. Only the inference
   form is decomposed (no precomputed gradients); asking for gradients is an export error.
 - ``transformers::grouped_mm_fallback`` (the experts of Hugging Face mixture-of-experts
   models in transformers 5 on the CPU, an opaque custom op): its definition, rows of
@@ -33,6 +34,12 @@ opset) with these changes:
   rounded to the type; ``a1*b2 - a2*b1`` with each product rounded), where torch's references
   compute in float32 and round once; these follow the kernels, each step its own ATen
   operation, so that Chroma rounds where eager does. Other types: torch's decomposition.
+- ``aten.index_add`` on bfloat16/float16: in float32, rounded once, as its CPU kernel (the
+  reference decomposition's ``index_put`` with accumulate rounds after each addition in
+  Chroma, as eager's ``index_put`` kernel does).
+- ``aten.logit`` on bfloat16/float16: likewise, the kernel's steps in the tensor's type
+  (``eps`` and ``1 - eps`` rounded to it, the clamp, ``1 - x``, the quotient, its log), where
+  torch's decomposition computes in float32 and rounds once.
 """
 
 from __future__ import annotations
@@ -79,12 +86,24 @@ def _no_grads(op, compute):
                            f"(compute_*_grad) is a training op; Chroma compiles its loss only")
 
 
+def _acc(acc_dtype, *tensors):
+    """The chunked path computes the product and the loss in its accumulation type (float32
+    for half inputs) and rounds the loss once: the floating tensors converted to it."""
+    def up(t):
+        if t is None or acc_dtype is None or not t.is_floating_point() or t.dtype == acc_dtype:
+            return t
+        return t.to(acc_dtype)
+
+    return tuple(up(t) for t in tensors)
+
+
 def _lce_chunked(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
                  label_smoothing, batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph,
                  compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad):
     _no_grads("torch_nn._linear_cross_entropy_batch_chunked",
               (compute_input_grad, compute_linear_weight_grad, compute_linear_bias_grad))
-    logits = torch.nn.functional.linear(input, linear_weight, linear_bias)
+    logits = torch.nn.functional.linear(*_acc(acc_dtype, input, linear_weight, linear_bias))
+    (weight,) = _acc(acc_dtype, weight)
     loss = torch.nn.functional.cross_entropy(logits, target, weight=weight, ignore_index=ignore_index,
                                              reduction=reduction, label_smoothing=label_smoothing)
     empty = input.new_zeros((0, 0))
@@ -93,7 +112,8 @@ def _lce_chunked(input, linear_weight, target, linear_bias, weight, reduction, i
 
 def _lce_chunked_none(input, linear_weight, target, linear_bias, weight, ignore_index, batch_chunk_size,
                       acc_policy, acc_dtype):
-    logits = torch.nn.functional.linear(input, linear_weight, linear_bias)
+    logits = torch.nn.functional.linear(*_acc(acc_dtype, input, linear_weight, linear_bias))
+    (weight,) = _acc(acc_dtype, weight)
     loss = torch.nn.functional.cross_entropy(logits, target, weight=weight, ignore_index=ignore_index,
                                              reduction="none")
     return loss.to(input.dtype)
@@ -212,6 +232,38 @@ def _linalg_cross(default):
     return linalg_cross
 
 
+def _logit(default):
+    """logit as the CPU kernel computes it for half types (module docstring)."""
+
+    def logit(self, eps=None):
+        dt = self.dtype
+        if dt not in _HALF:
+            return default(self, eps)
+        x = self
+        if eps is not None and eps >= 0:
+            lo = torch.full((), eps, dtype=dt, device=self.device)  # Scalar.to<scalar_t>(): rounded
+            hi = 1 - lo  # scalar_t(1) - eps: rounded again
+            x = torch.where(x < lo, lo, torch.where(x > hi, hi, x))  # NaN passes through
+        return torch.log(x / (1 - x))
+
+    return logit
+
+
+def _index_add(default):
+    """index_add on bfloat16/float16: its CPU kernel adds in float32 and rounds once, where the
+    reference decomposition's index_put with accumulate (whose own kernel, and so Chroma's,
+    rounds after each addition) would not: the same decomposition in float32, rounded."""
+
+    def index_add(x, dim, index, tensor, *, alpha=1):
+        if x.dtype not in _HALF:
+            return default(x, dim, index, tensor, alpha=alpha)
+        # (alpha other than 1: eager's kernel goes slice by slice; its rounding there is not
+        # followed, the sum is still computed in float32 and rounded once)
+        return default(x.float(), dim, index, tensor.to(x.dtype).float(), alpha=alpha).to(x.dtype)
+
+    return index_add
+
+
 def table():
     """torch.export's default decomposition table with Chroma's replacements."""
     t = torch.export.default_decompositions()
@@ -231,6 +283,10 @@ def table():
             t[op] = _half_logspace(t[op])
     t[aten.addr.default] = _addr(t[aten.addr.default])
     t[aten.linalg_cross.default] = _linalg_cross(t[aten.linalg_cross.default])
+    if aten.index_add.default in t:
+        t[aten.index_add.default] = _index_add(t[aten.index_add.default])
+    if aten.logit.default in t:
+        t[aten.logit.default] = _logit(t[aten.logit.default])
     flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if flash is not None:
         t[flash.default] = _flash_attention_for_cpu

@@ -294,6 +294,27 @@ _SYM_ARITH = {operator.ge, operator.gt, operator.le, operator.lt, operator.eq, o
               operator.neg, operator.floordiv, operator.mod}
 
 
+def _prims_casts_to_aten(graph: torch.fx.Graph) -> None:
+    """Rewrite ``prims.convert_element_type(x, dtype)`` as ``aten._to_copy(x, dtype=dtype)``.
+
+    Some of torch's decompositions (renorm's, for instance) leave this primitive in the core
+    ATen graph; it is a plain dtype conversion, exactly what ``_to_copy`` with only a dtype
+    does, so the importer's cast handles it.
+    """
+    prims = getattr(torch.ops, "prims", None)
+    op = getattr(getattr(prims, "convert_element_type", None), "default", None)
+    if op is None:
+        return
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target is op:
+            x, dtype = n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs["dtype"]
+            with graph.inserting_before(n):
+                m = graph.call_function(torch.ops.aten._to_copy.default, (x,), {"dtype": dtype})
+            m.meta = dict(n.meta)
+            n.replace_all_uses_with(m)
+            graph.erase_node(n)
+
+
 def _drop_scalar_asserts(graph: torch.fx.Graph) -> None:
     """Remove the runtime assertions torch.export puts on values read with ``Tensor.item()``.
 
@@ -513,6 +534,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
         raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
 
     _drop_error_checks(ep.graph)
+    _prims_casts_to_aten(ep.graph)
     _check_targets(ep.graph)
     ser = _Serializer(ep)
     ser.extra_state = tuple(state)

@@ -37,6 +37,9 @@ Value index_put(Builder& b, Value base, int64_t axis, Value idx, Value values, b
   a.axis = axis;
   a.accumulate = accumulate;
   a.reduce = r;
+  // index_reduce's CPU kernel combines in the tensor's type one source element at a time: a
+  // half type rounds after each (Attrs::dtype).
+  if (accumulate) a.dtype = b.type(base).dtype;
   return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
 }
 

@@ -152,6 +152,7 @@ Value index_put(Call& c, Value base, int64_t axis, Value idx, Value values, bool
   Attrs a;
   a.axis = axis;
   a.accumulate = accumulate;
+  if (accumulate) a.dtype = bt.dtype;  // a half type: each addition rounded, as eager's CPU kernel
   return b.graph().add(Op::kIndexPut, {base, idx, values}, a);
 }
 
@@ -285,6 +286,7 @@ void register_aten_index(HandlerTable& t) {
       Attrs a;
       a.axis = static_cast<int64_t>(m.pre.size());
       a.accumulate = c.bool_or(3, "accumulate", false);
+      if (a.accumulate) a.dtype = xt.dtype;  // a half type: each addition rounded, as eager's CPU kernel
       Value out = b.graph().add(Op::kIndexPut, {m.merged, b.reshape(m.flat, {nb}), values}, a);
       out = b.reshape(out, m.permuted);
       std::vector<int64_t> inv(m.perm.size());

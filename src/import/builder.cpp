@@ -228,7 +228,20 @@ Value Builder::var(Value v, std::vector<int64_t> axes, double correction, bool k
 
 Value Builder::softmax(Value v, int64_t axis, bool log) {
   axis = dim(axis, type(v).rank());
-  if (is_float(type(v).dtype)) {
+  const TensorType t = type(v);
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < t.shape.size(); ++d) inner *= t.shape[d];
+  if (log && is_half(t.dtype) && inner == 1) {
+    // PyTorch's CPU log_softmax over a half tensor's last dimension keeps the row's sum of
+    // exponentials and its logarithm in the half type (each rounded), then computes
+    // x - max - log(sum) in float32 and rounds once; over other dimensions it keeps them in
+    // float32, which the one primitive below does.
+    Value m = reduce(ReduceKind::kMax, v, {axis}, true);
+    Value shifted = ew(EwOp::k_sub, v, m);
+    Value s = round_half(sum(ew(EwOp::k_exp, shifted), {axis}, true));
+    return ew(EwOp::k_sub, shifted, round_half(ew(EwOp::k_log, s)));
+  }
+  if (is_float(t.dtype)) {
     // One primitive: the kernel keeps each row in cache across its three passes.
     const Shape shape = type(v).shape;
     Attrs a;

@@ -156,6 +156,10 @@ Tensors eval_IndexPut(const Node& n, const Tensors& in) {
             case ReduceKind::kMax: row[i] = scalar::scan_combine<2, U>(row[i], src[i]); break;
             case ReduceKind::kMin: row[i] = scalar::scan_combine<3, U>(row[i], src[i]); break;
           }
+          if constexpr (std::is_same_v<U, float>) {  // a widened half tensor: each step rounded
+            if (n.attrs.dtype == DType::kBF16) row[i] = static_cast<float>(bf16(row[i]));
+            if (n.attrs.dtype == DType::kF16) row[i] = static_cast<float>(f16(row[i]));
+          }
         }
       }
     }

@@ -37,7 +37,8 @@ struct Scalar {
 struct Attrs {
   EwOp ew = EwOp::kCount;                // Map
   ReduceKind reduce = ReduceKind::kSum;  // Reduce, ArgReduce
-  DType dtype = DType::kF32;             // Cast
+  DType dtype = DType::kF32;             // Cast; IndexPut with accumulate: a half type here rounds
+                                         // each accumulation to it (eager's index_put/index_reduce)
   std::vector<int64_t> ints;             // Permute perm, Reshape shape, Reduce axes
   std::vector<double> coeffs;            // Iota
   Scalar scalar;                         // Full value, Iota base

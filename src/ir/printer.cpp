@@ -79,6 +79,7 @@ std::string attrs_str(const Graph& g, const Node& n) {
     case Op::kIndexPut:
       o << "axis=" << a.axis << (a.accumulate ? ", accumulate" : "");
       if (a.accumulate && a.reduce != ReduceKind::kSum) o << "=" << reduce_name(a.reduce);
+      if (a.accumulate && is_half(a.dtype)) o << ", round=" << dtype_name(a.dtype);
       break;
     case Op::kScan: o << "axis=" << a.axis << (a.log ? ", log" : ""); break;
     case Op::kConv: o << "window=" << shape_str(a.ints) << ", groups=" << a.k; break;

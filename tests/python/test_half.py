@@ -198,3 +198,27 @@ def test_sign_bit_of_signed_zeros_and_nans(dt, tmp_path):
     x = torch.tensor([1.0, -1.0, 0.0, -0.0, float("nan"), -float("nan"), float("inf"), -float("inf"), 3e-5, -3e-5] * 4)
     got, want = _run(lambda a: torch.signbit(a), (x.to(HALVES[dt]),), tmp_path)
     assert got.dtype == np.bool_ and np.array_equal(got, want.numpy())
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+def test_rounding_points_of_cpu_kernels(dt, tmp_path):
+    """Bit for bit with eager where its CPU kernels round inside one operation: log_softmax
+    over the last dimension keeps the row's sum and its log in the half type (over another
+    dimension, float32); logit computes each step in the type (eps rounded); index_put with
+    accumulate and index_reduce add one element at a time in the type, where index_add adds
+    in float32; renorm's decomposition converts with prims.convert_element_type."""
+    t = HALVES[dt]
+    x = (randn(6, 33) * 3).to(t)
+    p = torch.rand(200).to(t) * 1.2 - 0.1
+    base = (randn(5, 7) * 4).to(t)
+    idx = torch.randint(0, 5, (40,), generator=torch.Generator().manual_seed(3))
+    vals = (randn(40, 7) * 4).to(t)
+
+    def f(x, p, base, idx, vals):
+        return (torch.log_softmax(x, 1), torch.log_softmax(x, 0), torch.logit(p), torch.logit(p, 0.2),
+                base.index_put((idx,), vals, accumulate=True), base.index_add(0, idx, vals),
+                base.index_reduce(0, idx, vals, "mean", include_self=False), torch.renorm(x, 2, 0, 1.5))
+
+    got, want = _run(f, (x, p, base, idx, vals), tmp_path)
+    for g, w in zip(got, want):
+        _check(g, w)

@@ -504,7 +504,9 @@ inline bool gather(D d, S s, I ix, int64_t* bad) {
 // index_put: d[o with o[Axis] = idx[o[Axis]]] = vals[o] (Acc: +=), o over the values'
 // shape ValSh. Every index is checked before anything is written.
 // Red (with Acc) combines like chroma::scalar::scan_combine: 0 sum, 1 prod, 2 max, 3 min.
-template <class ValSh, int Axis, int64_t Dim, bool Acc, int Red = 0, class D, class I, class V>
+// Round (with Acc, on a float32 destination that holds a half tensor's values): 1 rounds each
+// combination to bfloat16, 2 to float16, as eager's index_put and index_reduce kernels do.
+template <class ValSh, int Axis, int64_t Dim, bool Acc, int Red = 0, int Round = 0, class D, class I, class V>
 inline bool index_put(D d, I ix, V vals, int64_t* bad) {
   constexpr int R = ValSh::kRank;
   for (int64_t j = 0; j < ValSh::kDims[Axis]; ++j) {
@@ -524,6 +526,8 @@ inline bool index_put(D d, I ix, V vals, int64_t* bad) {
       dst = vals.at(o);
     } else {
       dst = ::chroma::scalar::scan_combine<Red, T>(dst, static_cast<T>(vals.at(o)));
+      if constexpr (Round == 1) dst = static_cast<T>(static_cast<float>(::chroma::bf16(static_cast<float>(dst))));
+      if constexpr (Round == 2) dst = static_cast<T>(static_cast<float>(::chroma::f16(static_cast<float>(dst))));
     }
   });
   return true;

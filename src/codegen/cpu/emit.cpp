@@ -355,7 +355,8 @@ class Emitter {
         if (numel(k.shape) > 0) {
           o << "  int64_t bad = 0;\n  if (!et::index_put<" << shape_t(k.shape) << ", " << axis << ", "
             << b.type.shape[static_cast<size_t>(axis)] << ", " << (k.attrs.accumulate ? "true" : "false") << ", "
-            << static_cast<int>(k.attrs.reduce) << ">("
+            << static_cast<int>(k.attrs.reduce) << ", "
+            << (!k.attrs.accumulate ? 0 : k.attrs.dtype == DType::kBF16 ? 1 : k.attrs.dtype == DType::kF16 ? 2 : 0) << ">("
             << out(k.outputs[0], k.out_layouts[0]) << ",\n      " << expr(k.inputs[1]) << ",\n      " << expr(k.inputs[2])
             << ", &bad)) return cx.index_error(" << ki << ", bad);\n";
         }

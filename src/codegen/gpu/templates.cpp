@@ -508,7 +508,9 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       in.if_(bin("==", v, dc[axis]), [&](Block& t) {
         std::vector<Ex> vc = dc;
         vc[axis] = j;
-        t.assign(acc, comb(t, acc, t.let(cast_value(t, kb.eval(t, vals, vc), vals.dtype, ot))));
+        const Ex c = comb(t, acc, t.let(cast_value(t, kb.eval(t, vals, vc), vals.dtype, ot)));
+        // A float32 destination holding a half tensor's values (Attrs::dtype): each step rounded.
+        t.assign(acc, ot == DType::kF32 && is_half(lk.attrs.dtype) ? cast_value(t, c, DType::kF32, lk.attrs.dtype) : c);
       });
     });
     kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], dc, acc);
