@@ -45,6 +45,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
     lo.device_storage = true;
     lo.row_major_constant_b = true;
     lo.product_epilogues = true;
+    lo.weights = quant::parse_policy(opts.weights);  // bf16 weights (Lowerer::half_weight)
   }
   return lo;
 }
@@ -62,10 +63,6 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     throw CompileError("target '" + opts.target + "' is not supported (available: cpu, webgpu, cuda, metal)");
   }
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
-  if (opts.target != "cpu" && quant::parse_policy(opts.weights).quantizes()) {
-    throw CompileError("weights '" + opts.weights + "': quantized and bfloat16 weights are implemented for the cpu target only (target '" +
-                       opts.target + "' stores float32 weights)");
-  }
   PhaseTimer timer;
   const LowerOptions lo = lower_options(opts);
   std::vector<CompiledEntry> entries;

@@ -144,7 +144,10 @@ def record_accuracy(out: str, model: Any, inputs: Sequence[Any],
     from .compiler import to_numpy
     from .program import load
 
-    prog = load(out, threads=1)
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        target = json.load(f).get("target", "cpu")
+    # CUDA and Metal artifacts as chroma.compile returns them: on the SIMT emulator (any machine).
+    prog = load(out, emulate=True) if target in ("cuda", "metal") else load(out, threads=1)
     sets = [tuple(inputs)] + [tuple(c) for c in (calibration or [])]
     per_output: List[List[Dict[str, Any]]] = []
     for ins in sets:

@@ -7,6 +7,7 @@
 
 #include "artifact/build.h"
 #include "chroma/detail/sha256.h"
+#include "quant/quant.h"
 
 namespace chroma {
 namespace fs = std::filesystem;
@@ -123,6 +124,29 @@ StateLayout layout_state(std::vector<CompiledEntry>& entries, WeightsLayout& wl,
   }
   sl.bytes = (sl.bytes + align - 1) / align * align;
   return sl;
+}
+
+json describe_weights(const std::vector<CompiledEntry>& entries, const std::string& spec) {
+  const quant::Policy pol = quant::parse_policy(spec);
+  json decisions = json::array();
+  int64_t f32 = 0, stored = 0;
+  for (const CompiledEntry& e : entries) {
+    for (const quant::Decision& d : e.program.weight_decisions) {
+      decisions.push_back({{"entry", e.name}, {"name", d.name}, {"role", d.role}, {"shape", d.shape}, {"matrices", d.matrices},
+                           {"format", quant::format_name(d.format)}, {"reason", d.reason}, {"bytes_fp32", d.bytes_f32},
+                           {"bytes", d.bytes}});
+      f32 += d.bytes_f32;
+      stored += d.bytes;
+    }
+  }
+  return {{"spec", pol.spec.empty() ? "fp32" : pol.spec},
+          {"default", quant::format_name(pol.fallback)},
+          {"activations", pol.exact_activations ? "fp32" : "bf16"},
+          {"group_size", quant::kGroup},
+          {"scale_type", "float16"},
+          {"product_weights_bytes_fp32", f32},
+          {"product_weights_bytes", stored},
+          {"decisions", decisions}};
 }
 
 json describe_entry(const CompiledEntry& e, int64_t weight_bytes, int64_t state_bytes) {

@@ -74,6 +74,10 @@ StateLayout layout_state(std::vector<CompiledEntry>& entries, WeightsLayout& wl,
 // and stats.
 nlohmann::json describe_entry(const CompiledEntry& e, int64_t weight_bytes, int64_t state_bytes);
 
+// The manifest's options.weights: the policy `spec` and every decision the entries' lowering
+// made under it (docs/quantization.md).
+nlohmann::json describe_weights(const std::vector<CompiledEntry>& entries, const std::string& spec);
+
 // Writes through a temporary file and a rename, so a process that has the old file mapped
 // keeps a consistent view.
 void write_file(const std::string& path, const void* data, size_t n);

@@ -79,29 +79,7 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   m["target"] = opts.target;
   m["options"] = {{"blas", opts.blas}, {"dnnl", co.dnnl}, {"sgemm", co.dnnl_sgemm ? "onednn" : opts.blas ? "openblas" : "chroma"},
                   {"max_expression_depth", opts.max_expression_depth}};
-  {
-    // The weights policy and every decision it made (docs/quantization.md).
-    const quant::Policy pol = quant::parse_policy(opts.weights);
-    json decisions = json::array();
-    int64_t f32 = 0, stored = 0;
-    for (const CompiledEntry& e : entries) {
-      for (const quant::Decision& d : e.program.weight_decisions) {
-        decisions.push_back({{"entry", e.name}, {"name", d.name}, {"role", d.role}, {"shape", d.shape}, {"matrices", d.matrices},
-                             {"format", quant::format_name(d.format)}, {"reason", d.reason}, {"bytes_fp32", d.bytes_f32},
-                             {"bytes", d.bytes}});
-        f32 += d.bytes_f32;
-        stored += d.bytes;
-      }
-    }
-    m["options"]["weights"] = {{"spec", pol.spec.empty() ? "fp32" : pol.spec},
-                               {"default", quant::format_name(pol.fallback)},
-                               {"activations", pol.exact_activations ? "fp32" : "bf16"},
-                               {"group_size", quant::kGroup},
-                               {"scale_type", "float16"},
-                               {"product_weights_bytes_fp32", f32},
-                               {"product_weights_bytes", stored},
-                               {"decisions", decisions}};
-  }
+  m["options"]["weights"] = describe_weights(entries, opts.weights);
   json es = json::array();
   for (const CompiledEntry& e : entries) es.push_back(describe_entry(e, static_cast<int64_t>(wl.bytes.size()), sl.bytes));
   // The first entry's description also sits at the top level (single-entry readers).

@@ -528,6 +528,9 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   am["compiler_version"] = CHROMA_VERSION;
   am["target"] = opts.target;
   am["options"] = {{"max_expression_depth", std::min(opts.max_expression_depth, 24)}};
+  // Weights in bfloat16 (Lowerer::half_weight) widen in the kernels; activations stay float32.
+  am["options"]["weights"] = describe_weights(entries, opts.weights);
+  am["options"]["weights"]["activations"] = "fp32";
   json es = json::array();
   for (const CompiledEntry& ce : entries) es.push_back(describe_entry(ce, weight_bytes, sl.bytes));
   for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) am[key] = es[0][key];

@@ -495,7 +495,9 @@ void Lowerer::visit(int32_t id) {
       if (packed_matmul(n, v)) return;
       Kernel k = start(n, Kernel::kMatMul);
       k.inputs.push_back(matmul_operand(n.inputs[0]));
+      half_weight(n, &k.inputs.back(), "", true);
       k.inputs.push_back(matmul_operand(n.inputs[1]));
+      half_weight(n, &k.inputs.back(), "");
       if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
       if (opts_.product_epilogues && n.type().dtype == DType::kF32 && !output_slot_.count(v)) {
         push_with_epilogue(std::move(k), n, v, {});

@@ -309,6 +309,74 @@ quant::Format Lowerer::weight_format(const Node& n, const std::string& name, int
   return f;
 }
 
+void Lowerer::half_weight(const Node& n, Expr* e, const std::string& role, bool left) {
+  if (!opts_.weights.quantizes() || opts_.packed_max_rows > 0) return;
+  if (e->kind != Expr::kLoad || e->dtype != DType::kF32) return;
+  const Buffer& buf = p_.buffers[static_cast<size_t>(e->buffer)];
+  if (buf.region != Region::kConstant) return;
+  const Layout l = e->layout;
+  const size_t r = l.shape.size();
+  if (r < 2 || numel(l.shape) == 0 || (role == "embedding" && r != 2)) return;
+  // The values the layout selects, each broadcast dimension once.
+  Shape stored = l.shape;
+  for (size_t d = 0; d < r; ++d) {
+    if (l.strides[d] == 0) stored[d] = 1;
+  }
+  const ConstantData& c = p_.constants[static_cast<size_t>(buf.slot)];
+  const std::string name = c.name.empty() ? "folded" : c.name;
+  quant::Format f;
+  if (role == "embedding") {
+    quant::Decision d = quant::decide(opts_.weights, name, "embedding", l.shape[1], l.shape[0], 1);
+    d.shape = {l.shape[0], l.shape[1]};
+    f = d.format;
+    p_.weight_decisions.push_back(std::move(d));
+  } else {
+    // B [K, N]; a constant left operand A [M, K] is the transposed case (N = M).
+    const int64_t K = l.shape[left ? r - 1 : r - 2], N = l.shape[left ? r - 2 : r - 1];
+    f = weight_format(n, name, K, N, numel(stored) / std::max<int64_t>(1, stored[r - 2] * stored[r - 1]));
+  }
+  if (f == quant::Format::kF32) return;
+  if (f != quant::Format::kBF16) {
+    throw CompileError("weights: '" + name + "' read by node " + n.name + " would be stored as " + quant::format_name(f) +
+                       ": GPU targets store weights as fp32 or bf16 (the grouped integer formats have CPU kernels only); "
+                       "use weights='bf16', or a rule '" + name + "': 'bf16'");
+  }
+  const int64_t total = numel(stored);
+  p_.weight_decisions.back().bytes = total * 2;
+  std::vector<uint8_t> bytes(static_cast<size_t>(total * 2));
+  const auto* src = reinterpret_cast<const float*>(c.data());
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t o = l.offset;
+    for (size_t d = 0; d < r; ++d) o += idx[d] * l.strides[d];
+    const uint16_t h = half_detail::f32_to_bf16(src[o]);
+    std::memcpy(bytes.data() + 2 * i, &h, 2);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < stored[d]) break;
+      idx[d] = 0;
+    }
+  }
+  const int32_t hb = add_packed_bytes(name + ".bf16", TensorType{DType::kBF16, stored}, std::move(bytes));
+  Expr ld;
+  ld.kind = Expr::kLoad;
+  ld.dtype = DType::kBF16;
+  ld.buffer = hb;
+  ld.layout.shape = l.shape;
+  ld.layout.offset = 0;
+  ld.layout.strides.assign(r, 0);
+  int64_t st = 1;
+  for (size_t d = r; d-- > 0;) {
+    if (stored[d] == 1) continue;
+    ld.layout.strides[d] = st;
+    st *= stored[d];
+  }
+  Expr cast;
+  cast.kind = Expr::kCast;
+  cast.dtype = DType::kF32;
+  cast.children.push_back(std::move(ld));
+  *e = std::move(cast);
+}
+
 bool Lowerer::packed_matmul(const Node& n, Value v) {
   const TensorType& ct = n.type();
   const size_t r = ct.shape.size();
@@ -437,6 +505,9 @@ void Lowerer::emit_gather(const Node& n, Value v) {
   if (quantized_gather(n, v)) return;
   Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
   k.inputs.push_back(expr_of(n.inputs[0]));
+  if (n.op == Op::kGather && n.attrs.axis == 0 && g_.node(n.inputs[0].node).op == Op::kConstant) {
+    half_weight(n, &k.inputs.back(), "embedding");
+  }
   k.inputs.push_back(expr_of(n.inputs[1]));
   push_over_output(std::move(k), n, v);
 }

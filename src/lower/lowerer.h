@@ -165,6 +165,14 @@ class Lowerer {
   // "embedding"): the table stored in the row layout, read by et::gather_quant.
   bool quantized_gather(const Node& n, Value v);
 
+  // GPU targets (no pre-packed panels) under a weights policy: a float32 constant read by a
+  // matrix product (role "") or by a Gather of rows (role "embedding") becomes a bfloat16
+  // constant of the values the layout selects (broadcast dimensions stay broadcast), read
+  // through a Cast to float32 that the consuming kernel fuses into its loads (`left`: the
+  // product's left operand, [M, K]). The decision is recorded like the CPU's; formats other
+  // than bf16 are refused with the weight's name.
+  void half_weight(const Node& n, Expr* e, const std::string& role, bool left = false);
+
   // A constant matrix operand read transposed (a linear layer's weight [N, K] as B = W^T) is
   // stored row-major [K, N] instead, a new constant made at compile time (the original is
   // dropped when nothing else reads it): GPU products then read B rows in consecutive

@@ -326,3 +326,70 @@ def test_chroma_cuda_archs_selects_the_fatbin_architectures(tmp_path, monkeypatc
     monkeypatch.setenv("CHROMA_CUDA_ARCHS", "sm_90")
     with pytest.raises(chroma.CompileError, match="CHROMA_CUDA_ARCHS='sm_90': expected compute capabilities"):
         _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin2")
+
+
+class _HalfWeights(torch.nn.Module):
+    """An embedding, a product with many rows (the tiled kernel), one with a single row (the
+    memory-bound kernel), stacked expert matrices read through a batched product, a router."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 64)
+        self.l1 = torch.nn.Linear(64, 96)
+        self.l2 = torch.nn.Linear(64, 80)
+        self.experts = torch.nn.Parameter(torch.randn(3, 96, 32) / 10)
+        self.gate = torch.nn.Linear(96, 4)
+        self.out = torch.nn.Linear(96, 100, bias=False)
+
+    def forward(self, t, v):
+        h = torch.relu(self.l1(self.emb(t)))
+        e = torch.matmul(h, self.experts)  # [3, T, 32]: one matrix per expert, h broadcast
+        return self.out(h), self.gate(h), self.l2(v), e
+
+
+@pytest.mark.parametrize("target", ["webgpu", *TARGETS])
+def test_bfloat16_weights_on_gpu_targets(tmp_path, target):
+    """weights="bf16" on a GPU target: every product and embedding weight stored in bfloat16
+    (half the bytes), widened inside the kernels that read it, so the result equals float32
+    PyTorch run with the same rounded weights up to summation order; the router stays float32
+    (keep-list), every decision is in the manifest, and the grouped integer formats are
+    refused naming the weight."""
+    import copy
+
+    torch.manual_seed(0)
+    m = _HalfWeights().eval()
+    t, v = torch.tensor([3, 7, 1, 99, 0, 42, 5, 8, 9, 11, 12, 13]), torch.randn(1, 64)
+    rounded = copy.deepcopy(m)
+    with torch.no_grad():
+        for n, p in rounded.named_parameters():
+            if p.ndim >= 2 and "gate" not in n:
+                p.copy_(p.bfloat16().float())
+        ref = [r.numpy() for r in rounded(t, v)]
+        exact = [r.numpy() for r in m(t, v)]
+    out = str(tmp_path / "m")
+    prog = chroma.compile(m, (t, v), target=target, out=out, weights="bf16")
+    got = prog(t.numpy(), v.numpy())
+    for g, r, x in zip(got, ref, exact):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5 * np.abs(r).max())
+        assert np.abs(g - x).max() > 1e-5 * np.abs(x).max()  # the rounding is really there
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    w = manifest["options"]["weights"]
+    formats = {d["name"]: (d["format"], d["bytes"], d["bytes_fp32"]) for d in w["decisions"]}
+    assert formats["gate.weight"][0] == "fp32"
+    for name in ("emb.weight", "l1.weight", "l2.weight", "experts", "out.weight"):
+        fmt, stored, f32 = formats[name]
+        assert fmt == "bf16" and 2 * stored == f32, (name, formats[name])
+    assert w["activations"] == "fp32"
+    assert manifest["accuracy"]["outputs"][0]["rel_l2"] < 5e-3  # against float32 PyTorch
+    if target == "webgpu":
+        _node_check_package(out)
+    with pytest.raises(chroma.CompileError, match=r"'l1.weight' .* q4: GPU targets store weights as fp32 or bf16"):
+        chroma.compile(m, (t, v), target=target, out=str(tmp_path / "q"), weights={"default": "bf16", "l1.*": "q4"})
+
+
+def _node_check_package(out):
+    """Dawn (Tint) validates every module of the package and runs its self-check."""
+    from test_webgpu import _node_check
+
+    pkg = os.path.join(os.path.dirname(out), os.path.basename(out) + ".chroma-web")
+    _node_check(pkg)
