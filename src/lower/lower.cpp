@@ -247,6 +247,36 @@ Expr Lowerer::buffer_load(Value v, Want want) {
   return load(b);
 }
 
+int32_t Lowerer::relayout_constant(const Expr& src, Value v) {
+  if (auto it = buffer_of_.find(v); it != buffer_of_.end()) return it->second;
+  const Buffer& from = p_.buffers[static_cast<size_t>(src.buffer)];
+  const ConstantData& c = p_.constants[static_cast<size_t>(from.slot)];
+  const Layout& l = src.layout;
+  const size_t r = l.shape.size(), eb = dtype_size(src.dtype);
+  const int64_t total = numel(l.shape);
+  std::vector<uint8_t> bytes(static_cast<size_t>(total) * eb);
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t o = l.offset;
+    for (size_t d = 0; d < r; ++d) o += idx[d] * l.strides[d];
+    std::memcpy(bytes.data() + static_cast<size_t>(i) * eb, c.data() + static_cast<size_t>(o) * eb, eb);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < l.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  const int32_t b = add_packed_bytes(weight_name(c) + ".relayout", TensorType{src.dtype, l.shape}, std::move(bytes));
+  buffer_of_[v] = b;
+  return b;
+}
+
+std::string Lowerer::weight_name(const ConstantData& c) {
+  std::string n = c.name.empty() ? "folded" : c.name;
+  constexpr std::string_view suffix = ".relayout";
+  if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) n.resize(n.size() - suffix.size());
+  return n;
+}
+
 Expr Lowerer::load(int32_t buf) {
   Expr e;
   e.kind = Expr::kLoad;
@@ -312,7 +342,15 @@ Expr Lowerer::compute(Value v) {
       const size_t mark = fused_into_.size();
       Expr src = expr_of(n.inputs[0]);
       if (map_leaves(src, n)) return src;
-      // The source layout cannot express this view: give the source its own buffer.
+      // The source layout cannot express this view. A constant seen through views (a weight
+      // permuted, then reshaped: einsum's operands) is laid out contiguously once, at compile
+      // time, rather than copied by a kernel on every call.
+      if (src.kind == Expr::kLoad && fused_into_.size() == mark &&
+          p_.buffers[static_cast<size_t>(src.buffer)].region == Region::kConstant) {
+        Expr c = load(relayout_constant(src, n.inputs[0]));
+        if (map_leaves(c, n)) return c;
+      }
+      // Otherwise give the source its own buffer.
       fused_into_.resize(mark);
       src = buffer_load(n.inputs[0], Want::kContiguous);
       if (!map_leaves(src, n)) throw CompileError("internal: view of a contiguous buffer failed at " + g_.describe(v.node));

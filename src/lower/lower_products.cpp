@@ -216,7 +216,7 @@ int32_t Lowerer::add_packed_constant(std::string name, Shape shape, const std::v
 }
 
 void Lowerer::row_major_constant(Expr* e) {
-  if (e->kind != Expr::kLoad || dtype_size(e->dtype) != 4) return;
+  if (e->kind != Expr::kLoad || dtype_size(e->dtype) != 4 || e->quant != quant::Format::kF32) return;
   const Buffer& buf = p_.buffers[static_cast<size_t>(e->buffer)];
   if (buf.region != Region::kConstant) return;
   const Layout& l = e->layout;
@@ -323,7 +323,7 @@ void Lowerer::half_weight(const Node& n, Expr* e, const std::string& role, bool 
     if (l.strides[d] == 0) stored[d] = 1;
   }
   const ConstantData& c = p_.constants[static_cast<size_t>(buf.slot)];
-  const std::string name = c.name.empty() ? "folded" : c.name;
+  const std::string name = weight_name(c);
   quant::Format f;
   if (role == "embedding") {
     quant::Decision d = quant::decide(opts_.weights, name, "embedding", l.shape[1], l.shape[0], 1);
@@ -336,45 +336,96 @@ void Lowerer::half_weight(const Node& n, Expr* e, const std::string& role, bool 
     f = weight_format(n, name, K, N, numel(stored) / std::max<int64_t>(1, stored[r - 2] * stored[r - 1]));
   }
   if (f == quant::Format::kF32) return;
-  if (f != quant::Format::kBF16) {
-    throw CompileError("weights: '" + name + "' read by node " + n.name + " would be stored as " + quant::format_name(f) +
-                       ": GPU targets store weights as fp32 or bf16 (the grouped integer formats have CPU kernels only); "
-                       "use weights='bf16', or a rule '" + name + "': 'bf16'");
+  quant::Decision& dec = p_.weight_decisions.back();
+  // A grouped format stores rows along K: a product's B [K, N] as N rows, its A [M, K] and an
+  // embedding [rows, H] as they are. Rows whose length is not a multiple of the group size
+  // would leave the groups off 4-byte boundaries: those take bf16, and the reason says so.
+  const bool along_last = left || role == "embedding";
+  const int64_t K = l.shape[along_last ? r - 1 : r - 2];
+  const size_t kdim = along_last ? r - 1 : r - 2;
+  if (f != quant::Format::kBF16 && (K % quant::kGroup != 0 || stored[kdim] != K)) {
+    f = quant::Format::kBF16;
+    dec.format = f;
+    dec.reason += "; bf16 on GPU targets: K = " + std::to_string(K) + " is not a multiple of " + std::to_string(quant::kGroup);
   }
-  const int64_t total = numel(stored);
-  p_.weight_decisions.back().bytes = total * 2;
-  std::vector<uint8_t> bytes(static_cast<size_t>(total * 2));
   const auto* src = reinterpret_cast<const float*>(c.data());
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t i = 0; i < total; ++i) {
-    int64_t o = l.offset;
-    for (size_t d = 0; d < r; ++d) o += idx[d] * l.strides[d];
-    const uint16_t h = half_detail::f32_to_bf16(src[o]);
-    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  const int64_t total = numel(stored);
+  if (f == quant::Format::kBF16) {
+    dec.bytes = total * 2;
+    std::vector<uint8_t> bytes(static_cast<size_t>(total * 2));
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t o = l.offset;
+      for (size_t d = 0; d < r; ++d) o += idx[d] * l.strides[d];
+      const uint16_t h = half_detail::f32_to_bf16(src[o]);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+      for (size_t d = r; d-- > 0;) {
+        if (++idx[d] < stored[d]) break;
+        idx[d] = 0;
+      }
+    }
+    const int32_t hb = add_packed_bytes(name + ".bf16", TensorType{DType::kBF16, stored}, std::move(bytes));
+    Expr ld;
+    ld.kind = Expr::kLoad;
+    ld.dtype = DType::kBF16;
+    ld.buffer = hb;
+    ld.layout.shape = l.shape;
+    ld.layout.offset = 0;
+    ld.layout.strides.assign(r, 0);
+    int64_t st = 1;
     for (size_t d = r; d-- > 0;) {
-      if (++idx[d] < stored[d]) break;
-      idx[d] = 0;
+      if (stored[d] == 1) continue;
+      ld.layout.strides[d] = st;
+      st *= stored[d];
+    }
+    Expr cast;
+    cast.kind = Expr::kCast;
+    cast.dtype = DType::kF32;
+    cast.children.push_back(std::move(ld));
+    *e = std::move(cast);
+    return;
+  }
+  // The rows: the stored dimensions in order with K moved last (B's N before its K).
+  std::vector<size_t> order;
+  for (size_t d = 0; d < r; ++d) {
+    if (!along_last && d == r - 2) continue;
+    order.push_back(d);
+  }
+  if (!along_last) order.push_back(r - 2);
+  const int64_t rows = total / K;
+  std::vector<float> dense(static_cast<size_t>(total));
+  {
+    std::vector<int64_t> idx(r, 0);  // over `order`
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t o = l.offset;
+      for (size_t j = 0; j < r; ++j) o += idx[j] * l.strides[order[j]];
+      dense[static_cast<size_t>(i)] = src[o];
+      for (size_t j = r; j-- > 0;) {
+        if (++idx[j] < stored[order[j]]) break;
+        idx[j] = 0;
+      }
     }
   }
-  const int32_t hb = add_packed_bytes(name + ".bf16", TensorType{DType::kBF16, stored}, std::move(bytes));
+  std::vector<uint8_t> packed(static_cast<size_t>(rows * quant::row_bytes(f, K)));
+  if (!quant::pack_rows(f, dense.data(), rows, K, packed.data())) unstorable(name, n, f);
+  dec.bytes = static_cast<int64_t>(packed.size());
   Expr ld;
   ld.kind = Expr::kLoad;
-  ld.dtype = DType::kBF16;
-  ld.buffer = hb;
+  ld.dtype = DType::kF32;
+  ld.quant = f;
+  ld.quant_k = K;
+  ld.buffer = add_packed_bytes(name + ".rows." + quant::format_name(f), std::move(packed));
   ld.layout.shape = l.shape;
   ld.layout.offset = 0;
   ld.layout.strides.assign(r, 0);
   int64_t st = 1;
-  for (size_t d = r; d-- > 0;) {
+  for (size_t j = r; j-- > 0;) {
+    const size_t d = order[j];
     if (stored[d] == 1) continue;
     ld.layout.strides[d] = st;
     st *= stored[d];
   }
-  Expr cast;
-  cast.kind = Expr::kCast;
-  cast.dtype = DType::kF32;
-  cast.children.push_back(std::move(ld));
-  *e = std::move(cast);
+  *e = std::move(ld);
 }
 
 bool Lowerer::packed_matmul(const Node& n, Value v) {
@@ -394,7 +445,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
     if (eb.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(eb.buffer)].region != Region::kConstant) return false;
   }
   const ConstantData& cb = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(eb.buffer)].slot)];
-  const std::string cname = cb.name;
+  const std::string cname = weight_name(cb);
   const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
   const int64_t nb = numel(batch);
   // Each batch's matrix, by its offset in the constant (broadcast batches share one).

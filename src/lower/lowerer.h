@@ -165,6 +165,14 @@ class Lowerer {
   // "embedding"): the table stored in the row layout, read by et::gather_quant.
   bool quantized_gather(const Node& n, Value v);
 
+  // A constant read through a view its layout cannot express (value v, read as `src`): a new
+  // constant holding v's values contiguously, made once at compile time and used for v from
+  // then on (the original stays for other readers).
+  int32_t relayout_constant(const Expr& src, Value v);
+  // A constant's weight name for the weights policy: its parameter's name ("folded" for a
+  // folded constant), without the suffix relayout_constant adds.
+  static std::string weight_name(const ConstantData& c);
+
   // GPU targets (no pre-packed panels) under a weights policy: a float32 constant read by a
   // matrix product (role "") or by a Gather of rows (role "embedding") becomes a bfloat16
   // constant of the values the layout selects (broadcast dimensions stay broadcast), read

@@ -383,8 +383,69 @@ def test_bfloat16_weights_on_gpu_targets(tmp_path, target):
     assert manifest["accuracy"]["outputs"][0]["rel_l2"] < 5e-3  # against float32 PyTorch
     if target == "webgpu":
         _node_check_package(out)
-    with pytest.raises(chroma.CompileError, match=r"'l1.weight' .* q4: GPU targets store weights as fp32 or bf16"):
-        chroma.compile(m, (t, v), target=target, out=str(tmp_path / "q"), weights={"default": "bf16", "l1.*": "q4"})
+
+
+class _GroupedWeights(torch.nn.Module):
+    """Products whose K is a multiple of 64 (q formats) and one whose K is not (bf16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 64)
+        self.l1 = torch.nn.Linear(64, 128)
+        self.experts = torch.nn.Parameter(torch.randn(3, 128, 32) / 10)
+        self.out = torch.nn.Linear(128, 100, bias=False)
+        self.l2 = torch.nn.Linear(64, 80)
+        self.l3 = torch.nn.Linear(80, 72)
+
+    def forward(self, t, v):
+        h = torch.relu(self.l1(self.emb(t)))
+        return self.out(h), torch.matmul(h, self.experts), self.l3(self.l2(v))
+
+
+@pytest.mark.parametrize("target", ["webgpu", *TARGETS])
+def test_grouped_weights_on_gpu_targets(tmp_path, target):
+    """q8, q6 and q4 (MLX groups of 64 along K, quant::pack_rows rows) on a GPU target: the
+    kernels dequantize inside their loads, so the result equals float32 PyTorch run with the
+    weights each format stands for (chroma.quant.simulate, checked against MLX's formula in
+    test_quant.py) up to summation order, in the tiled kernel (12 rows), the memory-bound one
+    (1 row), a batched product and the embedding gather; a product whose K is not a multiple
+    of 64 takes bf16 and the manifest says why."""
+    from chroma.quant import simulate
+
+    torch.manual_seed(0)
+    m = _GroupedWeights().eval()
+    t, v = torch.tensor([3, 7, 1, 99, 0, 42, 5, 8, 9, 11, 12, 13]), torch.randn(1, 64)
+    policy = {"default": "q4", "l1.weight": "q8", "out.weight": "q6", "emb.weight": "q8"}
+    expected = {"emb.weight": "q8", "l1.weight": "q8", "experts": "q4", "out.weight": "q6", "l2.weight": "q4",
+                "l3.weight": "bf16"}
+    ref_model = _GroupedWeights().eval()
+    ref_model.load_state_dict(m.state_dict())
+    with torch.no_grad():
+        for name, p in ref_model.named_parameters():
+            fmt = expected.get(name)
+            if fmt is None:
+                continue
+            w = p.detach().numpy()
+            if name == "experts":  # [E, K, N]: rows of K are its columns
+                q = simulate(w.transpose(0, 2, 1).reshape(-1, w.shape[1]), fmt).reshape(3, 32, 128).transpose(0, 2, 1)
+            else:
+                q = simulate(w, fmt)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(q)))
+        ref = [r.numpy() for r in ref_model(t, v)]
+    out = str(tmp_path / "m")
+    prog = chroma.compile(m, (t, v), target=target, out=out, weights=policy)
+    got = prog(t.numpy(), v.numpy())
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+    w = json.load(open(os.path.join(out, "manifest.json")))["options"]["weights"]
+    dec = {d["name"]: d for d in w["decisions"]}
+    assert {n: d["format"] for n, d in dec.items() if n in expected} == expected
+    assert "not a multiple of 64" in dec["l3.weight"]["reason"]
+    assert dec["l1.weight"]["bytes"] == 128 * (64 + 4)  # 128 rows, one group of 64 bytes + header
+    if target == "webgpu":
+        _node_check_package(out)
+    else:
+        _compiled_text(out, target)  # nvcc for every listed architecture, spill-free
 
 
 def _node_check_package(out):

@@ -105,12 +105,43 @@ class KB {
     return bitcast(Ty::kU32, v);
   }
 
+  // A grouped weight (Expr::quant; quant::pack_rows rows, docs/quantization.md) at `coords`:
+  // row and k from the layout over the dense [rows, K] tensor; the group's header word holds
+  // the float16 scale (low half) and bias; the value's bits lie little-endian from the next
+  // word on (a 6-bit value may straddle two words). Returns scale * q + bias in float32.
+  Ex dequantize(Block& b, const Expr& e, const std::vector<Ex>& coords) {
+    const int bits = quant::format_bits(e.quant);
+    const int64_t K = e.quant_k, group_words = (4 + quant::kGroup * bits / 8) / 4, row_words = K / quant::kGroup * group_words;
+    auto [s, byte_base] = base(&e, e.buffer, 0, false);  // a uint8 buffer: counted in bytes
+    const Ex lin = b.let(address(lit_i(0), e.layout.strides, coords));
+    const Ex row = b.let(bin("/", lin, lit_i(K))), kk = b.let(bin("%", lin, lit_i(K)));
+    const Ex gw = b.let(add(add(bin(">>", byte_base, lit_i(2)), mul(row, lit_i(row_words))),
+                            mul(bin(">>", kk, lit_i(6)), lit_i(group_words))), "gw");
+    const Ex hdr = b.let(load_word(s, gw), "hdr");
+    const Ex scale = b.let(half_value(b, DType::kF16, bin("&", hdr, lit_u(0xffffu))));
+    const Ex bias = b.let(half_value(b, DType::kF16, bin(">>", hdr, lit_u(16u))));
+    const Ex bit = b.let(mul(bin("&", kk, lit_i(63)), lit_i(bits)));
+    const Ex w = b.let(add(add(gw, lit_i(1)), bin(">>", bit, lit_i(5))));
+    const Ex sh = b.let(convert(Ty::kU32, bin("&", bit, lit_i(31))));
+    Ex q = b.let(bin(">>", load_word(s, w), sh));
+    if (bits == 6) {
+      // the bits past the word's end: from the next word (never read past a group: a value
+      // straddles only when it is not the group's last)
+      const Ex hi = b.mut(Ty::kU32, lit_u(0), "hi");
+      b.if_(bin(">", sh, lit_u(26u)), [&](Block& in) { in.assign(hi, bin("<<", load_word(s, add(w, lit_i(1))), bin("-", lit_u(32u), sh))); });
+      q = b.let(bin("|", q, hi));
+    }
+    const Ex qv = b.let(convert(Ty::kF32, bin("&", q, lit_u((1u << bits) - 1u))));
+    return b.let(add(mul(scale, qv), bias));
+  }
+
   // The value of a fused expression at `coords` (one coordinate per dimension of its shape),
   // in its compute type.
   Ex eval(Block& b, const Expr& e, const std::vector<Ex>& coords) {
     switch (e.kind) {
       case Expr::kLoad: {
         if (e.buffer == result_buffer_ && result_) return result_;
+        if (e.quant != quant::Format::kF32) return dequantize(b, e, coords);
         auto [s, base_ex] = base(&e, e.buffer, e.layout.offset, false);
         const Ex a = address(base_ex, e.layout.strides, coords);
         const int eb = device_element_bytes(e.dtype);

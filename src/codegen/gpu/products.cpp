@@ -225,6 +225,7 @@ std::optional<LibraryGemm> library_gemm_call(const Program& p, const std::functi
   const Expr& A = lk.inputs[0];
   const Expr& B = lk.inputs[1];
   if (A.kind != Expr::kLoad || B.kind != Expr::kLoad || A.dtype != DType::kF32 || B.dtype != DType::kF32) return std::nullopt;
+  if (A.quant != quant::Format::kF32 || B.quant != quant::Format::kF32) return std::nullopt;  // grouped weights: generated
   const Buffer& cb = p.buffers[static_cast<size_t>(lk.outputs[0])];
   if (cb.type.dtype != DType::kF32) return std::nullopt;
   const size_t r = lk.shape.size();
