@@ -112,7 +112,10 @@ class KB {
   Ex dequantize(Block& b, const Expr& e, const std::vector<Ex>& coords) {
     const int bits = quant::format_bits(e.quant);
     const int64_t K = e.quant_k, group_words = (4 + quant::kGroup * bits / 8) / 4, row_words = K / quant::kGroup * group_words;
-    auto [s, byte_base] = base(&e, e.buffer, 0, false);  // a uint8 buffer: counted in bytes
+    // (no structured binding: clang 14 cannot capture one in the lambda below)
+    const std::pair<int, Ex> sb = base(&e, e.buffer, 0, false);  // a uint8 buffer: counted in bytes
+    const int s = sb.first;
+    const Ex byte_base = sb.second;
     const Ex lin = b.let(address(lit_i(0), e.layout.strides, coords));
     const Ex row = b.let(bin("/", lin, lit_i(K))), kk = b.let(bin("%", lin, lit_i(K)));
     const Ex gw = b.let(add(add(bin(">>", byte_base, lit_i(2)), mul(row, lit_i(row_words))),
