@@ -45,7 +45,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
     lo.device_storage = true;
     lo.row_major_constant_b = true;
     lo.product_epilogues = true;
-    lo.weights = quant::parse_policy(opts.weights);  // bf16 weights (Lowerer::half_weight)
+    lo.weights = quant::parse_policy(opts.weights);  // reduced weights (Lowerer::reduced_weight)
   }
   return lo;
 }

@@ -528,7 +528,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   am["compiler_version"] = CHROMA_VERSION;
   am["target"] = opts.target;
   am["options"] = {{"max_expression_depth", std::min(opts.max_expression_depth, 24)}};
-  // Weights in bfloat16 (Lowerer::half_weight) widen in the kernels; activations stay float32.
+  // Reduced weights (Lowerer::reduced_weight) widen inside the kernels; activations stay float32.
   am["options"]["weights"] = describe_weights(entries, opts.weights);
   am["options"]["weights"]["activations"] = "fp32";
   json es = json::array();

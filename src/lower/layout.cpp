@@ -1,5 +1,7 @@
 #include "lower/layout.h"
 
+#include <cstring>
+
 namespace chroma {
 
 Layout contiguous_layout(const Shape& shape, int64_t offset) {
@@ -16,6 +18,36 @@ bool is_contiguous(const Layout& l) {
     if (l.shape[i] != 1 && l.strides[i] != want[i]) return false;
   }
   return true;
+}
+
+std::vector<uint8_t> gather_strided(const uint8_t* src, size_t elem_bytes, const Layout& l, const Shape& extent,
+                                    const std::vector<size_t>& order) {
+  int64_t total = 1;
+  for (size_t d : order) total *= extent[d];
+  std::vector<uint8_t> out(static_cast<size_t>(total) * elem_bytes);
+  std::vector<int64_t> idx(order.size(), 0);  // over `order`
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t o = l.offset;
+    for (size_t j = 0; j < order.size(); ++j) o += idx[j] * l.strides[order[j]];
+    std::memcpy(out.data() + static_cast<size_t>(i) * elem_bytes, src + static_cast<size_t>(o) * elem_bytes, elem_bytes);
+    for (size_t j = order.size(); j-- > 0;) {
+      if (++idx[j] < extent[order[j]]) break;
+      idx[j] = 0;
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> dense_strides(const Shape& extent, const std::vector<size_t>& order) {
+  std::vector<int64_t> strides(extent.size(), 0);
+  int64_t st = 1;
+  for (size_t j = order.size(); j-- > 0;) {
+    const size_t d = order[j];
+    if (extent[d] == 1) continue;
+    strides[d] = st;
+    st *= extent[d];
+  }
+  return strides;
 }
 
 std::vector<int64_t> channels_last_strides(const Shape& shape) {

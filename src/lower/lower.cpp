@@ -22,6 +22,8 @@
 // ArenaPlanner packs them into one arena. Graph outputs are written in place.
 #include "lower/lowerer.h"
 
+#include <numeric>
+
 namespace chroma {
 
 Shape Expr::shape() const {
@@ -249,23 +251,12 @@ Expr Lowerer::buffer_load(Value v, Want want) {
 
 int32_t Lowerer::relayout_constant(const Expr& src, Value v) {
   if (auto it = buffer_of_.find(v); it != buffer_of_.end()) return it->second;
-  const Buffer& from = p_.buffers[static_cast<size_t>(src.buffer)];
-  const ConstantData& c = p_.constants[static_cast<size_t>(from.slot)];
-  const Layout& l = src.layout;
-  const size_t r = l.shape.size(), eb = dtype_size(src.dtype);
-  const int64_t total = numel(l.shape);
-  std::vector<uint8_t> bytes(static_cast<size_t>(total) * eb);
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t i = 0; i < total; ++i) {
-    int64_t o = l.offset;
-    for (size_t d = 0; d < r; ++d) o += idx[d] * l.strides[d];
-    std::memcpy(bytes.data() + static_cast<size_t>(i) * eb, c.data() + static_cast<size_t>(o) * eb, eb);
-    for (size_t d = r; d-- > 0;) {
-      if (++idx[d] < l.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-  const int32_t b = add_packed_bytes(weight_name(c) + ".relayout", TensorType{src.dtype, l.shape}, std::move(bytes));
+  const ConstantData& c = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(src.buffer)].slot)];
+  const Shape& shape = src.layout.shape;
+  std::vector<size_t> order(shape.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  const int32_t b = add_packed_bytes(weight_name(c) + ".relayout", TensorType{src.dtype, shape},
+                                     gather_strided(c.data(), dtype_size(src.dtype), src.layout, shape, order));
   buffer_of_[v] = b;
   return b;
 }
@@ -533,9 +524,9 @@ void Lowerer::visit(int32_t id) {
       if (packed_matmul(n, v)) return;
       Kernel k = start(n, Kernel::kMatMul);
       k.inputs.push_back(matmul_operand(n.inputs[0]));
-      half_weight(n, &k.inputs.back(), "", true);
+      reduced_weight(n, &k.inputs.back(), "", true);
       k.inputs.push_back(matmul_operand(n.inputs[1]));
-      half_weight(n, &k.inputs.back(), "");
+      reduced_weight(n, &k.inputs.back(), "");
       if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
       if (opts_.product_epilogues && n.type().dtype == DType::kF32 && !output_slot_.count(v)) {
         push_with_epilogue(std::move(k), n, v, {});

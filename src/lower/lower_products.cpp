@@ -4,6 +4,9 @@
 // row-major constant operands.
 #include "lower/lowerer.h"
 
+#include <algorithm>
+#include <numeric>
+
 namespace chroma::lowering {
 
 bool Lowerer::blas_layout(Layout& l) {
@@ -309,7 +312,7 @@ quant::Format Lowerer::weight_format(const Node& n, const std::string& name, int
   return f;
 }
 
-void Lowerer::half_weight(const Node& n, Expr* e, const std::string& role, bool left) {
+void Lowerer::reduced_weight(const Node& n, Expr* e, const std::string& role, bool left) {
   if (!opts_.weights.quantizes() || opts_.packed_max_rows > 0) return;
   if (e->kind != Expr::kLoad || e->dtype != DType::kF32) return;
   const Buffer& buf = p_.buffers[static_cast<size_t>(e->buffer)];
@@ -324,60 +327,51 @@ void Lowerer::half_weight(const Node& n, Expr* e, const std::string& role, bool 
   }
   const ConstantData& c = p_.constants[static_cast<size_t>(buf.slot)];
   const std::string name = weight_name(c);
+  // A grouped format stores rows along K: a product's B [K, N] as N rows, its A [M, K] (the
+  // transposed case, N = M) and an embedding [rows, H] (K = H) as they are.
+  const bool along_last = left || role == "embedding";
+  const size_t kdim = along_last ? r - 1 : r - 2;
+  const int64_t K = l.shape[kdim], N = l.shape[along_last ? r - 2 : r - 1];
   quant::Format f;
   if (role == "embedding") {
-    quant::Decision d = quant::decide(opts_.weights, name, "embedding", l.shape[1], l.shape[0], 1);
-    d.shape = {l.shape[0], l.shape[1]};
+    quant::Decision d = quant::decide(opts_.weights, name, "embedding", K, N, 1);
+    d.shape = {N, K};
     f = d.format;
     p_.weight_decisions.push_back(std::move(d));
   } else {
-    // B [K, N]; a constant left operand A [M, K] is the transposed case (N = M).
-    const int64_t K = l.shape[left ? r - 1 : r - 2], N = l.shape[left ? r - 2 : r - 1];
     f = weight_format(n, name, K, N, numel(stored) / std::max<int64_t>(1, stored[r - 2] * stored[r - 1]));
   }
   if (f == quant::Format::kF32) return;
   quant::Decision& dec = p_.weight_decisions.back();
-  // A grouped format stores rows along K: a product's B [K, N] as N rows, its A [M, K] and an
-  // embedding [rows, H] as they are. Rows whose length is not a multiple of the group size
-  // would leave the groups off 4-byte boundaries: those take bf16, and the reason says so.
-  const bool along_last = left || role == "embedding";
-  const int64_t K = l.shape[along_last ? r - 1 : r - 2];
-  const size_t kdim = along_last ? r - 1 : r - 2;
+  // Rows whose length is not a multiple of the group size would leave the groups off 4-byte
+  // boundaries: those take bf16, and the reason says so.
   if (f != quant::Format::kBF16 && (K % quant::kGroup != 0 || stored[kdim] != K)) {
     f = quant::Format::kBF16;
     dec.format = f;
     dec.reason += "; bf16 on GPU targets: K = " + std::to_string(K) + " is not a multiple of " + std::to_string(quant::kGroup);
   }
-  const auto* src = reinterpret_cast<const float*>(c.data());
+  // The values in storage order: natural for bf16; for the rows of a grouped format, the
+  // stored dimensions with K moved last (B's N before its K).
+  std::vector<size_t> order(r);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (f != quant::Format::kBF16 && !along_last) std::rotate(order.begin() + static_cast<long>(r - 2), order.begin() + static_cast<long>(r - 1), order.end());
+  const std::vector<uint8_t> dense = gather_strided(c.data(), 4, l, stored, order);
+  const auto* values = reinterpret_cast<const float*>(dense.data());
   const int64_t total = numel(stored);
+  Expr ld;
+  ld.kind = Expr::kLoad;
+  ld.layout.shape = l.shape;
+  ld.layout.offset = 0;
+  ld.layout.strides = dense_strides(stored, order);
   if (f == quant::Format::kBF16) {
-    dec.bytes = total * 2;
     std::vector<uint8_t> bytes(static_cast<size_t>(total * 2));
-    std::vector<int64_t> idx(r, 0);
     for (int64_t i = 0; i < total; ++i) {
-      int64_t o = l.offset;
-      for (size_t d = 0; d < r; ++d) o += idx[d] * l.strides[d];
-      const uint16_t h = half_detail::f32_to_bf16(src[o]);
+      const uint16_t h = half_detail::f32_to_bf16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &h, 2);
-      for (size_t d = r; d-- > 0;) {
-        if (++idx[d] < stored[d]) break;
-        idx[d] = 0;
-      }
     }
-    const int32_t hb = add_packed_bytes(name + ".bf16", TensorType{DType::kBF16, stored}, std::move(bytes));
-    Expr ld;
-    ld.kind = Expr::kLoad;
+    dec.bytes = total * 2;
     ld.dtype = DType::kBF16;
-    ld.buffer = hb;
-    ld.layout.shape = l.shape;
-    ld.layout.offset = 0;
-    ld.layout.strides.assign(r, 0);
-    int64_t st = 1;
-    for (size_t d = r; d-- > 0;) {
-      if (stored[d] == 1) continue;
-      ld.layout.strides[d] = st;
-      st *= stored[d];
-    }
+    ld.buffer = add_packed_bytes(name + ".bf16", TensorType{DType::kBF16, stored}, std::move(bytes));
     Expr cast;
     cast.kind = Expr::kCast;
     cast.dtype = DType::kF32;
@@ -385,46 +379,13 @@ void Lowerer::half_weight(const Node& n, Expr* e, const std::string& role, bool 
     *e = std::move(cast);
     return;
   }
-  // The rows: the stored dimensions in order with K moved last (B's N before its K).
-  std::vector<size_t> order;
-  for (size_t d = 0; d < r; ++d) {
-    if (!along_last && d == r - 2) continue;
-    order.push_back(d);
-  }
-  if (!along_last) order.push_back(r - 2);
-  const int64_t rows = total / K;
-  std::vector<float> dense(static_cast<size_t>(total));
-  {
-    std::vector<int64_t> idx(r, 0);  // over `order`
-    for (int64_t i = 0; i < total; ++i) {
-      int64_t o = l.offset;
-      for (size_t j = 0; j < r; ++j) o += idx[j] * l.strides[order[j]];
-      dense[static_cast<size_t>(i)] = src[o];
-      for (size_t j = r; j-- > 0;) {
-        if (++idx[j] < stored[order[j]]) break;
-        idx[j] = 0;
-      }
-    }
-  }
-  std::vector<uint8_t> packed(static_cast<size_t>(rows * quant::row_bytes(f, K)));
-  if (!quant::pack_rows(f, dense.data(), rows, K, packed.data())) unstorable(name, n, f);
+  std::vector<uint8_t> packed(static_cast<size_t>(total / K * quant::row_bytes(f, K)));
+  if (!quant::pack_rows(f, values, total / K, K, packed.data())) unstorable(name, n, f);
   dec.bytes = static_cast<int64_t>(packed.size());
-  Expr ld;
-  ld.kind = Expr::kLoad;
   ld.dtype = DType::kF32;
   ld.quant = f;
   ld.quant_k = K;
   ld.buffer = add_packed_bytes(name + ".rows." + quant::format_name(f), std::move(packed));
-  ld.layout.shape = l.shape;
-  ld.layout.offset = 0;
-  ld.layout.strides.assign(r, 0);
-  int64_t st = 1;
-  for (size_t j = r; j-- > 0;) {
-    const size_t d = order[j];
-    if (stored[d] == 1) continue;
-    ld.layout.strides[d] = st;
-    st *= stored[d];
-  }
   *e = std::move(ld);
 }
 
@@ -557,7 +518,7 @@ void Lowerer::emit_gather(const Node& n, Value v) {
   Kernel k = start(n, n.op == Op::kGather ? Kernel::kGather : Kernel::kGatherElements);
   k.inputs.push_back(expr_of(n.inputs[0]));
   if (n.op == Op::kGather && n.attrs.axis == 0 && g_.node(n.inputs[0].node).op == Op::kConstant) {
-    half_weight(n, &k.inputs.back(), "embedding");
+    reduced_weight(n, &k.inputs.back(), "embedding");
   }
   k.inputs.push_back(expr_of(n.inputs[1]));
   push_over_output(std::move(k), n, v);

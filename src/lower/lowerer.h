@@ -174,12 +174,12 @@ class Lowerer {
   static std::string weight_name(const ConstantData& c);
 
   // GPU targets (no pre-packed panels) under a weights policy: a float32 constant read by a
-  // matrix product (role "") or by a Gather of rows (role "embedding") becomes a bfloat16
-  // constant of the values the layout selects (broadcast dimensions stay broadcast), read
-  // through a Cast to float32 that the consuming kernel fuses into its loads (`left`: the
-  // product's left operand, [M, K]). The decision is recorded like the CPU's; formats other
-  // than bf16 are refused with the weight's name.
-  void half_weight(const Node& n, Expr* e, const std::string& role, bool left = false);
+  // matrix product (role "", `left`: its left operand [M, K]) or by a Gather of rows (role
+  // "embedding") is stored in the format decided (recorded like the CPU's decisions): bf16 as
+  // a bfloat16 constant of the values the layout selects (broadcast dimensions once) read
+  // through a Cast to float32; q8/q6/q4 as quant::pack_rows rows along K read by a load the
+  // GPU kernels dequantize (Expr::quant), bf16 instead when K is not a multiple of 64.
+  void reduced_weight(const Node& n, Expr* e, const std::string& role, bool left = false);
 
   // A constant matrix operand read transposed (a linear layer's weight [N, K] as B = W^T) is
   // stored row-major [K, N] instead, a new constant made at compile time (the original is

@@ -44,7 +44,7 @@ struct Expr {
   Scalar iota_base;             // kIota (exact for integers)
   Scalar literal;               // kLiteral
   EwOp ew = EwOp::kCount;       // kMap
-  // kLoad of grouped weights (GPU targets, Lowerer::half_weight): `buffer` holds quant::pack_rows
+  // kLoad of grouped weights (GPU targets, Lowerer::reduced_weight): `buffer` holds quant::pack_rows
   // rows of `quant_k` values in format `quant` (q8, q6, q4; K a multiple of 64); `layout` maps
   // the expression's coordinates into the dense float32 tensor [rows, quant_k] they stand for.
   quant::Format quant = quant::Format::kF32;
