@@ -280,6 +280,19 @@ __attribute__((always_inline)) inline void to_bf16(__m512i* pair) {
   }
 }
 
+// q8 for two rows or more: each value converted whole (0..255 is exact in bfloat16's 8
+// significant bits) through float32: the even and odd words become floats, and bfloat16 is
+// the top half of each (exact: the low 16 bits are zero). Six operations a step instead of
+// three, but one vdpbf16ps per row instead of two: with several rows the products, not the
+// decoding, bound the loop.
+__attribute__((always_inline)) inline void q8_whole_to_bf16(__m512i* pair) {
+  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i even = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_and_si512(pair[0], lo16)));
+  const __m512i odd = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_srli_epi32(pair[0], 16)));
+  pair[0] = _mm512_ternarylogic_epi32(odd, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), _mm512_srli_epi32(even, 16),
+                                      0xEA);  // (odd & high half) | even's top half
+}
+
 // One panel for MR rows (at most 8): C[MR, 16] (ncols of them stored), with vdpbf16ps.
 // Independent accumulators: the two words of a step (q4/q6: rows 4i..4i+1 and 4i+2..4i+3;
 // q8: high and low nibbles) go to two chains, and with one or two rows the steps alternate
@@ -290,6 +303,7 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
                                                       int64_t ldc, int64_t ncols) {
   constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
   constexpr int kSets = MR <= 2 ? 2 : 1;
+  constexpr bool kWhole = F == kQ8 && MR >= 2;  // q8 values as one bfloat16 each (above)
   __m512 tot[MR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) tot[i] = _mm512_setzero_ps();
@@ -316,12 +330,14 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
         _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
         __m512i pair[2];
         in = decode_step<F>(in, pair);
-        to_bf16<F>(pair);
+        if constexpr (kWhole) q8_whole_to_bf16(pair);
+        else to_bf16<F>(pair);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
           const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2])));
           acc[t][i] = _mm512_dpbf16_ps(acc[t][i], reinterpret_cast<__m512bh>(pair[0]), x0);
-          if constexpr (F == kQ8) {
+          if constexpr (kWhole) {
+          } else if constexpr (F == kQ8) {
             acc2[t][i] = _mm512_dpbf16_ps(acc2[t][i], reinterpret_cast<__m512bh>(pair[1]), x0);
           } else if constexpr (F != kBF16) {
             const __m512bh x1 = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2 + 1])));
@@ -341,8 +357,13 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
         tot[i] = _mm512_add_ps(tot[i], a);
       } else {
         const float rounded = sums[i * kGroups + g];
-        __m512 dot = F == kQ8 ? _mm512_fmadd_ps(_mm512_set1_ps(16.0f), a, a2) : _mm512_add_ps(a, a2);
-        dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * rounded));
+        __m512 dot;
+        if constexpr (kWhole) {
+          dot = a;  // the values themselves: no offset
+        } else {
+          dot = F == kQ8 ? _mm512_fmadd_ps(_mm512_set1_ps(16.0f), a, a2) : _mm512_add_ps(a, a2);
+          dot = _mm512_sub_ps(dot, _mm512_set1_ps(kOffset<F> * rounded));
+        }
         tot[i] = _mm512_fmadd_ps(s, dot, tot[i]);
         tot[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(rounded), tot[i]);
       }
