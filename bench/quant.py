@@ -196,6 +196,7 @@ def bench_chroma(model, tok, ref, threads, work, proto, skip, report):
             log(f"    logits rel L2: chroma {r['accuracy']['rel_l2'] * 100:.2f}%, the stored weights in float32 eager "
                 f"{fmt['accuracy']['rel_l2'] * 100:.2f}%, chroma vs those {fmt['chroma_vs_stored_rel_l2'] * 100:.3f}%")
         r["product_weights_bytes"] = w.get("product_weights_bytes")
+        r["product_weights_bytes_fp32"] = w.get("product_weights_bytes_fp32")
         r["weights_file_bytes"] = prog.manifest["weights"]["bytes"]
         rat = ratios(prog.manifest)
         r["floor_bytes"] = variant_floor_bytes(model, tok.tolist(), sel, rat)["bytes"]
@@ -452,8 +453,12 @@ def summarize(report, threads):
     hdr = "| variant | product weights MB | " + " | ".join(f"{t}T ms | {t}T floor | {t}T x floor" for t in threads) + \
         " | rel L2 | top-1 | KL |"
     log(hdr)
+    # fp32 compiles without a weights policy, so its manifest has no product byte count: the
+    # other variants' float32 figure is the same weights.
+    fp32_mb = next((r["product_weights_bytes_fp32"] for r in c.values() if r.get("product_weights_bytes_fp32")), None)
     for v, r in c.items():
-        cells = [v, f"{(r.get('product_weights_bytes') or 0) / 1e6:.1f}"]
+        b = r.get("product_weights_bytes") or (fp32_mb if v == "fp32" else None)
+        cells = [v, f"{b / 1e6:.1f}" if b else "-"]
         for t in threads:
             m = r["call8"][str(t)]["median_ms"]
             fl = r["floor_bytes"] / (bw[str(t)]["best_gbps"] * 1e9) * 1e3
