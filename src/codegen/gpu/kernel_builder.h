@@ -144,6 +144,12 @@ class KB {
     switch (e.kind) {
       case Expr::kLoad: {
         if (e.buffer == result_buffer_ && result_) return result_;
+        if (auto it = resident_.find(e.buffer); it != resident_.end()) return it->second;
+        if (auto it = recomputed_.find(e.buffer); it != recomputed_.end()) {
+          // the value stored: the expression's, rounded to the buffer's type if a half type
+          const Ex v = eval(b, *it->second, coords);
+          return is_half(e.dtype) ? b.let(half_value(b, e.dtype, half_bits(b, e.dtype, v))) : v;
+        }
         if (e.quant != quant::Format::kF32) return dequantize(b, e, coords);
         auto [s, base_ex] = base(&e, e.buffer, e.layout.offset, false);
         const Ex a = address(base_ex, e.layout.strides, coords);
@@ -386,6 +392,14 @@ class KB {
     return r;
   }
 
+  // A buffer whose element for this invocation's row is held in a register (t_row_group): its
+  // loads read `v` (the caller has checked that each such load reads that element).
+  void set_resident(int32_t buffer, Ex v) { resident_[buffer] = std::move(v); }
+  // A buffer an earlier phase of this kernel computed (t_row_group: a half type, or not stored):
+  // its loads (each at the element being computed, as the caller has checked) evaluate `e`
+  // there again, rounded to the buffer's type.
+  void set_recomputed(int32_t buffer, const Expr* e) { recomputed_[buffer] = e; }
+
   void add_shared(const std::string& name, Ty t, int64_t count) {
     for (const SharedArray& a : k.shared) {
       if (a.name == name) return;
@@ -403,6 +417,8 @@ class KB {
   bool subgroups_;
   int32_t result_buffer_ = -1;  // store_result: the output buffer, read as `result_`
   Ex result_;
+  std::map<int32_t, Ex> resident_;
+  std::map<int32_t, const Expr*> recomputed_;
 };
 
 // Matrix products and convolutions (products.cpp).

@@ -141,6 +141,39 @@ std::vector<bool> reduced_mask(const chroma::Kernel& lk) {
   return mask;
 }
 
+// The workgroup form of a reduction, for row `wg` of `s`: each invocation folds a strided
+// share of the row, then a tree over the workgroup; invocation 0 stores the result (unless
+// `store` is false), which every invocation gets back.
+Ex reduce_row(KB& kb, Block& b, const chroma::Kernel& lk, const Program& p, const Split& s, const std::string& shared,
+              bool store = true) {
+  const DType ot = p.buffers[static_cast<size_t>(lk.outputs[0])].type.dtype;
+  const Ty t = compute_type(ot);
+  const Expr& e = lk.inputs[0];
+  const auto comb = combiner(lk.attrs.reduce, ot);
+  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
+  b.loop("r", lid, lit_i(s.extent()), lit_i(kb.k.workgroup_size), [&](Block& in, const Ex& r) {
+    const Ex v = in.let(cast_value(in, kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
+    in.assign(acc, comb(in, acc, v));
+  });
+  // subgroup operations where they give the combiner's result: sums and products; max and
+  // min of integers (a float max must propagate NaN, which subgroupMax need not)
+  const char* sg = nullptr;
+  switch (lk.attrs.reduce) {
+    case ReduceKind::kSum: sg = t == Ty::kBool ? nullptr : "subgroupAdd"; break;
+    case ReduceKind::kProd: sg = t == Ty::kBool ? nullptr : "subgroupMul"; break;
+    case ReduceKind::kMax: sg = t == Ty::kI32 ? "subgroupMax" : nullptr; break;
+    case ReduceKind::kMin: sg = t == Ty::kI32 ? "subgroupMin" : nullptr; break;
+  }
+  const Ex total = kb.tree(b, acc, shared, comb, sg, identity(lk.attrs.reduce, t));
+  if (store) {
+    b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
+      kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), total);
+    });
+  }
+  return total;
+}
+
 void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
   const Split s = split(lk.shape, reduced_mask(lk));
   const DType ot = p.buffers[static_cast<size_t>(lk.outputs[0])].type.dtype;
@@ -166,25 +199,158 @@ void t_reduce(KB& kb, const chroma::Kernel& lk, const Program& p) {
   kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
   kb.k.workgroups = s.outputs();
   Block b = kb.body();
-  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
-  b.loop("r", lid, lit_i(R), lit_i(kb.k.workgroup_size), [&](Block& in, const Ex& r) {
-    const Ex v = in.let(cast_value(in, kb.eval(in, e, merge(in, s, o, r)), e.dtype, ot));
-    in.assign(acc, comb(in, acc, v));
-  });
-  // subgroup operations where they give the combiner's result: sums and products; max and
-  // min of integers (a float max must propagate NaN, which subgroupMax need not)
-  const char* sg = nullptr;
-  switch (lk.attrs.reduce) {
-    case ReduceKind::kSum: sg = t == Ty::kBool ? nullptr : "subgroupAdd"; break;
-    case ReduceKind::kProd: sg = t == Ty::kBool ? nullptr : "subgroupMul"; break;
-    case ReduceKind::kMax: sg = t == Ty::kI32 ? "subgroupMax" : nullptr; break;
-    case ReduceKind::kMin: sg = t == Ty::kI32 ? "subgroupMin" : nullptr; break;
+  reduce_row(kb, b, lk, p, s, "red");
+}
+
+// Whether a later member of a row group (t_row_group) can read what a member stored without
+// reading memory other invocations write: 32-bit types, and the half types (rounded as stored);
+// not the 8- and 16-bit integers and bool, whose words neighbouring invocations share.
+bool resident_type(DType t) { return device_element_bytes(t) == 4 || is_half(t); }
+
+Ex as_stored(Block& b, DType t, const Ex& v) {
+  return is_half(t) ? b.let(half_value(b, t, half_bits(b, t, v))) : v;
+}
+
+// The widest row a row group (row_group) takes. Its dispatch has one workgroup per row, so a
+// group of few wide rows would run its elementwise members on a few workgroups where they
+// alone would fill the device; up to this width a row is a few iterations of each invocation
+// (the hidden size of the language models people run), and wider rows keep their dispatches.
+constexpr int64_t kMaxGroupRow = 16384;
+
+// Whether a row group whose last member is kernel `end` stores a member's output `id`: unless
+// it is an arena temporary no kernel after the group reads, whose readers in the group get its
+// value from registers or by computing it again (resident_type).
+bool group_stores(const Program& p, int32_t id, size_t end) {
+  const Buffer& bf = p.buffers[static_cast<size_t>(id)];
+  return bf.region != Region::kArena || bf.last > static_cast<int32_t>(end) || !resident_type(bf.type.dtype);
+}
+
+// Kernels that share one row structure and run as one dispatch (t_row_group): adjacent kernels
+// that iterate the same shape, each a reduction of the same dimensions or an assignment of
+// every element, at least one a reduction with rows longer than a subgroup, where every
+// member reads an earlier member's result only at its own row (a reduction's result) or
+// element (an assignment's): RMSNorm and LayerNorm (the residual sum before them, one or two
+// sums, the centred row, the normalized row), a softmax written out by hand (a maximum, the
+// exponentials, their sum, the quotient). A result no kernel after the group reads is not
+// stored (group_stores); every other buffer holds what it held before. A kernel whose writes
+// could overlap any member's reads or writes ends the group, as does one that reads an
+// earlier result at another row or element. Returns the members' kernel indices (one: no
+// group).
+std::vector<size_t> row_group(const Program& p, const std::function<Placement(int32_t)>& place, size_t first) {
+  const auto single = [](const chroma::Kernel& k) {
+    return (k.kind == chroma::Kernel::kReduce || k.kind == chroma::Kernel::kAssign) && k.inputs.size() == 1 &&
+           k.outputs.size() == 1 && k.out_layouts.size() == 1 && k.epilogue < 0;
+  };
+  // the row structure: the first reduction's, after any leading assignments
+  size_t ri = first;
+  while (ri < p.kernels.size() && single(p.kernels[ri]) && p.kernels[ri].kind == chroma::Kernel::kAssign) ++ri;
+  if (ri == p.kernels.size() || !single(p.kernels[ri])) return {first};
+  const chroma::Kernel& f = p.kernels[ri];
+  const std::vector<bool> mask = reduced_mask(f);
+  const Split s = split(f.shape, mask);
+  if (s.extent() <= 32 || s.extent() > kMaxGroupRow || s.outputs() == 0) return {first};
+  const auto words = [&](int32_t id) {
+    const Buffer& bf = p.buffers[static_cast<size_t>(id)];
+    return device_storage_bytes(bf.type.dtype, numel(bf.type.shape)) / 4;
+  };
+  const auto overlap = [&](int32_t a, int32_t b) {
+    if (a == b) return true;
+    const Placement pa = place(a), pb = place(b);
+    return pa == pb && pa.word < pb.word + words(b) && pb.word < pa.word + words(a);
+  };
+  // Whether a load addresses, at every coordinate, what the member's store (over the same
+  // shape) wrote there: the same element, or for a reduction the row's one result.
+  const auto same_address = [&](const Layout& load, const Layout& stored, bool row) {
+    if (load.offset != stored.offset || load.strides.size() != f.shape.size() || stored.strides.size() != f.shape.size()) {
+      return false;
+    }
+    for (size_t d = 0; d < f.shape.size(); ++d) {
+      if (f.shape[d] != 1 && load.strides[d] != (row && mask[d] ? 0 : stored.strides[d])) return false;
+    }
+    return true;
+  };
+  std::vector<size_t> g;
+  std::vector<int32_t> reads;
+  std::map<int32_t, std::pair<const Layout*, bool>> results;  // earlier members' outputs: (layout, a reduction's)
+  bool ok = true;
+  std::function<void(const Expr&)> collect = [&](const Expr& e) {
+    if (e.kind == Expr::kLoad) {
+      auto it = results.find(e.buffer);
+      if (it == results.end()) {
+        reads.push_back(e.buffer);
+      } else if (!same_address(e.layout, *it->second.first, it->second.second)) {
+        ok = false;
+      }
+    }
+    for (const Expr& c : e.children) collect(c);
+  };
+  for (size_t ki = first; ki < p.kernels.size(); ++ki) {
+    const chroma::Kernel& k = p.kernels[ki];
+    const bool reduce = k.kind == chroma::Kernel::kReduce;
+    if (!single(k) || k.shape != f.shape || (reduce && reduced_mask(k) != mask)) break;
+    const std::vector<int32_t> reads_before = reads;
+    ok = true;
+    collect(k.inputs[0]);
+    std::vector<int32_t> w;  // what the group would store, ending here
+    for (size_t m : g) {
+      if (group_stores(p, p.kernels[m].outputs[0], ki)) w.push_back(p.kernels[m].outputs[0]);
+    }
+    if (group_stores(p, k.outputs[0], ki)) w.push_back(k.outputs[0]);
+    for (size_t i = 0; ok && i < w.size(); ++i) {
+      for (int32_t r : reads) ok = ok && !overlap(w[i], r);
+      for (size_t j = i + 1; j < w.size(); ++j) ok = ok && !overlap(w[i], w[j]);
+    }
+    if (!ok) {
+      reads = reads_before;
+      break;
+    }
+    g.push_back(ki);
+    // Later members read this result at their row or element without memory other
+    // invocations write (resident_type); other types are read from memory, so a later reader
+    // conflicts with this kernel's store and ends the group.
+    if (resident_type(p.buffers[static_cast<size_t>(k.outputs[0])].type.dtype)) {
+      results[k.outputs[0]] = {&k.out_layouts[0], reduce};
+    }
   }
-  const Ex total = kb.tree(b, acc, "red", comb, sg, identity(lk.attrs.reduce, t));
-  b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
-    kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), total);
-  });
+  if (g.empty() || g.back() < ri) return {first};  // no reduction: nothing shares a row
+  return g;
+}
+
+// A row group (row_group) as one dispatch: workgroup `wg` takes row `wg` through every member
+// in order, invocation `lid` the row's elements lid, lid + W, ... in each: a reduction folds
+// the row (its result, stored by invocation 0 if group_stores, is read by the later members
+// from a register); an assignment stores its elements if group_stores, and the later members
+// read each back where the same invocation stored it (a 32-bit type), or compute it again (a
+// half type, whose words other invocations share, or one not stored).
+void t_row_group(KB& kb, const Program& p, const std::vector<size_t>& members) {
+  const chroma::Kernel* f = nullptr;
+  for (size_t m : members) {
+    if (!f && p.kernels[m].kind == chroma::Kernel::kReduce) f = &p.kernels[m];
+  }
+  const Split s = split(f->shape, reduced_mask(*f));
+  const int64_t R = s.extent();
+  kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
+  kb.k.workgroups = s.outputs();
+  const int W = kb.k.workgroup_size;
+  Block b = kb.body();
+  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  for (size_t m = 0; m < members.size(); ++m) {
+    const chroma::Kernel& lk = p.kernels[members[m]];
+    const DType ot = p.buffers[static_cast<size_t>(lk.outputs[0])].type.dtype;
+    const bool store = group_stores(p, lk.outputs[0], members.back());
+    if (lk.kind == chroma::Kernel::kReduce) {
+      const Ex total = reduce_row(kb, b, lk, p, s, "red" + std::to_string(m), store);
+      kb.set_resident(lk.outputs[0], as_stored(b, ot, total));
+      continue;
+    }
+    if (store) {
+      b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
+        const std::vector<Ex> c = merge(in, s, o, r);
+        kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, kb.eval(in, lk.inputs[0], c));
+      });
+    }
+    if (!store || is_half(ot)) kb.set_recomputed(lk.outputs[0], &lk.inputs[0]);
+  }
 }
 
 void t_softmax(KB& kb, const chroma::Kernel& lk) {
@@ -544,6 +710,10 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         dp.source = lk.source;
         out.dispatches.push_back(std::move(dp));
       }
+      // A reduction and the kernels that finish its rows (a normalization): one dispatch.
+      const std::vector<size_t> group = row_group(p, place, ki);
+      std::string label = lk.label;
+      for (size_t m = 1; m < group.size(); ++m) label += " + " + p.kernels[group[m]].label;
       // The kernel's dispatches, built with or without subgroup operations.
       auto build = [&](bool subgroups) {
       std::vector<KB> parts;
@@ -552,6 +722,10 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
                            static_cast<int>(out.dispatches.size() + parts.size()), subgroups);
         return parts.back();
       };
+      if (group.size() > 1) {
+        t_row_group(make("_rows"), p, group);
+        return parts;
+      }
       switch (lk.kind) {
         case chroma::Kernel::kAssign: t_assign(make(""), lk); break;
         case chroma::Kernel::kConcat: t_concat(make(""), lk); break;
@@ -594,7 +768,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
       // when the kernel has a use for them; the same params and bindings, or none.
       std::vector<KB> sg_parts;
       if (caps.subgroup_variants && caps.subgroup_size == 0 &&
-          (lk.kind == chroma::Kernel::kReduce || lk.kind == chroma::Kernel::kSoftmax)) {
+          (group.size() > 1 || lk.kind == chroma::Kernel::kReduce || lk.kind == chroma::Kernel::kSoftmax)) {
         sg_parts = build(true);
       }
       for (size_t pi = 0; pi < parts.size(); ++pi) {
@@ -613,7 +787,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         dp.params = kb.params;
         dp.slots = kb.slots;
         dp.lowered_kernel = static_cast<int>(ki);
-        dp.label = lk.label;
+        dp.label = label;
         dp.node = lk.name;
         dp.source = lk.source;
         const std::string code = print_kernel(kb.k, d);
@@ -638,6 +812,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         out.max_grid = std::max({out.max_grid, dp.grid_x, dp.grid_y});
         out.dispatches.push_back(std::move(dp));
       }
+      ki = group.back();  // the group's later members ran in its dispatch
     } catch (const Unsupported& e) {
       std::ostringstream msg;
       msg << "  " << chroma::kernel_kind(lk.kind) << " '" << lk.label << "' (node " << (lk.name.empty() ? "?" : lk.name)
