@@ -242,31 +242,60 @@ def bench_chroma(model, tok, ref, threads, work, proto, skip, report):
 
 
 def bench_eager_bf16(model, tok, ref, threads, proto):
+    """PyTorch eager with bfloat16 weights, as Chroma's bf16 variant stores them: every product
+    weight (a parameter of two or more dimensions, not a bias, not the router) held in
+    bfloat16, everything else float32. The model computes its RoPE tables, masks and norms in
+    float32, so `model.to(torch.bfloat16)` cannot run it; instead each product (linear, matmul,
+    einsum, mm, bmm, addmm, baddbmm, embedding) runs on bfloat16 operands (PyTorch's CPU
+    bfloat16 GEMM) and returns float32, through a TorchFunctionMode: no weight is converted per
+    call, the activations are rounded to bfloat16 once per product (as Chroma's vdpbf16ps
+    products round them)."""
     import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
 
-    m = copy.deepcopy(model).to(torch.bfloat16).eval()
-    res = {"mode": "weights and activations bfloat16 (model.to(torch.bfloat16))"}
+    m = copy.deepcopy(model).eval()
+    kept = []
     with torch.no_grad():
-        try:
-            got = m(tok).float().numpy()
-        except RuntimeError as e:
-            # The model mixes dtypes inside (float32 masks, RoPE tables): autocast instead, which
-            # runs the products in bfloat16 on the float32 weights.
-            res["mode"] = f"torch.autocast('cpu', bfloat16) ({type(e).__name__}: {str(e)[:120]} with bf16 weights)"
-            fp = model
+        for name, p in m.named_parameters():
+            if p.ndim >= 2 and "bias" not in name and ".gate." not in f".{name}":
+                p.data = p.data.bfloat16()
+            else:
+                kept.append(name)
+    products = {F.linear, F.embedding, torch.matmul, torch.einsum, torch.mm, torch.bmm, torch.addmm, torch.baddbmm,
+                torch.Tensor.__matmul__, torch.Tensor.matmul}
 
-            class Auto(torch.nn.Module):
-                def forward(self, t):
-                    with torch.autocast("cpu", dtype=torch.bfloat16):
-                        return fp(t)
+    def to_bf16(a):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            return a.bfloat16()
+        if isinstance(a, (list, tuple)):
+            return type(a)(to_bf16(x) for x in a)
+        return a
 
-            m = Auto()
-            got = m(tok).float().numpy()
+    class Bf16Products(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in products:
+                out = func(*to_bf16(args), **kwargs)
+                return out.float() if out.is_floating_point() else out
+            return func(*args, **kwargs)
+
+    class Bf16Weights(torch.nn.Module):
+        def forward(self, t):
+            with Bf16Products():
+                return m(t)
+
+    run = Bf16Weights()
+    res = {"mode": "bfloat16 weights (" + str(sum(p.dtype == torch.bfloat16 for p in m.parameters()))
+           + " tensors), float32 elsewhere; each product on bfloat16 operands (TorchFunctionMode)",
+           "float32_parameters": kept}
+    with torch.no_grad():
+        got = run(tok).float().numpy()
         res["accuracy"] = metrics(got, ref)
         res["call8"] = {}
         for t in threads:
             torch.set_num_threads(t)
-            s = time_calls(lambda: m(tok), proto["warmup"], proto["calls"], proto["runs"])
+            s = time_calls(lambda: run(tok), proto["warmup"], proto["calls"], proto["runs"])
             res["call8"][str(t)] = {"median_ms": statistics.median(s), "samples_ms": s}
             log(f"  eager bf16, {t} thread(s): {statistics.median(s):.2f} ms")
     torch.set_num_threads(1)
