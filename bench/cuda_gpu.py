@@ -11,7 +11,10 @@ The reference model (chroma.models.gpt_oss.build(), 8 tokens, DESIGN.md's protoc
   inductor-ro   torch.compile(mode="reduce-overhead") (CUDA graphs)
 Every timing includes the host-to-device copy of the tokens, the call, the device-to-host copy
 of the logits and the synchronization (NumPy in, NumPy out, as the predecessor measured).
-Median of --calls calls after --warmup calls. Also: Chroma's kernel (dispatch) count per call
+Each for every --weights format (default fp32, bf16, q4: docs/quantization.md, "GPU targets";
+the float32 artifact is "chroma", the others "chroma-q4" and so on), with the logits' relative
+L2 error and top-1 agreement against eager FP32 on the CPU. Median of --calls calls after
+--warmup calls. Also: Chroma's kernel (dispatch) count per call
 and CUDA kernel launches per eager call (torch.profiler), each system's max abs error against
 eager FP32 on the CPU, and the targets (met / not met): at least 6x faster than eager, faster
 than torch.compile in both modes. The decode targets (prefill, cached step, uncached step)
@@ -64,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--out", default="bench/results/cuda.json")
+    ap.add_argument("--weights", default="fp32,bf16,q4",
+                    help="weight formats to compile and time (docs/quantization.md); fp32 is the baseline")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device visible to PyTorch: this benchmark runs on a machine with an NVIDIA GPU")
@@ -75,10 +80,18 @@ def main(argv=None) -> int:
     with torch.no_grad():
         ref = model(tokens).numpy()
     work = tempfile.mkdtemp(prefix="chroma-cuda-bench-")
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        chroma.compile(model, (tokens,), target="cuda", out=os.path.join(work, "gpt"))
-    compile_s = time.perf_counter() - t0
+    variants = [w for w in a.weights.split(",") if w]
+    compile_s = {}
+    for w in variants:
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                chroma.compile(model, (tokens,), target="cuda", out=os.path.join(work, f"gpt-{w}"), weights=w)
+        except Exception as e:  # noqa: BLE001 - reported; the other variants still run
+            compile_s[w] = f"failed: {type(e).__name__}: {e}"
+            print(f"compiling weights={w} failed: {type(e).__name__}: {e}")
+            continue
+        compile_s[w] = time.perf_counter() - t0
     report = {"environment": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "python": platform.python_version(), "compile_seconds": compile_s},
               "model": {"name": "gpt_oss", "tokens": a.tokens}, "systems": {}}
@@ -86,19 +99,36 @@ def main(argv=None) -> int:
 
     def record(name, fn, **extra):
         try:
-            out = fn()
-            err = float(np.abs(np.asarray(out, np.float64) - ref).max())
+            out = np.asarray(fn(), np.float64)
+            err = float(np.abs(out - ref).max())
+            rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+            top1 = float((out.argmax(-1) == ref.argmax(-1)).mean())
             ms, ts = timed(fn, a.warmup, a.calls)
-            report["systems"][name] = {"ms": ms, "samples_ms": [t * 1e3 for t in ts], "max_abs_error": err, **extra}
-            print(f"{name:13s} {ms:9.3f} ms   max |err| {err:.2e}  {extra}")
+            report["systems"][name] = {"ms": ms, "samples_ms": [t * 1e3 for t in ts], "max_abs_error": err,
+                                       "rel_l2": rel, "top1_agreement": top1, **extra}
+            print(f"{name:18s} {ms:9.3f} ms   max |err| {err:.2e}  rel L2 {rel:.2e}  top-1 {top1:.3f}  {extra}")
         except Exception as e:  # noqa: BLE001 - one failing system is reported, the others still run
             report["systems"][name] = {"error": f"{type(e).__name__}: {e}"}
-            print(f"{name:13s} failed: {type(e).__name__}: {e}")
+            print(f"{name:18s} failed: {type(e).__name__}: {e}")
 
-    for name, graph in (("chroma", False), ("chroma-graph", True)):
-        prog = chroma.load(os.path.join(work, "gpt"), cuda_graph=graph)
-        record(name, lambda p=prog: p(tok), kernels_per_call=prog.stats.get("dispatches"),
-               launches_per_call=1 if graph else prog.stats.get("dispatches"))
+    # "chroma" and "chroma-graph" are the float32 artifact; other weight formats get a suffix
+    for w in variants:
+        if not isinstance(compile_s.get(w), float):
+            continue
+        d = os.path.join(work, f"gpt-{w}")
+        with open(os.path.join(d, "manifest.json")) as f:
+            policy = json.load(f).get("options", {}).get("weights") or {}
+        for name, graph in (("chroma", False), ("chroma-graph", True)):
+            name = name if w == "fp32" else f"{name}-{w}"
+            try:
+                prog = chroma.load(d, cuda_graph=graph)
+            except Exception as e:  # noqa: BLE001 - reported; the other systems still run
+                report["systems"][name] = {"error": f"{type(e).__name__}: {e}"}
+                print(f"{name:18s} failed to load: {type(e).__name__}: {e}")
+                continue
+            record(name, lambda p=prog: p(tok), weights=w,
+                   product_weight_bytes=policy.get("product_weights_bytes"), kernels_per_call=prog.stats.get("dispatches"),
+                   launches_per_call=1 if graph else prog.stats.get("dispatches"))
     gm = model.cuda()
 
     def torch_call(f):
@@ -113,13 +143,18 @@ def main(argv=None) -> int:
     record("inductor-ro", torch_call(torch.compile(gm, mode="reduce-overhead")))
     s = report["systems"]
     ms = {k: v.get("ms") for k, v in s.items()}
-    best = min((ms[k] for k in ("chroma", "chroma-graph") if ms.get(k)), default=None)
+    best = min((ms[k] for k in ("chroma", "chroma-graph") if ms.get(k)), default=None)  # float32 weights
     targets = []
     if best and ms.get("eager"):
         targets.append(("at least 6x faster than eager", ms["eager"] / best, ms["eager"] / best >= 6))
     for k in ("inductor", "inductor-ro"):
         if best and ms.get(k):
             targets.append((f"faster than {k}", ms[k] / best, best < ms[k]))
+    # quantized weights read fewer bytes: their call against the float32 artifact's, both graphs
+    for w in variants:
+        if w != "fp32" and ms.get(f"chroma-graph-{w}") and ms.get("chroma-graph"):
+            r = ms["chroma-graph"] / ms[f"chroma-graph-{w}"]
+            targets.append((f"weights={w} faster than float32 weights (CUDA graphs)", r, r > 1))
     targets.append(("cached decode step at least 10x faster than uncached", None, None))
     report["targets"] = [{"target": t, "ratio": r, "met": m} for t, r, m in targets]
     for t, r, m in targets:

@@ -65,7 +65,7 @@ CHROMA_CUDA_ARCHS="$cc" CHROMA_TEST_TARGET=cuda-native timeout 330 "$PY" -m pyte
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 step "benchmark"
-timeout 240 "$PY" bench/cuda_gpu.py --out "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"
+timeout 300 "$PY" bench/cuda_gpu.py --out "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 step "done (rc $rc)"
