@@ -519,3 +519,49 @@ def test_normalizations_run_as_one_dispatch(tmp_path, case, target):
     if dispatches is not None:
         assert st["dispatches"] == dispatches, (st, case)
     assert st["dispatches"] <= st["cpu_kernels"], st
+
+
+class _FewRows(torch.nn.Module):
+    """Memory-bound products (at most 8 rows) of grouped weights: 4 columns per invocation
+    (4,100 of them) over 3 groups, 1 column per invocation with a bias, a batch of experts."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide = torch.nn.Linear(192, 4100, bias=False)
+        self.narrow = torch.nn.Linear(128, 70)
+        self.experts = torch.nn.Parameter(torch.randn(3, 40, 128) / 10)  # [E, N, K], as gpt-oss's mlp1
+
+    def forward(self, x, y):
+        return self.wide(x), self.narrow(y), torch.einsum("th,efh->tef", y, self.experts)
+
+
+@pytest.mark.parametrize("target", ["webgpu", *TARGETS])
+@pytest.mark.parametrize("fmt", ["q8", "q6", "q4"])
+def test_grouped_weights_in_few_row_products_a_group_at_a_time(tmp_path, target, fmt):
+    """The memory-bound product reads a grouped weight a group at a time (products.cpp
+    grouped_rows: the header once per 64 weights, each word of values once, q6's values
+    straddling words): the result equals float32 PyTorch with the weights the format stands
+    for (chroma.quant.simulate), as the per-weight path computes it."""
+    from chroma.quant import simulate
+
+    torch.manual_seed(0)
+    m = _FewRows().eval()
+    x, y = randn(2, 192), randn(3, 128)
+    ref_model = _FewRows().eval()
+    ref_model.load_state_dict(m.state_dict())
+    with torch.no_grad():
+        for name, p in ref_model.named_parameters():
+            if p.ndim < 2:
+                continue
+            w = p.detach().numpy()
+            p.copy_(torch.from_numpy(simulate(w.reshape(-1, w.shape[-1]), fmt).reshape(w.shape)))
+        ref = [r.numpy() for r in ref_model(x, y)]
+    out = str(tmp_path / "m")
+    prog = chroma.compile(m, (x, y), target=target, out=out, weights=fmt)
+    got = prog(x.numpy(), y.numpy())
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+    if target == "webgpu":
+        codes = [k["code"] for k in prog.package.manifest["kernels"]]
+        assert sum("let qw" in c for c in codes) >= 2, "no product read its weight a group at a time"
+        _node_check_package(out)

@@ -3,6 +3,7 @@
 // (tiled_gemm) that matrix products and im2col convolutions share, and direct convolutions.
 #include <algorithm>
 #include <functional>
+#include <numeric>
 #include <vector>
 
 #include "codegen/gpu/kernel_builder.h"
@@ -10,6 +11,20 @@
 namespace chroma::gpu::internal {
 
 namespace {
+
+// Whether B, the large operand of a product with few rows, is a grouped weight whose columns
+// are its stored rows: B[batch..., k, l] at dense element row * K + k, the row a function of
+// (batch, l) alone (a linear layer's [N, K] weight read transposed, a batch of experts).
+bool grouped_rows(const Expr& B, size_t nbatch, int64_t K) {
+  if (B.kind != Expr::kLoad || B.quant == quant::Format::kF32 || B.quant_k != K || K % quant::kGroup != 0) return false;
+  const Layout& l = B.layout;
+  if (l.offset != 0 || l.strides.size() != nbatch + 2 || l.shape.size() != nbatch + 2) return false;
+  if (l.shape[nbatch] > 1 && l.strides[nbatch] != 1) return false;
+  for (size_t d = 0; d < l.strides.size(); ++d) {
+    if (d != nbatch && l.shape[d] > 1 && l.strides[d] % K != 0) return false;
+  }
+  return true;
+}
 
 // A product with few rows (M <= 8, `rows`) or few columns (N <= 8): the R = M (or N) sums of
 // each column (row) of the large dimension stay in registers, so the large operand is read
@@ -59,9 +74,8 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   for (auto& row : acc) {
     for (int64_t j = 0; j < C; ++j) row.push_back(b.mut(t, lit(t, 0), "acc"));
   }
-  b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
-    std::vector<Ex> lv;
-    for (int64_t j = 0; j < C; ++j) lv.push_back(in.let(large(in, k, clamped[static_cast<size_t>(j)])));
+  // acc[r][j] += small(r, k) * lv[j], for every row r
+  auto accumulate = [&](Block& in, const Ex& k, const std::vector<Ex>& lv) {
     for (int64_t r = 0; r < R; ++r) {
       const Ex sv = in.let(staged ? load_array(Space::kShared, "sm", t, add(lit_i(r * K), k)) : small(in, lit_i(r), k));
       for (int64_t j = 0; j < C; ++j) {
@@ -69,7 +83,69 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
         in.assign(a, add(a, rows ? mul(sv, lv[static_cast<size_t>(j)]) : mul(lv[static_cast<size_t>(j)], sv)));
       }
     }
-  });
+  };
+  if (rows && grouped_rows(B, batch.size(), K)) {
+    // A grouped weight (Expr::quant; quant::pack_rows, docs/quantization.md) whose large
+    // index l is a stored row: each invocation walks its columns' rows a group at a time, the
+    // group's header (float16 scale and bias) read once per 64 weights, each word of values
+    // once, the values decoded from it with constant shifts. A chunk is the fewest words that
+    // hold whole values (q4, q8: one word of 8 or 4; q6: three words of 16). The same
+    // arithmetic per weight as KB::dequantize, in the same order.
+    const int bits = quant::format_bits(B.quant);
+    const int64_t group_words = (4 + quant::kGroup * bits / 8) / 4, row_words = K / quant::kGroup * group_words;
+    const int64_t chunk_words = bits / std::gcd(bits, 32);
+    const int64_t chunk_values = 32 * chunk_words / bits, chunks = quant::kGroup / chunk_values;
+    const std::pair<int, Ex> sb = kb.base(&B, B.buffer, 0, false);  // a uint8 buffer: counted in bytes
+    const int s = sb.first;
+    const Ex word0 = b.let(bin(">>", sb.second, lit_i(2)));
+    std::vector<int64_t> row_strides = B.layout.strides;
+    row_strides[batch.size()] = 0;  // the k stride (1): the rest addresses whole rows
+    std::vector<Ex> row_at;  // each column's first word
+    for (int64_t j = 0; j < C; ++j) {
+      std::vector<Ex> c = bc;
+      c.push_back(lit_i(0));
+      c.push_back(clamped[static_cast<size_t>(j)]);
+      const Ex row = b.let(bin("/", KB::address(lit_i(0), row_strides, c), lit_i(K)));
+      row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
+    }
+    const Ex mask = lit_u((1u << bits) - 1u);
+    b.loop("g", lit_i(0), lit_i(K / quant::kGroup), lit_i(1), [&](Block& gl, const Ex& g) {
+      std::vector<Ex> gw, scale, bias;
+      for (int64_t j = 0; j < C; ++j) {
+        gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(g, lit_i(group_words))), "gw"));
+        const Ex hdr = gl.let(load_word(s, gw.back()), "hdr");
+        scale.push_back(gl.let(half_value(gl, DType::kF16, bin("&", hdr, lit_u(0xffffu)))));
+        bias.push_back(gl.let(half_value(gl, DType::kF16, bin(">>", hdr, lit_u(16u)))));
+      }
+      const Ex k0 = gl.let(mul(g, lit_i(quant::kGroup)), "k0");
+      gl.loop("ch", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& in, const Ex& ch) {
+        std::vector<std::vector<Ex>> words(static_cast<size_t>(C));
+        for (int64_t j = 0; j < C; ++j) {
+          const Ex w0 = in.let(add(add(gw[static_cast<size_t>(j)], lit_i(1)), mul(ch, lit_i(chunk_words))));
+          for (int64_t w = 0; w < chunk_words; ++w) words[static_cast<size_t>(j)].push_back(in.let(load_word(s, add(w0, lit_i(w))), "qw"));
+        }
+        const Ex kc = in.let(add(k0, mul(ch, lit_i(chunk_values))), "kc");
+        for (int64_t v = 0; v < chunk_values; ++v) {
+          const int64_t bit = v * bits, wi = bit / 32, sh = bit % 32;
+          std::vector<Ex> lv;
+          for (int64_t j = 0; j < C; ++j) {
+            const std::vector<Ex>& wj = words[static_cast<size_t>(j)];
+            Ex q = sh ? bin(">>", wj[static_cast<size_t>(wi)], lit_u(static_cast<uint64_t>(sh))) : wj[static_cast<size_t>(wi)];
+            if (sh + bits > 32) q = bin("|", q, bin("<<", wj[static_cast<size_t>(wi + 1)], lit_u(static_cast<uint64_t>(32 - sh))));
+            const Ex qv = in.let(convert(Ty::kF32, bin("&", q, mask)));
+            lv.push_back(in.let(add(mul(scale[static_cast<size_t>(j)], qv), bias[static_cast<size_t>(j)])));
+          }
+          accumulate(in, in.let(add(kc, lit_i(v))), lv);
+        }
+      });
+    });
+  } else {
+    b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
+      std::vector<Ex> lv;
+      for (int64_t j = 0; j < C; ++j) lv.push_back(in.let(large(in, k, clamped[static_cast<size_t>(j)])));
+      accumulate(in, k, lv);
+    });
+  }
   for (int64_t j = 0; j < C; ++j) {
     b.if_(valid[static_cast<size_t>(j)], [&](Block& in) {
       for (int64_t r = 0; r < R; ++r) {
