@@ -433,10 +433,7 @@ def test_grouped_weights_on_gpu_targets(tmp_path, target):
             p.copy_(torch.from_numpy(np.ascontiguousarray(q)))
         ref = [r.numpy() for r in ref_model(t, v)]
     out = str(tmp_path / "m")
-    prog = chroma.compile(m, (t, v), target=target, out=out, weights=policy)
-    got = prog(t.numpy(), v.numpy())
-    for g, r in zip(got, ref):
-        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+    _compile_and_compare(m, (t, v), ref, target, out, policy)
     w = json.load(open(os.path.join(out, "manifest.json")))["options"]["weights"]
     dec = {d["name"]: d for d in w["decisions"]}
     assert {n: d["format"] for n, d in dec.items() if n in expected} == expected
@@ -446,6 +443,15 @@ def test_grouped_weights_on_gpu_targets(tmp_path, target):
         _node_check_package(out)
     else:
         _compiled_text(out, target)  # nvcc for every listed architecture, spill-free
+
+
+def _compile_and_compare(m, inputs, ref, target, out, weights):
+    """Compiles `m` with a weights policy and compares each output with `ref` (float32 PyTorch
+    with the weights the formats stand for) up to summation order."""
+    prog = chroma.compile(m, inputs, target=target, out=out, weights=weights)
+    for g, r in zip(prog(*[i.numpy() for i in inputs]), ref):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+    return prog
 
 
 def _node_check_package(out):
@@ -557,10 +563,7 @@ def test_grouped_weights_in_few_row_products_a_group_at_a_time(tmp_path, target,
             p.copy_(torch.from_numpy(simulate(w.reshape(-1, w.shape[-1]), fmt).reshape(w.shape)))
         ref = [r.numpy() for r in ref_model(x, y)]
     out = str(tmp_path / "m")
-    prog = chroma.compile(m, (x, y), target=target, out=out, weights=fmt)
-    got = prog(x.numpy(), y.numpy())
-    for g, r in zip(got, ref):
-        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+    prog = _compile_and_compare(m, (x, y), ref, target, out, fmt)
     if target == "webgpu":
         codes = [k["code"] for k in prog.package.manifest["kernels"]]
         assert sum("let qw" in c for c in codes) >= 2, "no product read its weight a group at a time"
