@@ -109,15 +109,15 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
       row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
     }
     const Ex mask = lit_u((1u << bits) - 1u);
-    b.loop("g", lit_i(0), lit_i(K / quant::kGroup), lit_i(1), [&](Block& gl, const Ex& g) {
+    b.loop("g", lit_i(0), lit_i(K / quant::kGroup), lit_i(1), [&](Block& gl, const Ex& gi) {
       std::vector<Ex> gw, scale, bias;
       for (int64_t j = 0; j < C; ++j) {
-        gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(g, lit_i(group_words))), "gw"));
+        gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(gi, lit_i(group_words))), "gw"));
         const Ex hdr = gl.let(load_word(s, gw.back()), "hdr");
         scale.push_back(gl.let(half_value(gl, DType::kF16, bin("&", hdr, lit_u(0xffffu)))));
         bias.push_back(gl.let(half_value(gl, DType::kF16, bin(">>", hdr, lit_u(16u)))));
       }
-      const Ex k0 = gl.let(mul(g, lit_i(quant::kGroup)), "k0");
+      const Ex k0 = gl.let(mul(gi, lit_i(quant::kGroup)), "k0");
       gl.loop("ch", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& in, const Ex& ch) {
         std::vector<std::vector<Ex>> words(static_cast<size_t>(C));
         for (int64_t j = 0; j < C; ++j) {
