@@ -105,13 +105,23 @@ class KB {
     return bitcast(Ty::kU32, v);
   }
 
+  // 32-bit words of one group of a grouped weight's row: the header, then 64 values of `bits`.
+  static int64_t quant_group_words(int bits) { return (4 + quant::kGroup * bits / 8) / 4; }
+  // The float16 scale (low half) and bias (high half) of the group whose header is word `gw`
+  // of slot `s`, as float32.
+  static std::pair<Ex, Ex> group_header(Block& b, int s, const Ex& gw) {
+    const Ex hdr = b.let(load_word(s, gw), "hdr");
+    return {b.let(half_value(b, DType::kF16, bin("&", hdr, lit_u(0xffffu)))),
+            b.let(half_value(b, DType::kF16, bin(">>", hdr, lit_u(16u))))};
+  }
+
   // A grouped weight (Expr::quant; quant::pack_rows rows, docs/quantization.md) at `coords`:
   // row and k from the layout over the dense [rows, K] tensor; the group's header word holds
   // the float16 scale (low half) and bias; the value's bits lie little-endian from the next
   // word on (a 6-bit value may straddle two words). Returns scale * q + bias in float32.
   Ex dequantize(Block& b, const Expr& e, const std::vector<Ex>& coords) {
     const int bits = quant::format_bits(e.quant);
-    const int64_t K = e.quant_k, group_words = (4 + quant::kGroup * bits / 8) / 4, row_words = K / quant::kGroup * group_words;
+    const int64_t K = e.quant_k, group_words = quant_group_words(bits), row_words = K / quant::kGroup * group_words;
     // (no structured binding: clang 14 cannot capture one in the lambda below)
     const std::pair<int, Ex> sb = base(&e, e.buffer, 0, false);  // a uint8 buffer: counted in bytes
     const int s = sb.first;
@@ -120,9 +130,8 @@ class KB {
     const Ex row = b.let(bin("/", lin, lit_i(K))), kk = b.let(bin("%", lin, lit_i(K)));
     const Ex gw = b.let(add(add(bin(">>", byte_base, lit_i(2)), mul(row, lit_i(row_words))),
                             mul(bin(">>", kk, lit_i(6)), lit_i(group_words))), "gw");
-    const Ex hdr = b.let(load_word(s, gw), "hdr");
-    const Ex scale = b.let(half_value(b, DType::kF16, bin("&", hdr, lit_u(0xffffu))));
-    const Ex bias = b.let(half_value(b, DType::kF16, bin(">>", hdr, lit_u(16u))));
+    const std::pair<Ex, Ex> header = group_header(b, s, gw);
+    const Ex scale = header.first, bias = header.second;
     const Ex bit = b.let(mul(bin("&", kk, lit_i(63)), lit_i(bits)));
     const Ex w = b.let(add(add(gw, lit_i(1)), bin(">>", bit, lit_i(5))));
     const Ex sh = b.let(convert(Ty::kU32, bin("&", bit, lit_i(31))));

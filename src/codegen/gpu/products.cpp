@@ -92,7 +92,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
     // hold whole values (q4, q8: one word of 8 or 4; q6: three words of 16). The same
     // arithmetic per weight as KB::dequantize, in the same order.
     const int bits = quant::format_bits(B.quant);
-    const int64_t group_words = (4 + quant::kGroup * bits / 8) / 4, row_words = K / quant::kGroup * group_words;
+    const int64_t group_words = KB::quant_group_words(bits), row_words = K / quant::kGroup * group_words;
     const int64_t chunk_words = bits / std::gcd(bits, 32);
     const int64_t chunk_values = 32 * chunk_words / bits, chunks = quant::kGroup / chunk_values;
     const std::pair<int, Ex> sb = kb.base(&B, B.buffer, 0, false);  // a uint8 buffer: counted in bytes
@@ -113,9 +113,9 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
       std::vector<Ex> gw, scale, bias;
       for (int64_t j = 0; j < C; ++j) {
         gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(gi, lit_i(group_words))), "gw"));
-        const Ex hdr = gl.let(load_word(s, gw.back()), "hdr");
-        scale.push_back(gl.let(half_value(gl, DType::kF16, bin("&", hdr, lit_u(0xffffu)))));
-        bias.push_back(gl.let(half_value(gl, DType::kF16, bin(">>", hdr, lit_u(16u)))));
+        const std::pair<Ex, Ex> sc = KB::group_header(gl, s, gw.back());
+        scale.push_back(sc.first);
+        bias.push_back(sc.second);
       }
       const Ex k0 = gl.let(mul(gi, lit_i(quant::kGroup)), "k0");
       gl.loop("ch", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& in, const Ex& ch) {

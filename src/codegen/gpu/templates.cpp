@@ -288,7 +288,6 @@ std::vector<size_t> row_group(const Program& p, const std::function<Placement(in
     const chroma::Kernel& k = p.kernels[ki];
     const bool reduce = k.kind == chroma::Kernel::kReduce;
     if (!single(k) || k.shape != f.shape || (reduce && reduced_mask(k) != mask)) break;
-    const std::vector<int32_t> reads_before = reads;
     ok = true;
     collect(k.inputs[0]);
     std::vector<int32_t> w;  // what the group would store, ending here
@@ -300,10 +299,7 @@ std::vector<size_t> row_group(const Program& p, const std::function<Placement(in
       for (int32_t r : reads) ok = ok && !overlap(w[i], r);
       for (size_t j = i + 1; j < w.size(); ++j) ok = ok && !overlap(w[i], w[j]);
     }
-    if (!ok) {
-      reads = reads_before;
-      break;
-    }
+    if (!ok) break;
     g.push_back(ki);
     // Later members read this result at their row or element without memory other
     // invocations write (resident_type); other types are read from memory, so a later reader
