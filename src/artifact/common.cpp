@@ -141,7 +141,7 @@ json describe_weights(const std::vector<CompiledEntry>& entries, const std::stri
   }
   return {{"spec", pol.spec.empty() ? "fp32" : pol.spec},
           {"default", quant::format_name(pol.fallback)},
-          {"activations", pol.exact_activations ? "fp32" : "bf16"},
+          {"activations", quant::activations_name(pol.activations)},
           {"group_size", quant::kGroup},
           {"scale_type", "float16"},
           {"product_weights_bytes_fp32", f32},

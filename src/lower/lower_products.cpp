@@ -471,7 +471,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
                          ? add_packed_constant(base + ".packed16", {static_cast<int64_t>(order.size()), panels, kk, 16}, packed)
                          : add_packed_bytes(base + "." + quant::format_name(wf), std::move(qpacked));
   k.weight_format = wf;
-  k.exact_products = opts_.weights.exact_activations;
+  k.activations = opts_.weights.activations;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(load(pb));
   push_over_output(std::move(k), n, v);
@@ -644,7 +644,7 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
     const int32_t pb = wf == quant::Format::kF32 ? add_packed_constant(stem + ".packed16", {experts, panels, gg.k, 16}, packed)
                                                  : add_packed_bytes(stem + "." + quant::format_name(wf), std::move(qpacked));
     k.weight_format = wf;
-    k.exact_products = opts_.weights.exact_activations;
+    k.activations = opts_.weights.activations;
     k.attrs.axis = 0;
     k.inputs.push_back(std::move(ey));
     k.inputs.push_back(load(pb));

@@ -70,9 +70,9 @@ struct Kernel {
   std::vector<int64_t> batch_a, batch_b, batch_c;
   // kMatMulPacked / kMatMulGathered: the packed constant's format (quant/quant.h; kF32: float
   // panels [batches][panels][K][16], else quant::pack's bytes, batch_b then in bytes) and
-  // whether its dot products run in float32 (else bfloat16 where the CPU has AVX512-BF16).
+  // what its products do with the activations (quant::Activations).
   quant::Format weight_format = quant::Format::kF32;
-  bool exact_products = false;
+  quant::Activations activations = quant::Activations::kAuto;
   // kMatMulGathered (inputs: A, the packed experts [E, panels, K, 16], the index buffer):
   // each job is an m x k times k x n product, A addressed A[i * sar + kk * sac], C rows ldc apart.
   struct Gathered {

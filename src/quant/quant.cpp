@@ -23,6 +23,15 @@ const char* format_name(Format f) {
   return "?";
 }
 
+const char* activations_name(Activations a) {
+  switch (a) {
+    case Activations::kAuto: return "auto";
+    case Activations::kBF16: return "bf16";
+    case Activations::kFP32: return "fp32";
+  }
+  return "?";
+}
+
 std::optional<Format> parse_format(std::string_view s) {
   for (Format f : {Format::kF32, Format::kBF16, Format::kQ8, Format::kQ6, Format::kQ4}) {
     if (s == format_name(f)) return f;
@@ -355,10 +364,15 @@ Policy parse_policy(const std::string& spec) {
     const std::string key = eq == std::string::npos ? "default" : item.substr(0, eq);
     const std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
     if (key == "activations") {
-      if (value != "fp32" && value != "bf16") {
-        throw CompileError("weights: activations must be 'bf16' or 'fp32', not '" + value + "'");
+      if (value == "auto") {
+        p.activations = Activations::kAuto;
+      } else if (value == "bf16") {
+        p.activations = Activations::kBF16;
+      } else if (value == "fp32") {
+        p.activations = Activations::kFP32;
+      } else {
+        throw CompileError("weights: activations must be 'auto', 'bf16' or 'fp32', not '" + value + "'");
       }
-      p.exact_activations = value == "fp32";
       continue;
     }
     const std::optional<Format> f = parse_format(value);

@@ -90,9 +90,16 @@ bool pack_rows(Format f, const float* t, int64_t rows, int64_t H, uint8_t* dst);
 // graph output through views and elementwise operations only, the logits of a language model;
 // `embedding`: a float32 table read by a Gather along its first axis),
 // or a name pattern (fnmatch(3), matched against the weight's name: `*.gate.weight=fp32`);
-// `activations=fp32` selects the exact float32 kernels (default bf16 dot products where the
-// CPU has AVX512-BF16). Patterns and roles are tried in the order given, before the keep-list
+// `activations=` says what the products do with their activations (Activations below). Patterns and roles are tried in the order given, before the keep-list
 // (which `default` does not override) and then the default.
+// What the CPU products do with the activations: kAuto (the default) quantizes them to int8 per
+// group of 64 for q4 and q6 weights where the CPU has AVX512-VNNI (vpdpbusd; their weights'
+// error is 4 to 16 times the activations'), rounds them to bfloat16 otherwise (vdpbf16ps or AMX,
+// where the CPU has them); kBF16 always rounds to bfloat16; kFP32 runs the exact float32
+// kernels. The runtime's et::QuantActs mirrors these values.
+enum class Activations { kAuto = 0, kBF16 = 1, kFP32 = 2 };
+const char* activations_name(Activations a);  // "auto", "bf16", "fp32"
+
 struct Rule {
   std::string pattern;  // a role name or an fnmatch pattern
   Format format = Format::kF32;
@@ -100,7 +107,7 @@ struct Rule {
 struct Policy {
   std::vector<Rule> rules;
   Format fallback = Format::kF32;
-  bool exact_activations = false;
+  Activations activations = Activations::kAuto;
   std::string spec;  // as given
   bool quantizes() const;  // some rule or the fallback is not fp32
 };

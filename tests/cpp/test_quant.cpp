@@ -76,7 +76,9 @@ TEST(Quant, GroupsBeyondFloat16AreRefused) {
 TEST(Quant, PolicyRulesRolesAndKeepList) {
   using chroma::quant::decide;
   const auto p = chroma::quant::parse_policy("default=q4;unembedding=q8;*.out.weight=bf16;activations=fp32");
-  EXPECT_TRUE(p.exact_activations);
+  EXPECT_EQ(p.activations, chroma::quant::Activations::kFP32);
+  EXPECT_EQ(chroma::quant::parse_policy("default=q4").activations, chroma::quant::Activations::kAuto);
+  EXPECT_EQ(chroma::quant::parse_policy("default=q4;activations=bf16").activations, chroma::quant::Activations::kBF16);
   EXPECT_EQ(p.fallback, Format::kQ4);
   EXPECT_EQ(decide(p, "layers.0.mlp.up.weight", "", 256, 256, 1).format, Format::kQ4);
   EXPECT_EQ(decide(p, "lm_head.weight", "unembedding", 256, 5000, 1).format, Format::kQ8);
@@ -111,10 +113,11 @@ void check_kernel() {
   std::vector<uint8_t> packed(static_cast<size_t>(chroma::quant::matrix_bytes(F, K, N)));
   ASSERT_TRUE(chroma::quant::pack(F, b.data(), K, N, N, 1, packed.data()));
   const std::vector<float> w = chroma::quant::unpack(F, packed.data(), K, N);
-  for (bool exact : {true, false}) {
+  using chroma::et::QuantActs;
+  for (QuantActs acts : {QuantActs::kFP32, QuantActs::kBF16, QuantActs::kAuto}) {
     std::vector<float> c(static_cast<size_t>(M * N), -1.0f);
     const int64_t ao[1] = {0}, bo[1] = {0}, co[1] = {0};
-    chroma::et::gemm_quant<static_cast<int>(F), 1, M, N, K>(a.data(), ao, K, 1, packed.data(), bo, c.data(), co, N, nullptr, exact);
+    chroma::et::gemm_quant<static_cast<int>(F), 1, M, N, K>(a.data(), ao, K, 1, packed.data(), bo, c.data(), co, N, nullptr, acts);
     double err = 0, ref = 0;
     for (int64_t i = 0; i < M; ++i) {
       for (int64_t n = 0; n < N; ++n) {
@@ -125,8 +128,10 @@ void check_kernel() {
         ref += s * s;
       }
     }
-    // float32 arithmetic, or activations rounded to bfloat16 (relative error up to 2^-9 each).
-    EXPECT_LT(std::sqrt(err / ref), exact ? 1e-5 : 4e-3) << chroma::quant::format_name(F) << " M " << M << " exact " << exact;
+    // float32 arithmetic, activations rounded to bfloat16 (relative error up to 2^-9 each), or
+    // (auto, q4 and q6) quantized to int8 per group of 64 (error up to max|x| / 254 each).
+    const double bound = acts == QuantActs::kFP32 ? 1e-5 : (acts == QuantActs::kBF16 ? 4e-3 : 1.5e-2);
+    EXPECT_LT(std::sqrt(err / ref), bound) << chroma::quant::format_name(F) << " M " << M << " acts " << static_cast<int>(acts);
   }
 }
 
@@ -137,6 +142,8 @@ TEST(Quant, KernelsMatchTheStoredWeights) {
   check_kernel<Format::kQ4, 20, 33, 64>();
   check_kernel<Format::kQ4, 1, 40, 100>();
   check_kernel<Format::kQ8, 40, 40, 100>();
+  check_kernel<Format::kQ6, 1, 37, 200>();
+  check_kernel<Format::kQ4, 5, 33, 130>();
 }
 
 }  // namespace

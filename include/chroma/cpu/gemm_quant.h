@@ -15,6 +15,7 @@
 // Panels (times batches) are split between the program's threads, as for gemm_packed.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -376,6 +377,171 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
 
 #endif
 
+#if defined(__AVX512VNNI__) && defined(CHROMA_QUANT_AVX512)
+#define CHROMA_QUANT_INT8_KERNELS 1
+
+// Activations for the int8 path (q4 and q6 weights, DESIGN.md's vpdpbusd option): per row and
+// group of 64 along K, the values quantized symmetrically to int8 with the group's own scale
+// (scale = max|x| / 127, x' = rint(x / scale) half to even, so |x - scale * x'| <= scale / 2),
+// four consecutive values of K a 32-bit word, each group padded with zeros to 16 words; per
+// group the scale and the sum of the quantized values times it (the biases' term: the result is
+// then exactly the dot product of scale * x' with s * q + b, up to float32 rounding of the
+// per-group sums). A group holding an infinity or a NaN gets a NaN scale: the results it reaches
+// are NaN, as float32 arithmetic would make them, never a finite wrong value. A group whose
+// largest magnitude is below 127 times the smallest normal float (1.5e-36: its scale would not
+// be a normal number) counts as zeros.
+inline constexpr float kInt8Tiny = 127.0f * 1.17549435e-38f;
+template <int64_t K>
+struct Activations8 {
+  static constexpr int64_t kGroups = (K + kGroup - 1) / kGroup;
+  static constexpr int64_t kQuads = kGroups * (kGroup / 4);
+  std::vector<uint32_t> quads;      // [rows][kQuads]
+  std::vector<float> scales, sums;  // [rows][kGroups]
+  void resize(int64_t rows) {
+    quads.assign(static_cast<size_t>(rows * kQuads), 0u);
+    scales.assign(static_cast<size_t>(rows * kGroups), 0.0f);
+    sums.assign(static_cast<size_t>(rows * kGroups), 0.0f);
+  }
+  void fill(const float* A, int64_t sar, int64_t sac, int64_t rows, int64_t row0) {
+    for (int64_t i = 0; i < rows; ++i) {
+      int8_t* q = reinterpret_cast<int8_t*>(quads.data() + (row0 + i) * kQuads);
+      float* sc = scales.data() + (row0 + i) * kGroups;
+      float* sm = sums.data() + (row0 + i) * kGroups;
+      for (int64_t g = 0; g < kGroups; ++g) {
+        const int64_t k0 = g * kGroup, n = K - k0 < kGroup ? K - k0 : kGroup;
+        const float* a = A + i * sar + k0 * sac;
+        if (sac == 1) {  // 16 at a time; the same values as the scalar code below
+          __m512 x[4];
+          __m512 amax = _mm512_setzero_ps();
+          __mmask16 bad = 0;
+          for (int v = 0; v < 4; ++v) {
+            const int64_t left = n - 16 * v;
+            const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                           : (left > 0 ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0));
+            x[v] = _mm512_maskz_loadu_ps(m, a + 16 * v);
+            bad = static_cast<__mmask16>(bad | _mm512_fpclass_ps_mask(x[v], 0x99));  // NaN or infinity
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(x[v]));
+          }
+          const float mx = _mm512_reduce_max_ps(amax);
+          if (bad || mx < kInt8Tiny) {
+            sc[g] = sm[g] = bad ? __builtin_nanf("") : 0.0f;
+            continue;  // the words stay zero
+          }
+          const float s = mx / 127.0f;
+          const __m512 vs = _mm512_set1_ps(s);
+          __m512i total = _mm512_setzero_si512();
+          for (int v = 0; v < 4; ++v) {
+            const __m512i xi = _mm512_cvtps_epi32(_mm512_div_ps(x[v], vs));  // rounds half to even
+            total = _mm512_add_epi32(total, xi);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kGroup + 16 * v), _mm512_cvtsepi32_epi8(xi));
+          }
+          sc[g] = s;
+          sm[g] = s * static_cast<float>(_mm512_reduce_add_epi32(total));
+          continue;
+        }
+        float mx = 0.0f;
+        bool bad = false;
+        for (int64_t k = 0; k < n; ++k) {
+          const float v = a[k * sac];
+          bad = bad || !(v - v == 0.0f);
+          mx = std::fmax(mx, std::fabs(v));
+        }
+        if (bad || mx < kInt8Tiny) {
+          sc[g] = sm[g] = bad ? __builtin_nanf("") : 0.0f;
+          continue;
+        }
+        const float s = mx / 127.0f;
+        int32_t total = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const int32_t v = static_cast<int32_t>(std::nearbyint(a[k * sac] / s));
+          q[g * kGroup + k] = static_cast<int8_t>(v);
+          total += v;
+        }
+        sc[g] = s;
+        sm[g] = s * static_cast<float>(total);
+      }
+    }
+  }
+};
+
+// One step of 4 rows of a q4 or q6 group as bytes for vpdpbusd: 32-bit word j holds column j's
+// values of rows r..r+3, in that order (the activations' order). The step's first 32 bytes
+// hold column j's four low nibbles in 16-bit word j (rows r, r+2 in the low byte, r+1, r+3 in
+// the high byte): (d | d << 12) & 0x0F0F0F0F puts each in its byte. q6's next 16 bytes hold
+// the high 2 bits: columns 0-7 in the low nibbles of 16-bit word j (rows r, r+2 in byte 0's,
+// r+1, r+3 in byte 1's), columns 8-15 in the high nibbles of word j - 8; shifts per column
+// move each pair of bits to bits 4-5 of its row's byte.
+template <int F>
+__attribute__((always_inline)) inline const uint8_t* decode_quads(const uint8_t* in, __m512i* w) {
+  const __m512i d = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+  *w = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0x0F0F0F0F), 0xA8);  // (a | b) & c
+  if constexpr (F == kQ6) {
+    const __m512i e = _mm512_cvtepu16_epi32(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32))));
+    // Rows r and r+1: columns 0-7 up 4 bits, 8-15 in place; rows r+2 and r+3 up 18 and 14.
+    const __m512i lo = _mm512_sllv_epi32(e, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
+    const __m512i hi = _mm512_sllv_epi32(e, _mm512_set_epi32(14, 14, 14, 14, 14, 14, 14, 14, 18, 18, 18, 18, 18, 18, 18, 18));
+    *w = _mm512_or_si512(*w, _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(0x30303030), 0xA8));
+    return in + 48;
+  }
+  return in + 32;
+}
+
+// One panel for MR rows (at most 8): C[MR, 16] (ncols of them stored), with vpdpbusd of the
+// unsigned weights by the int8 activations; per group and column,
+// acc += s * x_scale * dot(x', q) + b * x_scale * sum(x'). Independent chains as in bf16_panel:
+// one row alternates between 4 sets of accumulators, two rows between 2.
+template <int F, int MR, int64_t K>
+__attribute__((always_inline)) inline void int8_panel(const uint32_t* xq, const float* xs, const float* sums,
+                                                      const uint8_t* in, float* C, int64_t ldc, int64_t ncols) {
+  constexpr int64_t kQuads = Activations8<K>::kQuads, kGroups = Activations8<K>::kGroups;
+  constexpr int kSets = MR == 1 ? 4 : (MR == 2 ? 2 : 1);
+  __m512 tot[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) tot[i] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < kGroups; ++g) {
+    const int64_t rows = rows_padded(K, g);
+    const uint32_t* xg = xq + g * (kGroup / 4);
+    const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+    const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
+    in += 64;
+    __m512i acc[kSets][MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int t = 0; t < kSets; ++t) acc[t][i] = _mm512_setzero_si512();
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 4 * kSets) {
+#pragma GCC unroll 4
+      for (int t = 0; t < kSets; ++t) {
+        const int64_t r = r0 + 4 * t;
+        if (kSets > 1 && r >= rows) break;
+        _mm_prefetch(reinterpret_cast<const char*>(in + 1024), _MM_HINT_T0);
+        __m512i w;
+        in = decode_quads<F>(in, &w);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          acc[t][i] = _mm512_dpbusd_epi32(acc[t][i], w, _mm512_set1_epi32(static_cast<int>(xg[i * kQuads + r / 4])));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      __m512i a = acc[0][i];
+#pragma GCC unroll 4
+      for (int t = 1; t < kSets; ++t) a = _mm512_add_epi32(a, acc[t][i]);
+      // Exact in float32: |dot| <= 64 * 63 * 127 < 2^24.
+      tot[i] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[i * kGroups + g])), _mm512_cvtepi32_ps(a), tot[i]);
+      tot[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(sums[i * kGroups + g]), tot[i]);
+    }
+  }
+  const __mmask16 m = ncols >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << ncols) - 1u);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(C + i * ldc, m, tot[i]);
+}
+
+#endif
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(CHROMA_QUANT_BF16_KERNELS)
 #define CHROMA_QUANT_AMX_KERNELS 1
 
@@ -537,12 +703,17 @@ inline void amx_panels(const uint32_t* pairs, const uint32_t* pairs16, const flo
 
 }  // namespace quant_detail
 
+// What the products do with the activations (the `activations` option, quant::Activations):
+// kAuto: int8 for q4 and q6 weights where the CPU has AVX512-VNNI and no AMX path runs, else
+// bfloat16; kBF16: bfloat16 (where the CPU has AVX512-BF16); kFP32: float32 throughout.
+enum class QuantActs : int { kAuto = 0, kBF16 = 1, kFP32 = 2 };
+
 // Batched C[b] = A[b] @ B[b] (M x K times K x N), B packed in format F (quant::Format's
-// value); b_off in bytes. As gemm_packed otherwise. `exact`: float32 arithmetic throughout.
+// value); b_off in bytes. As gemm_packed otherwise.
 template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
 inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_t sac, const uint8_t* Bq,
                        const int64_t* b_off, float* C, const int64_t* c_off, int64_t ldc, rt::ThreadPool* pool,
-                       bool exact) {
+                       QuantActs acts) {
   using namespace quant_detail;
   constexpr int64_t P = (N + kPanel - 1) / kPanel;
   constexpr int64_t kWork = BATCH * P;
@@ -555,10 +726,11 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       range(0, kWork);
     }
   };
-#if defined(CHROMA_QUANT_BF16_KERNELS)
-  if (!exact) {
-    // Activations rounded to bfloat16 once per call, by the calling thread.
+  if (acts != QuantActs::kFP32) {
+    // Activations rounded (bfloat16) or quantized (int8) once per call, by the calling thread.
     constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+    (void)kPairs;
+    (void)kGroups;
 #if defined(CHROMA_QUANT_AMX_KERNELS)
     // AMX from 2 rows (one row is bound by memory either way), in blocks of up to 16 rows.
     if (M >= 2 && amx_ready()) {
@@ -601,6 +773,29 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       return;
     }
 #endif
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+    if constexpr (M <= 8 && (F == kQ4 || F == kQ6)) {
+      if (acts == QuantActs::kAuto) {
+        thread_local Activations8<K> x;
+        x.resize(BATCH * M);
+        for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
+        constexpr int64_t kQuads = Activations8<K>::kQuads;
+        const uint32_t* quads = x.quads.data();
+        const float* scales = x.scales.data();
+        const float* sums = x.sums.data();
+        run([&](int64_t w0, int64_t w1) {
+          for (int64_t w = w0; w < w1; ++w) {
+            const int64_t b = w / P, p = w % P;
+            int8_panel<F, static_cast<int>(M), K>(quads + b * M * kQuads, scales + b * M * kGroups, sums + b * M * kGroups,
+                                                  Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + p * kPanel, ldc,
+                                                  N - p * kPanel);
+          }
+        });
+        return;
+      }
+    }
+#endif
+#if defined(CHROMA_QUANT_BF16_KERNELS)
     if constexpr (M <= 8) {
       thread_local Activations<K> x;
       x.resize(BATCH * M, false);
@@ -616,9 +811,8 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       });
       return;
     }
-  }
 #endif
-  (void)exact;
+  }
   run([&](int64_t w0, int64_t w1) {
     while (w0 < w1) {
       const int64_t b = w0 / P;
@@ -634,11 +828,11 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
 template <int F, int64_t JOBS, int64_t M, int64_t N, int64_t K, int64_t E, class I>
 inline bool gemm_quant_gathered(const float* A, const int64_t* a_off, int64_t sar, int64_t sac, const uint8_t* Bq,
                                 const I* idx, const int64_t* i_off, float* C, const int64_t* c_off, int64_t ldc,
-                                rt::ThreadPool* pool, bool exact, int64_t* bad) {
+                                rt::ThreadPool* pool, QuantActs acts, int64_t* bad) {
   constexpr int64_t kMatrix = (N + kPanel - 1) / kPanel * quant_detail::panel_bytes<F, K>();
   int64_t b_off[JOBS];
   if (!expert_offsets<JOBS, E>(idx, i_off, kMatrix, b_off, bad)) return false;
-  gemm_quant<F, JOBS, M, N, K>(A, a_off, sar, sac, Bq, b_off, C, c_off, ldc, pool, exact);
+  gemm_quant<F, JOBS, M, N, K>(A, a_off, sar, sac, Bq, b_off, C, c_off, ldc, pool, acts);
   return true;
 }
 

@@ -16,6 +16,16 @@ namespace {
 
 std::string ctype(DType t) { return std::string(dtype_ctype(t)); }
 
+// A quantized product's activations option as the runtime's et::QuantActs.
+std::string quant_acts(quant::Activations a) {
+  switch (a) {
+    case quant::Activations::kAuto: return "et::QuantActs::kAuto";
+    case quant::Activations::kBF16: return "et::QuantActs::kBF16";
+    case quant::Activations::kFP32: return "et::QuantActs::kFP32";
+  }
+  return "et::QuantActs::kFP32";
+}
+
 std::string int_list(const std::vector<int64_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -340,7 +350,7 @@ class Emitter {
           << gg.k << ", " << gg.experts << ">(static_cast<const float*>(" << ptr(k.inputs[0].buffer, false) << "), ao, "
           << gg.sar << ", " << gg.sac << ",\n      static_cast<const " << (q ? "uint8_t" : "float") << "*>(" << ptr(k.inputs[1].buffer, false)
           << "), static_cast<const " << ctype(idx.dtype) << "*>(" << ptr(idx.buffer, false) << "), io, static_cast<float*>("
-          << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, " << (q ? (k.exact_products ? "true, " : "false, ") : "")
+          << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, " << (q ? quant_acts(k.activations) + ", " : "")
           << "&bad)) return cx.index_error(" << ki << ", bad);\n";
         break;
       }
@@ -380,7 +390,7 @@ class Emitter {
         << kk << ">(static_cast<const float*>(" << ptr(a.buffer, false) << "), ao, " << a.layout.strides[r - 2] << ", "
         << a.layout.strides[r - 1] << ",\n      static_cast<const uint8_t*>(" << ptr(b.buffer, false)
         << "), bo, static_cast<float*>(" << ptr(k.outputs[0], true) << "), co, " << n << ", cx.pool, "
-        << (k.exact_products ? "true" : "false") << ");\n";
+        << quant_acts(k.activations) << ");\n";
       return o.str();
     }
     o << "  et::gemm_packed<" << k.batch_a.size() << ", " << m << ", " << n << ", " << kk << ">(static_cast<const float*>("
