@@ -206,7 +206,7 @@ class _Strided(torch.nn.Module):
 
 
 @pytest.mark.parametrize("fmt", ["q4", "q6"])
-@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("rows", [1, 3, 8, 19])
 def test_int8_activations_value_for_value(tmp_path, fmt, rows):
     """The default for q4 and q6: the products multiply the activations quantized to int8 per
     group of 64 (vpdpbusd) where the CPU has AVX512-VNNI. Checked against the NumPy model of that
@@ -375,8 +375,10 @@ def test_decoder_with_quantized_weights(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["q4", "q8"])
 def test_quantized_products_on_two_threads(tmp_path, fmt):
-    """Large enough to split between the pool's threads: every path (one row: vdpbf16ps; a few:
-    AMX where present; float32 activations: the exact path) on both threads."""
+    """Large enough to split between the pool's threads: every path (bfloat16 activations:
+    vdpbf16ps in blocks of 8 rows, or AMX from two rows where present; q4's default: int8
+    activations with vpdpbusd where the CPU has AVX512-VNNI; float32 activations: the exact
+    path) on both threads, 1, 8 and 24 rows (three blocks)."""
     torch.manual_seed(5)
     lin = torch.nn.Linear(256, 4096).eval()
     w = reference_weights(lin.weight.detach().numpy(), fmt)
