@@ -63,8 +63,11 @@ def _print_weights(m):
     if not w or w.get("spec") in (None, "fp32"):
         print("weights: float32")
         return
+    acts = {"auto": "int8 activations in q4/q6 products where the CPU has AVX512-VNNI, bfloat16 elsewhere",
+            "bf16": "bfloat16 activations in the products",
+            "fp32": "float32 activations in the products"}.get(w["activations"], f"{w['activations']} activations")
     print(f"weights: {w['spec']} (groups of {w['group_size']}, {w['scale_type']} scales and biases, "
-          f"{w['activations']} activations in the products); product weights {w['product_weights_bytes']:,} B "
+          f"{acts}); product weights {w['product_weights_bytes']:,} B "
           f"(float32: {w['product_weights_bytes_fp32']:,} B)")
     for d in w["decisions"]:
         role = f" [{d['role']}]" if d.get("role") else ""
