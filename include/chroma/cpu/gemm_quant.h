@@ -710,22 +710,22 @@ inline void amx_panels(const uint32_t* pairs, const uint32_t* pairs16, const flo
 
 #endif
 
-}  // namespace quant_detail
-
-namespace quant_detail {
-
-// kernel(std::integral_constant<int, MR>, r0) for rows [0, M) in blocks of 8 (MR = 8), the
-// last one holding what is left: the register kernels (bf16_panel, int8_panel) for any number
+// Work items [w0, w1) of a product's panels (item w: panel w % P of batch w / P), each over rows
+// [0, M) in blocks of 8 and one holding what is left: kernel(std::integral_constant<int, MR>,
+// batch, panel, first row). So the register kernels (bf16_panel, int8_panel) take any number
 // of rows, each panel's weights decoded again per block from the cache. Against the exact
 // path's float32 tiles (near this CPU's float32 peak) on one Zen 4 core, K = N = 2880: q4 (int8)
 // 4.4x faster at 16 rows, 2.6x at 256; bf16 weights 2.8x and 2.2x; q8 1.9x and 1.7x; and at
 // K = 1024, N = 4096, 1024 rows: q4 3.1x, bf16 2.2x (vpdpbusd and vdpbf16ps do 4 and 2
 // multiply-adds a lane to an FMA's 1).
-template <int64_t M, class Kernel>
-__attribute__((always_inline)) inline void row_blocks(Kernel&& kernel) {
+template <int64_t M, int64_t P, class Kernel>
+__attribute__((always_inline)) inline void panel_blocks(int64_t w0, int64_t w1, Kernel&& kernel) {
   constexpr int64_t kFull = M / 8, kRest = M % 8;
-  for (int64_t r0 = 0; r0 < kFull * 8; r0 += 8) kernel(std::integral_constant<int, 8>{}, r0);
-  if constexpr (kRest > 0) kernel(std::integral_constant<int, static_cast<int>(kRest)>{}, kFull * 8);
+  for (int64_t w = w0; w < w1; ++w) {
+    const int64_t b = w / P, p = w % P;
+    for (int64_t r0 = 0; r0 < kFull * 8; r0 += 8) kernel(std::integral_constant<int, 8>{}, b, p, r0);
+    if constexpr (kRest > 0) kernel(std::integral_constant<int, static_cast<int>(kRest)>{}, b, p, kFull * 8);
+  }
 }
 
 }  // namespace quant_detail
@@ -811,15 +811,12 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
         const float* scales = x.scales.data();
         const float* sums = x.sums.data();
         run([&](int64_t w0, int64_t w1) {
-          for (int64_t w = w0; w < w1; ++w) {
-            const int64_t b = w / P, p = w % P;
-            row_blocks<M>([&](auto mr, int64_t r0) {
-              const int64_t row = b * M + r0;
-              int8_panel<F, decltype(mr)::value, K>(quads + row * kQuads, scales + row * kGroups, sums + row * kGroups,
-                                                    Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel,
-                                                    ldc, N - p * kPanel);
-            });
-          }
+          panel_blocks<M, P>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+            const int64_t row = b * M + r0;
+            int8_panel<F, decltype(mr)::value, K>(quads + row * kQuads, scales + row * kGroups, sums + row * kGroups,
+                                                  Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel, ldc,
+                                                  N - p * kPanel);
+          });
         });
         return;
       }
@@ -833,14 +830,11 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       const uint32_t* pairs = x.pairs.data();
       const float* sums = x.sums.data();
       run([&](int64_t w0, int64_t w1) {
-        for (int64_t w = w0; w < w1; ++w) {
-          const int64_t b = w / P, p = w % P;
-          row_blocks<M>([&](auto mr, int64_t r0) {
-            const int64_t row = b * M + r0;
-            bf16_panel<F, decltype(mr)::value, K>(pairs + row * kPairs, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
-                                                  C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
-          });
-        }
+        panel_blocks<M, P>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+          const int64_t row = b * M + r0;
+          bf16_panel<F, decltype(mr)::value, K>(pairs + row * kPairs, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
+                                                C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
+        });
       });
       return;
     }
