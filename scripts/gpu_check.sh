@@ -55,7 +55,10 @@ LOG_DIR="$OUT"
 step environment
 { nvidia-smi; nvcc --version; "$PY" --version; g++ --version | head -1; cmake --version | head -1
   "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
-  ldconfig -p | grep -E 'libopenblas|libgfortran|libcrypto|libcuda\.|libcublas\.' ; } > "$OUT/environment.txt" 2>&1
+  ldconfig -p | grep -E 'libopenblas|libgfortran|libcrypto|libstdc\+\+|libcuda\.|libcublas\.'
+  echo "g++ finds: $(g++ -print-file-name=libstdc++.so) $(g++ -print-file-name=libstdc++.a)"
+  echo 'int f() { return 0; }' | g++ -x c++ -shared -o /tmp/probe.so - -v 2>&1 | grep collect2 | tr ' ' '\n' | grep -E '^-l|stdc|^-static'
+  env | grep -E '^(CC|CXX|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|LIBRARY_PATH|LD_LIBRARY_PATH|CPATH)=' ; } > "$OUT/environment.txt" 2>&1
 cat "$OUT/environment.txt"
 
 step "dependencies (.gpu_deps)"
@@ -64,6 +67,7 @@ step "dependencies (.gpu_deps)"
 # dpkg -x does not run: the links are made here. The system's own copy of a library wins where
 # it has one (libgfortran, libcrypto); OpenBLAS is Debian's either way.
 DEPLIB=/tmp/deplib
+LINK_FLAGS=""
 mkdir -p "$DEPLIB"
 if ls .gpu_deps/*.deb >/dev/null 2>&1; then
   mkdir -p /tmp/debroot
@@ -83,6 +87,22 @@ if ls .gpu_deps/*.deb >/dev/null 2>&1; then
   export OPENSSL_ROOT_DIR=/tmp/debroot/usr
 fi
 export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libstdc++ must be linked as the shared library the process already has: a copy linked
+# statically into the extension (g++ falls back to libstdc++.a where it finds no libstdc++.so)
+# shares some symbols with the process's copy and not others, and its first stream output
+# crashes (seen on this project's first device run). Where g++ finds no libstdc++.so, point it
+# at the system's libstdc++.so.6; flags from the environment stay out of the build.
+if [ "$(g++ -print-file-name=libstdc++.so)" = "libstdc++.so" ]; then
+  sys_cxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  if [ -n "$sys_cxx" ] && ln -sf "$sys_cxx" "$DEPLIB/libstdc++.so"; then
+    # -L, not LIBRARY_PATH: g++ searches its own directory (which holds libstdc++.a) before
+    # LIBRARY_PATH. Chroma's own builds of generated code get it through CHROMA_EXTRA_CXXFLAGS.
+    LINK_FLAGS="-L$DEPLIB"
+    export CHROMA_EXTRA_CXXFLAGS="-L$DEPLIB${CHROMA_EXTRA_CXXFLAGS:+ $CHROMA_EXTRA_CXXFLAGS}"
+    note "g++ has no libstdc++.so: linking $sys_cxx through -L$DEPLIB"
+  fi
+fi
+unset CFLAGS CXXFLAGS CPPFLAGS LDFLAGS
 if ls .gpu_deps/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .gpu_deps/*.whl || note "wheels failed"
   export PYTHONPATH="/tmp/gpu-site${PYTHONPATH:+:$PYTHONPATH}"
@@ -92,19 +112,43 @@ note "nanobind $("$PY" -c 'import nanobind; print(nanobind.__version__)' 2>&1)"
 step "building the compiler"
 BUILD=/tmp/chroma-build
 if ! run_for 300 build.log bash -c "cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHROMA_BUILD_PYTHON=ON \
-      -DPython_EXECUTABLE=$(command -v "$PY") && ninja -C $BUILD -j $JOBS _compiler"; then
+      -DCMAKE_MODULE_LINKER_FLAGS='$LINK_FLAGS' -DPython_EXECUTABLE=$(command -v "$PY") && ninja -C $BUILD -j $JOBS _compiler"; then
   grep -m 20 -E 'error|Error|CMake Error' "$OUT/build.log"
   step "the build failed (log: build.log)"
   exit 1
 fi
+ninja -C $BUILD -t commands _compiler | tail -1 >> "$OUT/build.log"  # the link command
+if ! readelf -d "$BUILD"/_compiler*.so | grep -q 'NEEDED.*libstdc++'; then
+  # libstdc++ went in statically all the same: keep that copy's symbols to the extension
+  note "libstdc++ is linked statically: relinking with --exclude-libs,ALL"
+  cmake -S . -B $BUILD -DCMAKE_MODULE_LINKER_FLAGS="$LINK_FLAGS -Wl,--exclude-libs,ALL" >> "$OUT/build.log" 2>&1
+  ninja -C $BUILD -j $JOBS _compiler >> "$OUT/build.log" 2>&1 || note "relink failed"
+fi
 cp "$BUILD"/_compiler*.so python/chroma/  # the tests and the benchmark import python/chroma
 export CHROMA_CACHE_DIR=/tmp/chroma-cache PYTHONUNBUFFERED=1
+note "extension needs: $(readelf -d python/chroma/_compiler*.so | grep -o 'NEEDED.*' | grep -o '\[.*\]' | tr '\n' ' ')"
+
+step "smoke test: one CPU and one CUDA compile"
+if ! CHROMA_CUDA_ARCHS=90 run_for 60 smoke.log "$PY" -X faulthandler -c "
+import sys, numpy as np, torch
+sys.path.insert(0, 'python')
+import chroma
+x = torch.randn(4, 8)
+for t in ('cpu', 'cuda'):
+    p = chroma.compile(lambda x: x.exp() + 1, (x,), target=t, out='/tmp/smoke-' + t)
+    q = chroma.load('/tmp/smoke-' + t)
+    print(t, type(q).__name__, float(np.abs(q(x.numpy()) - (x.exp() + 1).numpy()).max()))
+"; then
+  step "the smoke test failed: nothing else would run (log: smoke.log)"
+  cat "$SUMMARY"
+  exit 1
+fi
 rc=0
 TO=""; "$PY" -c "import pytest_timeout" 2>/dev/null && TO="--timeout 120"  # one hung test must not hold a worker
 
 step "test_cuda.py: the cases that also run natively (runtime, CUDA graphs, TF32, decoder, cuBLAS, weight formats)"
 # every listed architecture here: the tests check the fatbin holds them all
-run_for 130 gpu_tests.log "$PY" -m pytest tests/python/test_cuda.py -v -n 8 -rfE -p no:cacheprovider $TO \
+run_for 100 gpu_tests.log "$PY" -m pytest tests/python/test_cuda.py -v -n 16 -rfE -p no:cacheprovider $TO \
   -k "(native_runtime or tf32 or kv_cache or library_gemm or bfloat16_weights or grouped_weights or normalizations) and not metal and not webgpu" || rc=1
 
 # Only this GPU's architecture for the fatbins built from here on (CI builds and checks every listed one).
@@ -112,7 +156,7 @@ cc="$("$PY" -c "import torch; a, b = torch.cuda.get_device_capability(); print(f
 export CHROMA_CUDA_ARCHS="$cc"
 
 step "benchmark (bench/cuda_gpu.py)"
-run_for 240 bench.log "$PY" bench/cuda_gpu.py --out "$OUT/cuda.json" --calls 30 --warmup 5 || rc=1
+run_for 240 bench.log "$PY" bench/cuda_gpu.py --out "$OUT/cuda.json" --calls 30 --warmup 5 --weights "${BENCH_WEIGHTS:-fp32,bf16,q4}" || rc=1
 
 step "the op suite, compiled for CUDA and run natively"
 CHROMA_TEST_TARGET=cuda-native run_for 600 op_suite.log "$PY" -m pytest tests/python -v -n "$JOBS" -p no:cacheprovider \
