@@ -15,8 +15,8 @@ Each for every --weights format (default fp32, bf16, q4: docs/quantization.md, "
 the float32 artifact is "chroma", the others "chroma-q4" and so on), with the logits' relative
 L2 error and top-1 agreement against eager FP32 on the CPU. Decode (decode()): prefill, cached
 step per dispatch and as a CUDA graph, uncached step. Median of --calls calls after
---warmup calls. Also: Chroma's kernel (dispatch) count per call
-and CUDA kernel launches per eager call (torch.profiler), each system's max abs error against
+--warmup calls. Also: Chroma's kernel (dispatch) count per call, each
+kernel's device time (kernel_profile(), torch.profiler) and CUDA kernel launches per eager call, each system's max abs error against
 eager FP32 on the CPU, and the targets (met / not met): at least 6x faster than eager, faster
 than torch.compile in both modes, cached decode step at least 10x faster than uncached.
 """
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -59,6 +60,37 @@ def eager_launches(model, tokens_gpu) -> int:
         model(tokens_gpu)
         torch.cuda.synchronize()
     return sum(e.count for e in p.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def kernel_profile(prog, tok: np.ndarray, kernels: list, calls: int = 3, top: int = 15) -> dict:
+    """Device time per call of every kernel a Chroma call runs, from torch.profiler (CUPTI sees
+    the driver-API launches of the artifact's host library in the same process): the total,
+    the time by kernel kind (the manifest's kernels[i].kind; cuBLAS and copies are "other")
+    and the `top` kernels with their labels, so a run on a GPU says where the call's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prog(tok)
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(calls):
+            prog(tok)
+        torch.cuda.synchronize()
+    rows = []
+    for e in p.key_averages():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = float(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)) / calls
+        row = {"name": e.key[:120], "us_per_call": us, "launches_per_call": e.count / calls}
+        m = re.search(r"chroma_k(\d+)_main", e.key)
+        if m and int(m.group(1)) < len(kernels):
+            k = kernels[int(m.group(1))]
+            row.update(kind=k.get("kind"), label=str(k.get("label", ""))[:160], node=k.get("node"))
+        rows.append(row)
+    rows.sort(key=lambda r: -r["us_per_call"])
+    by_kind: dict = {}
+    for r in rows:
+        by_kind[r.get("kind") or "other"] = by_kind.get(r.get("kind") or "other", 0.0) + r["us_per_call"]
+    return {"device_us_per_call": sum(r["us_per_call"] for r in rows),
+            "by_kind_us": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])), "top": rows[:top]}
 
 
 def decode(a, model, work: str, report: dict, save) -> None:
@@ -196,6 +228,16 @@ def main(argv=None) -> int:
             record(name, lambda p=prog: p(tok), weights=w,
                    product_weight_bytes=policy.get("product_weights_bytes"), kernels_per_call=prog.stats.get("dispatches"),
                    launches_per_call=1 if graph else prog.stats.get("dispatches"))
+            if not graph and name in report["systems"] and "ms" in report["systems"][name]:
+                try:
+                    with open(os.path.join(d, "manifest.json")) as f:
+                        kinfo = json.load(f).get("kernels", [])
+                    prof = report["systems"][name]["profile"] = kernel_profile(prog, tok, kinfo)
+                    print(f"{name:18s} device time {prof['device_us_per_call']:.0f} us per call: "
+                          + ", ".join(f"{k} {v:.0f}" for k, v in list(prof["by_kind_us"].items())[:6]))
+                except Exception as e:  # noqa: BLE001 - reported; the benchmark goes on
+                    report["systems"][name]["profile"] = {"error": f"{type(e).__name__}: {e}"}
+                save()
     if a.decode:  # on the CPU model (it moves it to the GPU for the eager window)
         decode(a, model, work, report, save)
     gm = model.cuda()

@@ -56,8 +56,7 @@ step environment
 { nvidia-smi; nvcc --version; "$PY" --version; g++ --version | head -1; cmake --version | head -1
   "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
   ldconfig -p | grep -E 'libopenblas|libgfortran|libcrypto|libstdc\+\+|libcuda\.|libcublas\.'
-  echo "g++ finds: $(g++ -print-file-name=libstdc++.so) $(g++ -print-file-name=libstdc++.a)"
-  echo 'int f() { return 0; }' | g++ -x c++ -shared -o /tmp/probe.so - -v 2>&1 | grep collect2 | tr ' ' '\n' | grep -E '^-l|stdc|^-static'
+  for c in ${CXX:-} g++; do echo "$c: $("$c" --version | head -1); finds $("$c" -print-file-name=libstdc++.so)"; done
   env | grep -E '^(CC|CXX|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|LIBRARY_PATH|LD_LIBRARY_PATH|CPATH)=' ; } > "$OUT/environment.txt" 2>&1
 cat "$OUT/environment.txt"
 
@@ -87,19 +86,29 @@ if ls .gpu_deps/*.deb >/dev/null 2>&1; then
   export OPENSSL_ROOT_DIR=/tmp/debroot/usr
 fi
 export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# libstdc++ must be linked as the shared library the process already has: a copy linked
-# statically into the extension (g++ falls back to libstdc++.a where it finds no libstdc++.so)
-# shares some symbols with the process's copy and not others, and its first stream output
-# crashes (seen on this project's first device run). Where g++ finds no libstdc++.so, point it
-# at the system's libstdc++.so.6; flags from the environment stay out of the build.
-if [ "$(g++ -print-file-name=libstdc++.so)" = "libstdc++.so" ]; then
+# libstdc++ must be linked as the shared library the process already has. An extension that
+# carries its own static copy shares some of its symbols with the process's copy and not others,
+# and crashes at its first stream output: the first device run's did, built by the image's
+# CXX=/opt/gcc/bin/g++, which links libstdc++ statically. So the compiler (CMake's, and the one
+# Chroma runs on generated code, both read $CXX) is the first of $CXX, g++ that links it as a
+# shared library; where g++ finds only libstdc++.a, the system's libstdc++.so.6 is put first
+# on its library path.
+links_shared() {
+  printf '#include <string>\nstd::string f(int i) { return std::to_string(i); }\n' |
+    "$1" -x c++ -shared -fPIC -o /tmp/probe.so - 2>/dev/null && readelf -d /tmp/probe.so | grep -q 'NEEDED.*libstdc++'
+}
+if [ -n "${CXX:-}" ] && ! links_shared "$CXX"; then
+  note "CXX=$CXX links libstdc++ statically: using g++ ($(command -v g++))"
+  export CXX=g++ CC=gcc
+fi
+if ! links_shared "${CXX:-g++}"; then
   sys_cxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
   if [ -n "$sys_cxx" ] && ln -sf "$sys_cxx" "$DEPLIB/libstdc++.so"; then
     # -L, not LIBRARY_PATH: g++ searches its own directory (which holds libstdc++.a) before
     # LIBRARY_PATH. Chroma's own builds of generated code get it through CHROMA_EXTRA_CXXFLAGS.
     LINK_FLAGS="-L$DEPLIB"
     export CHROMA_EXTRA_CXXFLAGS="-L$DEPLIB${CHROMA_EXTRA_CXXFLAGS:+ $CHROMA_EXTRA_CXXFLAGS}"
-    note "g++ has no libstdc++.so: linking $sys_cxx through -L$DEPLIB"
+    note "${CXX:-g++} finds no libstdc++.so: linking $sys_cxx through -L$DEPLIB"
   fi
 fi
 unset CFLAGS CXXFLAGS CPPFLAGS LDFLAGS

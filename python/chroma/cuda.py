@@ -205,12 +205,12 @@ class CudaProgram(WebGPUProgram):
 
         for i, d in enumerate(dispatches):
             if d["kernel"] < 0:  # a cuBLAS product (bounds checked when the package was read)
-                lib = d["library"]
-                ops = [lib[x] for x in ("a", "b", "c")]
+                gemm = d["library"]
+                ops = [gemm[x] for x in ("a", "b", "c")]
                 i64 = lambda key: (ctypes.c_int64 * 3)(*[o[key] for o in ops])  # noqa: E731
-                rc = self._lib.chroma_cuda_gemm(h, entry, lib["batch"], lib["m"], lib["n"], lib["k"],
-                                                _int([buffer_id(d["bindings"][n]) for n in (1, 2, 3)]), i64("word"),
-                                                i64("batch_stride"), i64("row_stride"), i64("col_stride"), err, _ERR)
+                rc = lib.chroma_cuda_gemm(h, entry, gemm["batch"], gemm["m"], gemm["n"], gemm["k"],
+                                          _int([buffer_id(d["bindings"][n]) for n in (1, 2, 3)]), i64("word"),
+                                          i64("batch_stride"), i64("row_stride"), i64("col_stride"), err, _ERR)
                 self._check(rc, err)
                 continue
             slots = []

@@ -205,7 +205,7 @@ def test_native_runtime_on_a_gpu_or_a_clear_error(tmp_path):
         if torch.cuda.is_available():
             xd = x.cuda()
             compare(prog(xd), want, rtol=1e-4, atol=1e-5)
-            compare(torch.as_tensor(d, device="cuda").cpu(), want, rtol=1e-4, atol=1e-5)
+            compare(torch.as_tensor(d, device="cuda").cpu().numpy(), want, rtol=1e-4, atol=1e-5)
         print(prog.info)
         prog.close()
         with pytest.raises(simt.RunError, match="closed"):
@@ -302,6 +302,65 @@ def test_float32_products_through_the_library_gemm(tmp_path, monkeypatch, case):
     assert prog.stats["library_calls"] >= 1, prog.package.manifest["dispatches"]
     for p in [prog] + _native(tmp_path / "p"):  # cuBLAS on the GPU
         compare(p(*[a.numpy() for a in args]), want, rtol=1e-4, atol=1e-4)
+
+
+class _RecordingHostLibrary:
+    """Stands in for the artifact's CUDA host library (which needs a GPU): records each call's
+    name and the arguments that name kernels and buffers, and succeeds."""
+
+    def __init__(self):
+        self.calls, self._entries = [], 0
+
+    def chroma_cuda_entry(self, h):
+        self._entries += 1
+        return self._entries - 1
+
+    def chroma_cuda_gemm(self, h, entry, batch, m, n, k, buffers, *rest):
+        self.calls.append(("gemm", entry, (batch, m, n, k), list(buffers)))
+        return 0
+
+    def chroma_cuda_dispatch(self, h, entry, kernel, gx, gy, nslots, slots, nwords, words, *rest):
+        self.calls.append(("kernel", entry, kernel, (gx, gy), list(slots)[:nslots], nwords))
+        return 0
+
+    def __getattr__(self, name):  # buffers and kernel loading: nothing to record
+        return lambda *args: 0
+
+
+def test_the_native_runtime_plans_every_dispatch_of_the_package_in_order(tmp_path, monkeypatch):
+    """CudaProgram's setup turns the package's dispatches into host-library calls: each cuBLAS
+    product (chroma_cuda_gemm) and each kernel after it (chroma_cuda_dispatch), in the
+    manifest's order, with their buffers (0 the arena, 1 the state, 2+ the weight shards).
+    Checked against a recording stand-in for the library, which needs a GPU; the first device
+    run found a product's dispatch hiding the library from every kernel after it."""
+    import types
+
+    from chroma import cuda
+
+    monkeypatch.setenv("CHROMA_NVCC", "off")
+    lin = torch.nn.Linear(128, 96)
+    with torch.no_grad():
+        prog = chroma.compile(lambda x: torch.nn.functional.gelu(lin(x)) * 2, (randn(4, 32, 128),), target="cuda",
+                              out=str(tmp_path / "p"))
+    pkg = prog.package
+    rec = _RecordingHostLibrary()
+    fake = types.SimpleNamespace(package=pkg, _lib=rec, _h=None)
+    fake._check = lambda rc, err: cuda.CudaProgram._check(fake, rc, err)
+    fake._plan = lambda *a: cuda.CudaProgram._plan(fake, *a)
+    cuda.CudaProgram._setup(fake, pkg, ctypes.create_string_buffer(1024))
+    want = []
+    for d in pkg.entries[0].dispatches:
+        ids = {n: 2 + b[1] if isinstance(b, tuple) else 0 if b == "arena" else 1 for n, b in d["bindings"].items()}
+        if d["kernel"] < 0:
+            g = d["library"]
+            want.append(("gemm", 0, (g["batch"], g["m"], g["n"], g["k"]), [ids[n] for n in (1, 2, 3)]))
+        else:
+            want.append(("kernel", 0, d["kernel"], tuple(d["grid"][:2]), [ids[n] for n in sorted(ids)],
+                         d["params"][2] // 4 if d["params"] else 0))
+    kinds = [c[0] for c in rec.calls]
+    assert kinds[0] == "gemm" and kinds.count("kernel") == len(kinds) - 1 >= 1, rec.calls  # the product, then the rest
+    assert rec.calls == want
+    assert [e.name for e in fake.entries] == [e.name for e in pkg.entries]
 
 
 def test_a_library_dispatch_outside_its_buffer_is_refused(tmp_path, monkeypatch):

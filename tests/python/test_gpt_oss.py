@@ -52,6 +52,16 @@ def test_sliding_window_and_yarn_change_the_function():
             assert (m(tok) - ref).abs().max() > 1e-3, over
 
 
+def test_the_model_runs_on_the_device_of_its_weights():
+    """Everything the forward pass makes (positions, masks, the expert ids) lands on the device
+    of the weights and tokens, so eager PyTorch runs it on a GPU (bench/cuda_gpu.py) as on the
+    CPU; the meta device stands for a GPU here: mixing it with CPU tensors raises."""
+    m = g.build(**VARIANT).eval().to("meta")
+    with torch.no_grad():
+        y = m(g.sample_tokens(m.cfg, 5).to("meta"))
+    assert y.device.type == "meta" and tuple(y.shape) == (5, VARIANT["vocab_size"])
+
+
 def test_variant_compiles_and_matches_eager(tmp_path):
     m = g.build(**VARIANT)
     tok = g.sample_tokens(m.cfg, 8)

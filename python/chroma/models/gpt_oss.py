@@ -151,7 +151,7 @@ class Attention(nn.Module):
         windows = [w for w in (self.window, max_window) if w > 0]
         if windows:
             visible = visible & (j > i - min(windows))
-        mask = torch.zeros(visible.shape, dtype=x.dtype).masked_fill(~visible, float("-inf"))
+        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill(~visible, float("-inf"))
         return x + self.attend(q, k, v, mask)
 
 
@@ -183,7 +183,7 @@ class MoE(nn.Module):
         t = self.norm(x)
         weights, indices = self.route(t)
         # Routing matrix [T, E]: the softmax weight of each selected expert, 0 elsewhere.
-        experts = torch.arange(cfg.num_experts, dtype=indices.dtype)
+        experts = torch.arange(cfg.num_experts, dtype=indices.dtype, device=indices.device)
         routing = ((indices[:, :, None] == experts).to(t.dtype) * weights[:, :, None]).sum(1)
         h1 = torch.einsum("th,efh->tef", t, self.mlp1_weight) + self.mlp1_bias
         h1 = swiglu(h1, limit=cfg.swiglu_limit)
@@ -233,7 +233,7 @@ class GptOss(nn.Module):
 
     def forward(self, tokens, positions=None, reference_moe: bool = False, max_window: int = 0):
         if positions is None:
-            positions = torch.arange(tokens.shape[0], dtype=torch.int64)
+            positions = torch.arange(tokens.shape[0], dtype=torch.int64, device=tokens.device)
         cos, sin = self.cos_sin(positions)
         x = self.embedding(tokens)
         for blk in self.blocks:
@@ -311,7 +311,7 @@ class GptOssDecoder(nn.Module):
         j = slot_pos[None, :]
         window = attn.window if attn.window > 0 else self.cache_size
         visible = (j >= 0) & (j <= i) & (j > i - window)
-        return torch.zeros(visible.shape, dtype=torch.float32).masked_fill(~visible, float("-inf"))
+        return torch.zeros(visible.shape, dtype=torch.float32, device=visible.device).masked_fill(~visible, float("-inf"))
 
     def prefill(self, tokens):
         """Resets the cache, fills it with the prompt (positions 0..T-1), returns all logits."""
@@ -319,9 +319,9 @@ class GptOssDecoder(nn.Module):
         n = tokens.shape[0]
         if n > self.cache_size:
             raise ValueError(f"prompt of {n} tokens does not fit a cache of {self.cache_size}")
-        positions = torch.arange(n, dtype=torch.int64)
+        positions = torch.arange(n, dtype=torch.int64, device=tokens.device)
         cos, sin = m.cos_sin(positions)
-        slots = torch.arange(self.cache_size, dtype=torch.int64)
+        slots = torch.arange(self.cache_size, dtype=torch.int64, device=tokens.device)
         self.slot_pos.copy_(torch.where(slots < n, slots, torch.full_like(slots, -1)))
         x = m.embedding(tokens)
         for i, blk in enumerate(m.blocks):
