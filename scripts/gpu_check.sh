@@ -6,9 +6,12 @@
 #
 # A session is lent such a machine for a few minutes at most, in one try, so the script works to
 # a deadline: BUDGET seconds (default 500) from its start. The stages run in order of value and
-# each gets what is left, so whatever ran comes back: the build, the native runtime's own tests
+# each gets what is left, so whatever ran comes back: the build, a smoke test (stops the run
+# if the extension cannot compile and run one model), the native runtime's own tests
 # (test_cuda.py's GPU cases), the benchmark (its JSON is rewritten after every system), then
 # the op suite (one line per test in the log, so a cut-off run still says what passed).
+# A machine started in about 30 s on this project's first runs; the whole default run fits
+# one lease of 15 minutes with room to spare, not two.
 #
 # The device machines this project is lent have python3 with PyTorch, CMake, ninja and pytest,
 # and no network. What the build needs beyond that travels in .gpu_deps/:
