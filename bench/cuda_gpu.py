@@ -88,7 +88,8 @@ def kernel_profile(prog, tok: np.ndarray, kernels: list, calls: int = 3, top: in
     rows.sort(key=lambda r: -r["us_per_call"])
     by_kind: dict = {}
     for r in rows:
-        by_kind[r.get("kind") or "other"] = by_kind.get(r.get("kind") or "other", 0.0) + r["us_per_call"]
+        kind = r.get("kind") or "other"
+        by_kind[kind] = by_kind.get(kind, 0.0) + r["us_per_call"]
     return {"device_us_per_call": sum(r["us_per_call"] for r in rows),
             "by_kind_us": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])), "top": rows[:top]}
 

@@ -47,13 +47,12 @@ run_for() {
   local t=$(( $(left) - 15 )); [ "$t" -gt "$cap" ] && t=$cap
   if [ "$t" -lt 20 ]; then note "skipped: $(left) s left"; return 124; fi
   note "time limit ${t} s"
-  timeout -s INT -k 15 "$t" "$@" > "$LOG_DIR/$log" 2>&1
+  timeout -s INT -k 15 "$t" "$@" > "$OUT/$log" 2>&1
   local rc=$?
-  tail -30 "$LOG_DIR/$log"
+  tail -30 "$OUT/$log"
   note "rc $rc$([ $rc = 124 ] && echo ' (time limit)')"
   return $rc
 }
-LOG_DIR="$OUT"
 
 step environment
 { nvidia-smi; nvcc --version; "$PY" --version; g++ --version | head -1; cmake --version | head -1
