@@ -225,6 +225,14 @@ def cmd_inspect(a):
             else:
                 print(f"fatbin: none ({cu.get('why', 'not recorded')}): runs on the emulator only "
                       f"(chroma.load(dir, emulate=True))")
+        if m.get("target") == "metal":
+            mt = m.get("metal") or {}
+            if mt.get("host"):
+                print(f"Metal host library {mt['host'].get('library')} (metal-cpp {mt['host'].get('metal_cpp')}; "
+                      f"native: chroma.load(dir) on a Mac's GPU)")
+            else:
+                print(f"Metal host library: none ({mt.get('why', 'not recorded')}): runs on the emulator only "
+                      f"(chroma.load(dir, emulate=True))")
         return _inspect_package(os.path.normpath(os.path.join(a.dir, m["package"]["file"])))
     print(f"artifact {a.dir}: format {m['format']} v{m['version']}, compiler {m['compiler_version']}, target {m['target']}")
     for kind in ("inputs", "outputs"):

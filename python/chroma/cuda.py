@@ -13,6 +13,10 @@ stream (or as one CUDA graph, ``graph=True``), and copies the status block and t
 Inputs may be NumPy arrays or device arrays (objects with ``__cuda_array_interface__``: CuPy,
 PyTorch CUDA tensors, Numba), whose bytes are copied device to device; ``device_outputs=True``
 returns `DeviceArray` objects that stay in GPU memory (``__cuda_array_interface__``, ``numpy()``).
+
+Metal artifacts (``target="metal"``, compiled with CHROMA_METAL_CPP) go the same way through
+their own host library (include/chroma/metal/host.h, on metal-cpp), whose C ABI is this one's
+for what both do: `MetalProgram` (docs/cuda.md, "Metal").
 """
 
 from __future__ import annotations
@@ -28,39 +32,55 @@ import numpy as np
 from .program import ArtifactError
 from .webgpu import _WORD, STATUS_BYTES, GpuEntry, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
 
-__all__ = ["CudaProgram", "DeviceArray"]
+__all__ = ["CudaProgram", "DeviceArray", "MetalProgram"]
 
 _ERR = 1024
 _U64P = ctypes.POINTER(ctypes.c_uint64)
 
 
-def _bind(lib: ctypes.CDLL) -> None:
-    c = ctypes
-    sig = {
-        "chroma_cuda_open": (c.c_void_p, [c.c_int, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_info": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_buffer": (c.c_int, [c.c_void_p, c.c_uint64, c.c_void_p, c.c_uint64, c.POINTER(c.c_int), c.c_char_p,
-                                         c.c_size_t]),
-        "chroma_cuda_upload": (c.c_int, [c.c_void_p, c.c_int, c.c_uint64, c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_entry": (c.c_int, [c.c_void_p]),
-        "chroma_cuda_gemm": (c.c_int, [c.c_void_p, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.POINTER(c.c_int),
-                                       c.POINTER(c.c_int64), c.POINTER(c.c_int64), c.POINTER(c.c_int64),
-                                       c.POINTER(c.c_int64), c.c_char_p, c.c_size_t]),
-        "chroma_cuda_kernel": (c.c_int, [c.c_void_p, c.c_int, c.c_uint, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_dispatch": (c.c_int, [c.c_void_p, c.c_int, c.c_int, c.c_uint, c.c_uint, c.c_int, c.POINTER(c.c_int), c.c_int,
-                                           c.POINTER(c.c_uint), c.c_char_p, c.c_size_t]),
-        "chroma_cuda_run": (c.c_int, [c.c_void_p, c.c_int, c.c_int, _U64P, _U64P, _U64P, c.POINTER(c.c_int), c.c_int, _U64P, _U64P,
-                                      _U64P, c.POINTER(c.c_int), c.c_uint64, c.c_void_p, c.c_uint64, c.c_int, c.c_char_p,
-                                      c.c_size_t]),
-        "chroma_cuda_alloc": (c.c_int, [c.c_void_p, c.c_uint64, _U64P, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_free": (c.c_int, [c.c_void_p, c.c_uint64]),
-        "chroma_cuda_download": (c.c_int, [c.c_void_p, c.c_uint64, c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]),
-        "chroma_cuda_close": (None, [c.c_void_p]),
-        "chroma_cuda_fatbin_bytes": (c.c_uint64, []),
-    }
-    for name, (res, args) in sig.items():
-        f = getattr(lib, name)
-        f.restype, f.argtypes = res, args
+# Each host-library entry point's (result, arguments), by name after its "chroma_<api>_" prefix.
+# The Metal library (include/chroma/metal/host.h) has the CUDA library's signatures for what
+# both do, and no products, device memory or fatbin.
+_SIGNATURES = {
+    "open": (ctypes.c_void_p, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+    "info": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "buffer": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int),
+                              ctypes.c_char_p, ctypes.c_size_t]),
+    "upload": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
+                              ctypes.c_size_t]),
+    "entry": (ctypes.c_int, [ctypes.c_void_p]),
+    "gemm": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                            ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]),
+    "kernel": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t]),
+    "dispatch": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_int,
+                                ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.c_char_p,
+                                ctypes.c_size_t]),
+    "run": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, _U64P, _U64P, _U64P, ctypes.POINTER(ctypes.c_int),
+                           ctypes.c_int, _U64P, _U64P, _U64P, ctypes.POINTER(ctypes.c_int), ctypes.c_uint64, ctypes.c_void_p,
+                           ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+    "alloc": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, _U64P, ctypes.c_char_p, ctypes.c_size_t]),
+    "free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
+    "download": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
+                                ctypes.c_size_t]),
+    "close": (None, [ctypes.c_void_p]),
+    "fatbin_bytes": (ctypes.c_uint64, []),
+}
+_CUDA_ONLY = ("gemm", "alloc", "free", "download", "fatbin_bytes")
+
+
+class _Host:
+    """An artifact's host library with its entry points bound: ``chroma_<api>_<name>`` as
+    ``.<name>`` (api "cuda" or "metal")."""
+
+    def __init__(self, lib: ctypes.CDLL, api: str):
+        for name, (res, args) in _SIGNATURES.items():
+            if api != "cuda" and name in _CUDA_ONLY:
+                continue
+            f = getattr(lib, f"chroma_{api}_{name}")
+            f.restype, f.argtypes = res, args
+            setattr(self, name, f)
+        self.lib = lib
 
 
 def _u64(values) -> ctypes.Array:
@@ -105,12 +125,14 @@ class CudaProgram(WebGPUProgram):
     graph (captured on the second call; the first launches directly): one launch instead of one per
     dispatch."""
 
+    _api, _kind, _gpu = "cuda", "CUDA", "NVIDIA GPU"
+
     def __init__(self, package: Union[Package, str, os.PathLike, bytes], library: str, *, device: int = 0,
                  graph: bool = False):
         t0 = time.perf_counter()
         self.package = p = package if isinstance(package, Package) else read_package(package)
-        if p.dialect != "cuda":
-            raise PackageError(f"{p.where}: a {p.dialect} package; the CUDA runtime runs CUDA packages")
+        if p.dialect != self._api:
+            raise PackageError(f"{p.where}: a {p.dialect} package; the {self._kind} runtime runs {self._kind} packages")
         self.inputs, self.outputs = p.inputs, p.outputs
         self._lock = threading.Lock()
         self._lost: Optional[str] = None
@@ -118,16 +140,15 @@ class CudaProgram(WebGPUProgram):
         self.graph = bool(graph)
         self._h = None
         try:
-            self._lib = lib = ctypes.CDLL(os.path.abspath(library))
-            _bind(lib)
+            self._lib = lib = _Host(ctypes.CDLL(os.path.abspath(library)), self._api)
         except (OSError, AttributeError) as e:
-            raise ArtifactError(f"{library}: the CUDA host library does not load ({e})") from None
+            raise ArtifactError(f"{library}: the {self._kind} host library does not load ({e})") from None
         err = ctypes.create_string_buffer(_ERR)
-        if any(d["kernel"] < 0 for e in p.entries for d in e.dispatches):
+        if self._api == "cuda" and any(d["kernel"] < 0 for e in p.entries for d in e.dispatches):
             self._preload_cublas()
-        h = lib.chroma_cuda_open(int(device), err, _ERR)
+        h = lib.open(int(device), err, _ERR)
         if not h:
-            raise RunError(f"{p.where}: no NVIDIA GPU can run it here: {err.value.decode(errors='replace')}")
+            raise RunError(f"{p.where}: no {self._gpu} can run it here: {err.value.decode(errors='replace')}")
         self._h = h
         try:
             self._setup(p, err)
@@ -135,15 +156,18 @@ class CudaProgram(WebGPUProgram):
             self.close()
             raise
         info = ctypes.create_string_buffer(512)
-        lib.chroma_cuda_info(h, info, 512)
-        name, major, minor, total, driver = info.value.decode(errors="replace").rsplit("|", 4)
+        lib.info(h, info, 512)
         self._single = p.entries[0].single
-        self._info = {"device": name, "compute_capability": f"{major}.{minor}", "device_memory": int(total),
-                      "driver_version": int(driver), "fatbin_bytes": int(lib.chroma_cuda_fatbin_bytes()),
+        self._info = {**self._device_info(info.value.decode(errors="replace")),
                       "kernels": len(p.kernels), "dispatches": len(p.dispatches), "graph": self.graph,
                       "load_seconds": time.perf_counter() - t0,
                       "buffer_bytes": {"arena": p.arena_bytes, "state": p.state_bytes,
                                        "weights": sum(nb for _, nb in p.shards)}}
+
+    def _device_info(self, text: str) -> Dict[str, Any]:
+        name, major, minor, total, driver = text.rsplit("|", 4)
+        return {"device": name, "compute_capability": f"{major}.{minor}", "device_memory": int(total),
+                "driver_version": int(driver), "fatbin_bytes": int(self._lib.fatbin_bytes())}
 
     @staticmethod
     def _preload_cublas() -> None:
@@ -174,26 +198,26 @@ class CudaProgram(WebGPUProgram):
     def _setup(self, p: Package, err) -> None:
         lib, h = self._lib, self._h
         bid = ctypes.c_int()
-        self._check(lib.chroma_cuda_buffer(h, p.arena_bytes, None, 0, ctypes.byref(bid), err, _ERR), err)  # buffer 0
+        self._check(lib.buffer(h, p.arena_bytes, None, 0, ctypes.byref(bid), err, _ERR), err)  # buffer 0
         state = np.zeros(p.state_bytes, np.uint8)
         for _, off, nb, init in p.state:
             state[off:off + nb] = np.frombuffer(p.section(init, nb), np.uint8)
         self._state_init = state
-        self._check(lib.chroma_cuda_buffer(h, p.state_bytes, state.ctypes.data, state.nbytes, ctypes.byref(bid), err, _ERR),
+        self._check(lib.buffer(h, p.state_bytes, state.ctypes.data, state.nbytes, ctypes.byref(bid), err, _ERR),
                     err)  # buffer 1
         for off, nb in p.shards:  # buffers 2...
             data = np.frombuffer(p.section(off, nb), np.uint8)
-            self._check(lib.chroma_cuda_buffer(h, nb, data.ctypes.data, nb, ctypes.byref(bid), err, _ERR), err)
+            self._check(lib.buffer(h, nb, data.ctypes.data, nb, ctypes.byref(bid), err, _ERR), err)
         kernels = p.manifest.get("kernels", [])
         for i in range(len(p.kernels)):
             wg = kernels[i].get("workgroup_size", [0])[0] if isinstance(kernels[i], dict) else 0
             if not isinstance(wg, int) or not 1 <= wg <= 1024:
                 raise PackageError(f"{p.where}: manifest field kernels[{i}].workgroup_size is {wg!r}, expected 1..1024 "
                                    f"threads (CUDA's block limit)")
-            self._check(lib.chroma_cuda_kernel(h, i, wg, err, _ERR), err)
+            self._check(lib.kernel(h, i, wg, err, _ERR), err)
         params = np.frombuffer(bytes(p.section(p.params_offset, p.params_bytes)) + bytes(4), np.uint32)
         for ei, e in enumerate(p.entries):
-            if lib.chroma_cuda_entry(h) != ei:
+            if lib.entry(h) != ei:
                 raise RunError(f"{p.where}: the host library numbered entry '{e.name}' out of order")
             self._plan(ei, e.dispatches, params, err)
         self.entries = [GpuEntry(self, i, e) for i, e in enumerate(p.entries)]
@@ -208,7 +232,7 @@ class CudaProgram(WebGPUProgram):
                 gemm = d["library"]
                 ops = [gemm[x] for x in ("a", "b", "c")]
                 i64 = lambda key: (ctypes.c_int64 * 3)(*[o[key] for o in ops])  # noqa: E731
-                rc = lib.chroma_cuda_gemm(h, entry, gemm["batch"], gemm["m"], gemm["n"], gemm["k"],
+                rc = lib.gemm(h, entry, gemm["batch"], gemm["m"], gemm["n"], gemm["k"],
                                           _int([buffer_id(d["bindings"][n]) for n in (1, 2, 3)]), i64("word"),
                                           i64("batch_stride"), i64("row_stride"), i64("col_stride"), err, _ERR)
                 self._check(rc, err)
@@ -221,7 +245,7 @@ class CudaProgram(WebGPUProgram):
             if gz != 1:
                 raise PackageError(f"{p.where}: dispatch {i} grid {list(d['grid'])}: the CUDA runtime launches 2-D grids")
             w = np.ascontiguousarray(words, np.uint32)
-            self._check(lib.chroma_cuda_dispatch(h, entry, d["kernel"], gx, gy, len(slots), _int(slots), len(w),
+            self._check(lib.dispatch(h, entry, d["kernel"], gx, gy, len(slots), _int(slots), len(w),
                                                  w.ctypes.data_as(ctypes.POINTER(ctypes.c_uint)), err, _ERR), err)
 
     def __repr__(self):
@@ -230,7 +254,7 @@ class CudaProgram(WebGPUProgram):
     def _write_state(self) -> None:
         err = ctypes.create_string_buffer(_ERR)
         s = self._state_init
-        self._check(self._lib.chroma_cuda_upload(self._h, 1, 0, s.ctypes.data, s.nbytes, err, _ERR), err)
+        self._check(self._lib.upload(self._h, 1, 0, s.ctypes.data, s.nbytes, err, _ERR), err)
 
     def reset_state(self) -> None:
         """Restores every state tensor (KV caches) to its initial value."""
@@ -294,13 +318,13 @@ class CudaProgram(WebGPUProgram):
                 outs: List[Any] = []
                 for t in e.outputs:
                     ptr = ctypes.c_uint64()
-                    self._check(self._lib.chroma_cuda_alloc(self._h, t.nbytes, ctypes.byref(ptr), err, _ERR), err)
+                    self._check(self._lib.alloc(self._h, t.nbytes, ctypes.byref(ptr), err, _ERR), err)
                     outs.append(DeviceArray(self, ptr.value, _WORD[t.storage], t.shape, t.nbytes))
                 dst = [o.ptr for o in outs]
             else:
                 host = [np.empty(t.nbytes, np.uint8) for t in e.outputs]
                 dst = [b.ctypes.data if b.size else 0 for b in host]
-            rc = self._lib.chroma_cuda_run(
+            rc = self._lib.run(
                 self._h, index, len(e.inputs), _u64([t.offset for t in e.inputs]), _u64(ptrs),
                 _u64(sizes), _int(flags), len(e.outputs), _u64([t.offset for t in e.outputs]),
                 _u64(dst), _u64([t.nbytes for t in e.outputs]), _int([int(device_outputs)] * len(e.outputs)),
@@ -323,12 +347,12 @@ class CudaProgram(WebGPUProgram):
         with self._lock:
             if self._h is None:
                 raise RunError(f"{self.package.where}: the program was closed")
-            self._check(self._lib.chroma_cuda_download(self._h, ptr, out.ctypes.data, out.nbytes, err, _ERR), err)
+            self._check(self._lib.download(self._h, ptr, out.ctypes.data, out.nbytes, err, _ERR), err)
 
     def _free(self, ptr: int) -> None:
         with self._lock:
             if self._h is not None:
-                self._lib.chroma_cuda_free(self._h, ptr)
+                self._lib.free(self._h, ptr)
 
     def profile(self, *arrays: Any, iters: int = 5, **named: Any) -> List[Dict[str, Any]]:
         raise RunError("CudaProgram.profile is not implemented: use Nsight Systems (nsys profile) on the calling "
@@ -338,26 +362,78 @@ class CudaProgram(WebGPUProgram):
         """Releases the device buffers, the stream and the module; later calls raise RunError."""
         with self._lock:
             if self._h is not None:
-                self._lib.chroma_cuda_close(self._h)
+                self._lib.close(self._h)
                 self._h = None
             self._lost = "the program was closed"
 
 
+class MetalProgram(CudaProgram):
+    """A Metal package on an Apple GPU, through the artifact's host library
+    (include/chroma/metal/host.h, on Apple's metal-cpp): the same schedule, buffers and calls as
+    CudaProgram, each call one command buffer; buffers in shared storage (Apple silicon's unified
+    memory). NumPy arrays in and out; no device arrays, no graph mode (docs/cuda.md, "Metal")."""
+
+    _api, _kind, _gpu = "metal", "Metal", "Metal GPU"
+
+    def __init__(self, package: Union[Package, str, os.PathLike, bytes], library: str, *, device: int = 0):
+        super().__init__(package, library, device=device, graph=False)
+
+    def _device_info(self, text: str) -> Dict[str, Any]:
+        name, unified, max_buffer, working_set = text.rsplit("|", 3)
+        return {"device": name, "unified_memory": unified == "1", "max_buffer_bytes": int(max_buffer),
+                "recommended_working_set_bytes": int(working_set)}
+
+    def _plan(self, entry: int, dispatches: List[dict], params: np.ndarray, err) -> None:
+        for i, d in enumerate(dispatches):
+            if d["kernel"] < 0:
+                raise PackageError(f"{self.package.where}: dispatch {i} is a library product; the Metal target generates "
+                                   f"every kernel, so a Metal package has none")
+        super()._plan(entry, dispatches, params, err)
+
+    def _inputs(self, arrays, named, inputs):
+        for i, a in enumerate(list(arrays) + list(named.values())):
+            if hasattr(a, "__cuda_array_interface__"):
+                raise ValueError(f"input {i}: a CUDA device array; the Metal runtime takes host arrays (NumPy)")
+        return super()._inputs(arrays, named, inputs)
+
+    def __call__(self, *arrays: Any, **named: Any):
+        return self._call_entry(0, arrays, named)
+
+    def __repr__(self):
+        return f"MetalProgram({self.package.where!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+    def profile(self, *arrays: Any, iters: int = 5, **named: Any) -> List[Dict[str, Any]]:
+        raise RunError("MetalProgram.profile is not implemented: use Xcode's Metal System Trace (Instruments) on the "
+                       "calling process; every kernel is named chroma_k<i>_main after the package's kernel index")
+
+
 def load_native(directory: str, manifest: dict, mpath: str, package: Package, *, device: int = 0,
                 graph: bool = False) -> CudaProgram:
-    """The CUDA artifact in `directory` on the GPU, through the host library the manifest names."""
-    host = (manifest.get("cuda") or {}).get("host")
+    """The CUDA or Metal artifact in `directory` on its GPU, through the host library the
+    manifest names."""
+    target = manifest.get("target")
+    kind = "Metal" if target == "metal" else "CUDA"
+    host = (manifest.get(target) or {}).get("host")
     if not isinstance(host, dict):
-        why = (manifest.get("cuda") or {}).get("why", "no fatbin")
+        why = (manifest.get(target) or {}).get("why", "no host library")
+        if target == "metal":
+            raise RunError(f"{directory}: this Metal artifact was compiled without its host library ({why}); compile it "
+                           f"on macOS with CHROMA_METAL_CPP naming Apple's metal-cpp headers (docs/cuda.md, \"Metal\"), or "
+                           f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
         raise RunError(f"{directory}: this CUDA artifact was compiled without nvcc ({why}), so it holds no GPU code; "
                        f"compile it where nvcc is installed, or chroma.load(directory, emulate=True) runs its kernels on "
                        f"the CPU SIMT emulator")
     lib = host.get("library")
     if not isinstance(lib, str) or os.path.basename(lib) != lib or lib in ("", ".", ".."):
-        raise ArtifactError(f"{mpath}: field 'cuda.host.library' ({lib!r}) must name a file in the artifact directory")
+        raise ArtifactError(f"{mpath}: field '{target}.host.library' ({lib!r}) must name a file in the artifact directory")
     path = os.path.join(directory, lib)
     if not os.path.isfile(path):
-        raise ArtifactError(f"{mpath}: the CUDA host library {path} it names is missing")
-    prog = CudaProgram(package, path, device=device, graph=graph)
+        raise ArtifactError(f"{mpath}: the {kind} host library {path} it names is missing")
+    if target == "metal":
+        if graph:
+            raise ValueError("graph=True is CUDA's (a Metal call is one command buffer already)")
+        prog: CudaProgram = MetalProgram(package, path, device=device)
+    else:
+        prog = CudaProgram(package, path, device=device, graph=graph)
     prog.manifest, prog.directory = manifest, directory
     return prog

@@ -336,7 +336,10 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     (chroma.simt; slow, for testing; ``reverse`` runs each workgroup's invocations last to
     first). Without it, a CUDA artifact runs on NVIDIA GPU number ``device`` through its host
     library (chroma.cuda; ``cuda_graph`` replays each call as one CUDA graph); on a machine
-    without an NVIDIA GPU or driver that is an error that says so.
+    without an NVIDIA GPU or driver that is an error that says so. A Metal artifact runs on the
+    system's default Metal GPU through its host library (chroma.cuda.MetalProgram; built when it
+    was compiled with CHROMA_METAL_CPP naming Apple's metal-cpp headers); without one, or
+    without a Metal GPU, that is an error that says so.
 
     Checks the manifest's format and version, the ABI version, the library's and the
     weights' SHA-256 digests and the generated source's digest; raises ArtifactError

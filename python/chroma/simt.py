@@ -184,10 +184,6 @@ def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reve
               device: int = 0, graph: bool = False) -> WebGPUProgram:
     """A CUDA or Metal artifact directory: on the emulator when `emulate`; a CUDA artifact
     otherwise on the GPU (chroma.cuda); otherwise a clear error."""
-    if not emulate and manifest.get("target") == "metal":
-        raise RunError(f"{directory}: a Metal artifact; this build has no Metal host runtime (it would run on Apple "
-                       f"GPUs, macOS only; the kernels are in kernels.metal); chroma.load(directory, emulate=True) runs "
-                       f"them on the CPU SIMT emulator")
     pkg = manifest.get("package", {})
     pfile = pkg.get("file")
     if not isinstance(pfile, str) or not pfile:
@@ -195,7 +191,7 @@ def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reve
     path = os.path.normpath(os.path.join(directory, pfile))
     if not os.path.isfile(path):
         raise ArtifactError(f"{mpath}: the package {path} it names is missing")
-    if not emulate:
+    if not emulate and manifest.get("target") != "metal":
         if not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")):
             raise RunError(f"{directory}: a CUDA artifact, and this machine has no NVIDIA GPU (no /dev/nvidia0); "
                            f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
@@ -208,6 +204,8 @@ def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reve
         try:
             return load_native(directory, manifest, mpath, package, device=device, graph=graph)
         except RunError as e:
+            if "emulate=True" in str(e):
+                raise
             raise RunError(f"{e}; chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator") from None
     emu = manifest.get("emulator", {})
     lib = emu.get("library")

@@ -136,6 +136,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
     flags.push_back("-I" + opts.python_include);
   }
   flags.insert(flags.end(), opts.extra_flags.begin(), opts.extra_flags.end());
+  for (const std::string& d : opts.header_dirs) flags.push_back("-I" + d);
   // $CHROMA_EXTRA_CXXFLAGS (space-separated) is appended to the compile and link commands:
   // scripts/sanitize.sh builds the generated code with ASan and UBSan this way. The flags are
   // part of the command, hence of the cache key.
@@ -157,8 +158,13 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   if (opts.blas) libs.push_back("-lopenblas");
   if (opts.dnnl) libs.insert(libs.end(), {"-ldnnl", "-lgomp"});
   if (opts.crypto) libs.push_back("-lcrypto");  // chroma/detail/sha256.h
+  libs.insert(libs.end(), opts.link_flags.begin(), opts.link_flags.end());
   const std::string cmd = cxx + " " + join(flags) + " " + join(libs);
   key.update(cmd.data(), cmd.size());
+  for (const std::string& d : opts.header_dirs) {
+    const std::string dd = headers_digest(d);
+    key.update(dd.data(), dd.size());
+  }
   const std::string hd = headers_digest(opts.include_dir);
   key.update(hd.data(), hd.size());
   r.cache_key = key.hex_digest();

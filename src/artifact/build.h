@@ -24,6 +24,10 @@ struct BuildOptions {
   bool crypto = true;                  // link libcrypto (chroma/detail/sha256.h)
   int jobs = 0;                        // 0: one per core
   std::vector<std::string> extra_flags;
+  // Header directories outside include_dir the sources include (-I each); their contents join
+  // the cache key as include_dir's do. The Metal host: Apple's metal-cpp ($CHROMA_METAL_CPP).
+  std::vector<std::string> header_dirs;
+  std::vector<std::string> link_flags;  // after the libraries on the link line (-framework Metal)
   // A header (relative to include_dir) that source files include first: with a cache_dir and
   // GCC it is precompiled once per compiler command and used by the files that include it.
   std::string pch_header;

@@ -120,7 +120,8 @@ std::string storage_name(DType t) {
 }  // namespace
 
 // The CUDA and Metal targets' kernels as one translation unit (one .cu or .metal per model):
-// each module's text in its own namespace, then, under CHROMA_SIMT, one launcher per module:
+// each module's text (CUDA: in its own namespace; Metal: at file scope, its names prefixed),
+// then, under CHROMA_SIMT, one launcher per module:
 // with it defined the same text compiles as C++ against the CPU SIMT emulator
 // (include/chroma/simt) and exports chroma_simt_launch for the emulating runtime
 // (python/chroma/simt.py). Kernel arguments: the storage slots, then the parameters (CUDA:
@@ -131,11 +132,27 @@ std::string simt_translation_unit(const gpu::Generated& gen, bool metal) {
     << " target's kernels (DESIGN.md, \"The GPU generator\").\n"
     << "#ifdef CHROMA_SIMT\n#include \"chroma/simt/" << (metal ? "metal.h" : "cuda.h") << "\"\n#else\n"
     << (metal ? "#include <metal_stdlib>\nusing namespace metal;\n" : "#include <cstring>\n") << "#endif\n\n";
+  // The names a module's text declares at file scope: its prelude's helpers, its parameter
+  // struct, its kernel (MSL: the dialect's prelude, `struct Params`, `kernel void chroma_main`).
+  // Each with the suffix it keeps after the module's prefix chroma_k<i>.
+  static const std::pair<const char*, const char*> kModuleNames[] = {
+      {"chroma_main", "_main"}, {"Params", "_Params"}, {"chroma_abs", "_abs"}, {"chroma_min", "_min"}, {"chroma_max", "_max"}};
   for (size_t i = 0; i < gen.modules.size(); ++i) {
-    // Each kernel named chroma_k<i>_main, unique in the translation unit (CUDA's with C
-    // linkage): what a host runtime looks up.
-    o << "#define chroma_main chroma_k" << i << "_main\n";
-    o << "namespace chroma_k" << i << " {  // " << gen.modules[i].name << "\n" << gen.modules[i].code << "}  // namespace chroma_k" << i << "\n";
+    // Each kernel named chroma_k<i>_main, unique in the translation unit: what a host runtime
+    // looks up. CUDA: each module in its own namespace, the kernel with C linkage. Metal: at
+    // file scope, every name the module declares there prefixed with chroma_k<i> by a macro,
+    // so that the Metal library's function is plainly chroma_k<i>_main (no question of how a
+    // namespace would qualify it for newFunctionWithName:).
+    const std::string k = "chroma_k" + std::to_string(i);
+    if (metal) {
+      for (const auto& [name, suffix] : kModuleNames) o << "#define " << name << " " << k << suffix << "\n";
+      o << "// " << gen.modules[i].name << "\n" << gen.modules[i].code;
+      for (const auto& [name, suffix] : kModuleNames) o << "#undef " << name << "\n";
+      o << "\n";
+      continue;
+    }
+    o << "#define chroma_main " << k << "_main\n";
+    o << "namespace " << k << " {  // " << gen.modules[i].name << "\n" << gen.modules[i].code << "}  // namespace " << k << "\n";
     o << "#undef chroma_main\n\n";
   }
   o << "#ifdef CHROMA_SIMT\n"
@@ -150,14 +167,14 @@ std::string simt_translation_unit(const gpu::Generated& gen, bool metal) {
     auto arg = [&](const std::string& a) { args += (args.empty() ? "" : ", ") + a; };
     for (size_t s = 0; s < m.slot_writable.size(); ++s) arg("slots[" + std::to_string(s) + "]");
     if (metal) {
-      if (m.params) arg("*reinterpret_cast<const " + ns + "::Params*>(params)");
+      if (m.params) arg("*reinterpret_cast<const " + ns + "_Params*>(params)");
       arg("chroma::simt::metal_uint3(chroma::simt::thread_id())");
       arg("chroma::simt::metal_uint3(chroma::simt::group_id())");
     } else {
       for (int q = 0; q < m.params; ++q) arg("params[" + std::to_string(q) + "]");
     }
     o << "    case " << i << ":\n      chroma::simt::launch({gx, gy, 1}, {" << m.workgroup_size << ", 1, 1}, [&] { " << ns
-      << "::chroma_k" << i << "_main(" << args << "); }, opt);\n      return 0;\n";
+      << (metal ? "" : "::" + ns) << "_main(" << args << "); }, opt);\n      return 0;\n";
   }
   o << "    default:\n      return -1;\n  }\n}\n"
     << "extern \"C\" __attribute__((visibility(\"default\"))) int chroma_simt_modules() { return " << gen.modules.size() << "; }\n"
@@ -214,6 +231,48 @@ json cuda_native(const fs::path& out, const std::string& source, BuildOptions bo
   return {{"fatbin", {{"file", "kernels.fatbin"}, {"bytes", bin.size()}, {"command", fb.command}, {"cached", fb.cached},
                       {"seconds", fb.seconds}, {"architectures", fatbin_architectures()}, {"ptxas_spills", spills}}},
           {"host", {{"library", br.library_file}, {"command", br.command}}}};
+}
+
+// The Metal artifact's host library (include/chroma/metal/host.h) with the kernels' MSL text
+// embedded, which python/chroma/cuda.py's MetalProgram loads; Metal compiles the text when the
+// program is loaded. It builds against Apple's metal-cpp headers, found in $CHROMA_METAL_CPP,
+// and on macOS links the Metal and Foundation frameworks. Elsewhere only a stand-in for
+// metal-cpp can be named there (the tests' tests/metal_fake); without $CHROMA_METAL_CPP the
+// artifact runs on the emulator only, and the manifest says why.
+json metal_native(const fs::path& out, const std::string& source_text, BuildOptions bo, PhaseTimer& timer) {
+  const char* dir = std::getenv("CHROMA_METAL_CPP");
+  if (dir == nullptr || *dir == '\0') {
+    return {{"host", nullptr},
+            {"why", "CHROMA_METAL_CPP is not set (the directory of Apple's metal-cpp headers, holding Metal/Metal.hpp)"}};
+  }
+  const fs::path cpp = fs::absolute(dir);
+  if (!fs::is_regular_file(cpp / "Metal" / "Metal.hpp") || !fs::is_regular_file(cpp / "Foundation" / "Foundation.hpp")) {
+    throw CompileError("CHROMA_METAL_CPP=" + std::string(dir) +
+                       ": no Metal/Metal.hpp and Foundation/Foundation.hpp there (Apple's metal-cpp headers)");
+  }
+  std::string host = "// Generated by Chroma " CHROMA_VERSION ": the Metal artifact's host library, its kernels embedded.\n"
+                     "#define NS_PRIVATE_IMPLEMENTATION\n#define MTL_PRIVATE_IMPLEMENTATION\n"
+                     "#include \"chroma/metal/host.h\"\n\n"
+                     "// kernels.metal, NUL-terminated.\n"
+                     "extern \"C\" {\nconst char chroma_metal_source[] = {\n";
+  host.reserve(host.size() + source_text.size() * 4 + 64);
+  char num[8];
+  for (size_t i = 0; i <= source_text.size(); ++i) {  // the terminating NUL too
+    std::snprintf(num, sizeof num, "%d,", i < source_text.size() ? static_cast<int>(static_cast<unsigned char>(source_text[i])) : 0);
+    host += num;
+    if (i % 32 == 31) host += '\n';
+  }
+  host += "};\n}\n";
+  bo.pch_header.clear();
+  bo.extra_flags.clear();
+  bo.header_dirs = {cpp.string()};
+#ifdef __APPLE__
+  bo.link_flags = {"-framework", "Metal", "-framework", "Foundation"};
+#endif
+  write_file((out / "src" / "metal_host.cpp").string(), host.data(), host.size());
+  const BuildResult br = build_library({{"metal_host.cpp", host}}, (out / "src").string(), out.string(), bo);
+  timer.lap("host");
+  return {{"host", {{"library", br.library_file}, {"command", br.command}, {"metal_cpp", cpp.string()}}}};
 }
 
 }  // namespace
@@ -562,7 +621,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
     const BuildResult br = build_library({{"kernels_simt.cpp", tu}}, (out / "src").string(), out_dir, bo);
     timer.lap("build");
     am[metal ? "metal" : "cuda"] = {{"source", source}, {"modules", gen.modules.size()}};
-    if (!metal) am["cuda"].update(cuda_native(out, source, bo, timer));
+    am[metal ? "metal" : "cuda"].update(metal ? metal_native(out, tu, bo, timer) : cuda_native(out, source, bo, timer));
     am["emulator"] = {{"library", br.library_file}, {"command", br.command}};
   }
   am["build"] = {{"compile_seconds", timer.total()}, {"phases", timer.json()}};

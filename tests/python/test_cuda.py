@@ -128,14 +128,16 @@ def test_reference_model_on_the_emulator(tmp_path, target):
     _compiled_text(str(tmp_path / "gpt"), target)
 
 
-def test_loading_without_a_gpu_says_so(tmp_path):
+def test_loading_without_a_gpu_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("CHROMA_METAL_CPP", raising=False)  # no Metal host library: the emulator only
     _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
     if os.path.exists("/dev/nvidia0"):
         pytest.skip("this machine has an NVIDIA GPU: the no-GPU error cannot happen here")
     with pytest.raises(simt.RunError, match=r"no NVIDIA GPU.*emulate=True"):
         chroma.load(str(tmp_path / "lin"))
     _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "linm", "metal")
-    with pytest.raises(simt.RunError, match=r"no Metal host runtime.*emulate=True"):
+    with pytest.raises(simt.RunError, match=r"Metal artifact was compiled without its host library \(CHROMA_METAL_CPP is "
+                                            r"not set.*emulate=True"):
         chroma.load(str(tmp_path / "linm"))
 
 
@@ -305,21 +307,22 @@ def test_float32_products_through_the_library_gemm(tmp_path, monkeypatch, case):
 
 
 class _RecordingHostLibrary:
-    """Stands in for the artifact's CUDA host library (which needs a GPU): records each call's
+    """Stands in for the artifact's CUDA host library (which needs a GPU; its entry points as chroma.cuda._Host
+    binds them, chroma_cuda_<name> as .<name>): records each call's
     name and the arguments that name kernels and buffers, and succeeds."""
 
     def __init__(self):
         self.calls, self._entries = [], 0
 
-    def chroma_cuda_entry(self, h):
+    def entry(self, h):
         self._entries += 1
         return self._entries - 1
 
-    def chroma_cuda_gemm(self, h, entry, batch, m, n, k, buffers, *rest):
+    def gemm(self, h, entry, batch, m, n, k, buffers, *rest):
         self.calls.append(("gemm", entry, (batch, m, n, k), list(buffers)))
         return 0
 
-    def chroma_cuda_dispatch(self, h, entry, kernel, gx, gy, nslots, slots, nwords, words, *rest):
+    def dispatch(self, h, entry, kernel, gx, gy, nslots, slots, nwords, words, *rest):
         self.calls.append(("kernel", entry, kernel, (gx, gy), list(slots)[:nslots], nwords))
         return 0
 
