@@ -389,6 +389,11 @@ void Lowerer::reduced_weight(const Node& n, Expr* e, const std::string& role, bo
   *e = std::move(ld);
 }
 
+bool Lowerer::bf16_valued(Value v) const {
+  const Node& src = g_.node(source_of(v.node));
+  return src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16;
+}
+
 bool Lowerer::packed_matmul(const Node& n, Value v) {
   const TensorType& ct = n.type();
   const size_t r = ct.shape.size();
@@ -397,16 +402,40 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   const int64_t kk = g_.type(n.inputs[0]).shape[r - 1];
   if (m < 1 || nn < 1 || kk < 1) return false;
   Expr eb;
+  // B is a float32 constant seen through views (no computation), or the model's own bfloat16
+  // weight: a bfloat16 constant's conversion to float32 seen through views (fold_constants
+  // keeps that Cast when only products read it), stored as the 16-bit values it holds.
+  bool model_bf16 = false;
   {
-    // B must be a constant seen through views (no computation).
-    if (g_.node(source_of(n.inputs[1].node)).op != Op::kConstant) return false;
+    const Node& src = g_.node(source_of(n.inputs[1].node));
+    model_bf16 = src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16 &&
+                 g_.node(source_of(src.inputs[0].node)).op == Op::kConstant;
+    if (src.op != Op::kConstant && !model_bf16) return false;
     const size_t mark = fused_into_.size();
     eb = expr_of(n.inputs[1]);
     fused_into_.resize(mark);
+    if (model_bf16) {
+      if (eb.kind != Expr::kCast || eb.children.size() != 1 || eb.children[0].kind != Expr::kLoad ||
+          eb.children[0].dtype != DType::kBF16) {
+        return false;
+      }
+      Expr ld = std::move(eb.children[0]);
+      eb = std::move(ld);
+    }
     if (eb.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(eb.buffer)].region != Region::kConstant) return false;
   }
   const ConstantData& cb = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(eb.buffer)].slot)];
   const std::string cname = weight_name(cb);
+  // The values as float32 (a bfloat16 weight widened: exact), indexed as the constant is.
+  std::vector<float> widened;
+  if (model_bf16) {
+    widened.resize(static_cast<size_t>(cb.bytes->size() / 2));
+    for (size_t i = 0; i < widened.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, cb.data() + 2 * i, 2);
+      widened[i] = half_detail::bf16_to_f32(h);
+    }
+  }
   const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
   const int64_t nb = numel(batch);
   // Each batch's matrix, by its offset in the constant (broadcast batches share one).
@@ -427,13 +456,30 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
       }
     }
   }
-  const quant::Format wf = weight_format(n, cname, kk, nn, static_cast<int64_t>(order.size()));
+  quant::Format wf = weight_format(n, cname, kk, nn, static_cast<int64_t>(order.size()));
+  quant::Activations acts = opts_.weights.activations;
+  if (model_bf16 && wf == quant::Format::kF32) {
+    // Stored as bfloat16, which loses nothing. The bf16 kernels round the activations to
+    // bfloat16: exact when they are a bfloat16 tensor's values (PyTorch's bf16 product, fp32
+    // accumulation); otherwise the exact float32 kernels (unless activations= says otherwise).
+    wf = quant::Format::kBF16;
+    if (acts == quant::Activations::kAuto) acts = bf16_valued(n.inputs[0]) ? quant::Activations::kBF16 : quant::Activations::kFP32;
+    quant::Decision d;
+    d.name = cname.empty() ? "folded" : cname;
+    d.shape = {kk, nn};
+    d.matrices = static_cast<int64_t>(order.size());
+    d.format = wf;
+    d.reason = std::string("the model's bfloat16 weight, stored as it is; activations ") + quant::activations_name(acts);
+    d.bytes_f32 = 4 * kk * nn * d.matrices;
+    d.bytes = quant::matrix_bytes(wf, kk, nn) * d.matrices;
+    p_.weight_decisions.push_back(std::move(d));
+  }
   // A quantized weight is never stored in float32: its products take the packed kernel at any
   // number of rows (panels dequantized a few at a time when there are many rows).
   if (wf == quant::Format::kF32 && m > opts_.packed_max_rows) return false;
   Kernel k = start(n, Kernel::kMatMulPacked);
   Expr ea = matmul_operand(n.inputs[0]);
-  const auto* bsrc = reinterpret_cast<const float*>(cb.data());
+  const auto* bsrc = model_bf16 ? widened.data() : reinterpret_cast<const float*>(cb.data());
   const int64_t sk = eb.layout.strides[r - 2], sn = eb.layout.strides[r - 1];
   const int64_t panels = (nn + 15) / 16;
   const int64_t panel_elems = panels * kk * 16;
@@ -471,7 +517,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
                          ? add_packed_constant(base + ".packed16", {static_cast<int64_t>(order.size()), panels, kk, 16}, packed)
                          : add_packed_bytes(base + "." + quant::format_name(wf), std::move(qpacked));
   k.weight_format = wf;
-  k.activations = opts_.weights.activations;
+  k.activations = acts;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(load(pb));
   push_over_output(std::move(k), n, v);

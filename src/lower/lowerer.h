@@ -192,6 +192,9 @@ class Lowerer {
   // at compile time (a new constant; the original is dropped when nothing else reads it)
   // and the product streams each panel once for all rows.
   bool packed_matmul(const Node& n, Value v);
+  // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views):
+  // rounding them to bfloat16 changes nothing.
+  bool bf16_valued(Value v) const;
 
   void emit_gather(const Node& n, Value v);
 

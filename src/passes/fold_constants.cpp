@@ -27,9 +27,16 @@ class Folder {
       known_[i] = true;
       int64_t bytes = 0;
       for (const TensorType& t : n.types) bytes += t.nbytes();
-      const bool half_weight = keep_half_ && n.op == Op::kCast && is_half(g_.type(n.inputs[0]).dtype);
-      if (is_symbolic_constant(n.op) || half_weight || bytes > kMaxFoldBytes) {
-        if (bytes > kMaxFoldBytes && !is_symbolic_constant(n.op)) known_[i] = false;
+      // A half constant's conversion to float32 that only products read: a bfloat16 one stays a
+      // Cast (the products' bf16 kernels read it as it is); a float16 one is folded whatever its
+      // size (the products pack float32 panels of it; converting it at every call instead cost
+      // 4 ns a weight).
+      const bool half_cast = n.op == Op::kCast && is_half(g_.type(n.inputs[0]).dtype);
+      const bool for_products = half_cast && !keep_half_ && only_products_read(id);
+      const bool half_weight = half_cast && (keep_half_ || (for_products && g_.type(n.inputs[0]).dtype == DType::kBF16));
+      const bool too_big = bytes > kMaxFoldBytes && !for_products;
+      if (is_symbolic_constant(n.op) || half_weight || too_big) {
+        if (too_big && !is_symbolic_constant(n.op)) known_[i] = false;
         rw_.copy(id);
         continue;
       }
@@ -60,6 +67,45 @@ class Folder {
   std::map<Value, interp::Tensor> cache_;
   int64_t folded_ = 0;
   bool keep_half_ = false;
+
+  // True when every reader of node `id`'s value, seen through views, is a matrix product that
+  // takes it as its right operand. A bfloat16 weight's conversion to float32 that only
+  // products read stays a Cast on the CPU too, so that the lowering packs the 16-bit weights
+  // as they are (Lowerer::packed_matmul: the bf16 product kernels, half the bytes of a float32
+  // copy) whatever their size (a float32 copy over kMaxFoldBytes was converted at every call).
+  // Any other reader (a convolution, a gathered expert product, an elementwise op) keeps the
+  // float32 folding.
+  bool only_products_read(int32_t id) {
+    if (users_.empty()) {
+      users_.resize(g_.size());
+      for (size_t u = 0; u < g_.size(); ++u) {
+        const Node& un = g_.node(static_cast<int32_t>(u));
+        for (size_t k = 0; k < un.inputs.size(); ++k) {
+          users_[static_cast<size_t>(un.inputs[k].node)].push_back({static_cast<int32_t>(u), static_cast<int32_t>(k)});
+        }
+      }
+      for (const Value& v : g_.outputs) users_[static_cast<size_t>(v.node)].push_back({-1, 0});
+    }
+    std::vector<int32_t> todo = {id};
+    bool any = false;
+    while (!todo.empty()) {
+      const int32_t x = todo.back();
+      todo.pop_back();
+      for (const auto& [u, k] : users_[static_cast<size_t>(x)]) {
+        if (u < 0) return false;  // a graph output
+        const Op op = g_.node(u).op;
+        if (is_view(op) && k == 0) {
+          todo.push_back(u);
+        } else if (op == Op::kMatMul && k == 1) {
+          any = true;
+        } else {
+          return false;
+        }
+      }
+    }
+    return any;
+  }
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> users_;  // per node: (reader, input index)
 
   // Dense value of a known node of the source graph.
   interp::Tensor value(Value v) {

@@ -7,6 +7,9 @@ namespace chroma {
 // (src/interp, the same ones the tests trust). Full, Iota and views themselves are left
 // symbolic: they cost nothing at run time and folding them would only grow the weights.
 // Graph::folded_constants counts the replaced nodes. Run DCE afterwards.
+// Half weights read only by matrix products (as their right operand, through views): a
+// bfloat16 constant's conversion to float32 stays a Cast (the CPU's bf16 product kernels read
+// the 16 bits; Lowerer::packed_matmul), a float16 one is folded whatever its size.
 Graph fold_constants(const Graph& g);
 // The same, except that a half constant's conversion to float32 (widen_half's Cast) stays a
 // Cast: the weights keep their 16 bits and the kernels that read them convert (GPU targets,

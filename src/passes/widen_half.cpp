@@ -25,11 +25,20 @@ Graph widen_half(const Graph& g) {
   Graph& d = rw.out();
   std::map<Value, Value> wide;     // half value -> its float32 value, not rounded
   std::map<Value, Value> rounded;  // half value -> its float32 value after rounding to its type
+  // Half values whose float32 value holds their type's values already: inputs, constants, and
+  // views (which move values, never change them) of values read rounded or exact. Reading one
+  // needs no rounding: a weight's transpose or an activation's reshape between two operations
+  // adds no float32 -> half -> float32 round trip.
+  std::map<Value, bool> exact;
+  auto is_exact = [&](Value v) {
+    const Op op = g.node(v).op;
+    return op == Op::kInput || op == Op::kConstant || exact.count(v) > 0;
+  };
   // The float32 value a consumer in ATen operation `name` reads for half value v.
   auto read = [&](Value v, const std::string& name) -> Value {
     const Node& p = g.node(v);
     const Value w = wide.at(v);
-    if (p.op == Op::kInput || p.op == Op::kConstant) return w;  // exact already
+    if (is_exact(v)) return w;  // exact already
     if (!name.empty() && p.name == name) return w;  // inside one ATen operation: not rounded
     auto it = rounded.find(v);
     if (it == rounded.end()) it = rounded.emplace(v, d.cast(rw.map(v), DType::kF32)).first;
@@ -51,6 +60,9 @@ Graph widen_half(const Graph& g) {
     d.set_origin(n.name, n.source);
     std::vector<Value> ins;
     for (Value v : n.inputs) ins.push_back(is_half(g.type(v).dtype) ? read(v, n.name) : rw.map(v));
+    // A view of a half value read exact (or rounded: another operation's result) is exact.
+    const bool exact_view = is_view(n.op) && !n.inputs.empty() && is_half(g.type(n.inputs[0]).dtype) &&
+                            (is_exact(n.inputs[0]) || g.node(n.inputs[0]).name != n.name || n.name.empty());
     Attrs a = n.attrs;
     if ((n.op == Op::kCast || n.op == Op::kFull || n.op == Op::kIota) && is_half(a.dtype)) a.dtype = DType::kF32;
     std::vector<Value> outs;
@@ -66,6 +78,7 @@ Graph widen_half(const Graph& g) {
       if (!is_half(n.types[k].dtype)) continue;
       const Value old{id, static_cast<int32_t>(k)};
       wide[old] = outs[k];
+      if (exact_view && n.types[k].dtype == g.type(n.inputs[0]).dtype) exact[old] = true;
       outs[k] = d.cast(outs[k], n.types[k].dtype);
     }
     rw.replace(id, outs);

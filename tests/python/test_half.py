@@ -222,3 +222,71 @@ def test_rounding_points_of_cpu_kernels(dt, tmp_path):
     got, want = _run(f, (x, p, base, idx, vals), tmp_path)
     for g, w in zip(got, want):
         _check(g, w)
+
+
+def _close(got, want):
+    """A product of K = 1024 against PyTorch's: float32 sums in another order, then one rounding
+    to the half type: within 2 units in its last place, or a small fraction of the sum's scale
+    where the sum cancels."""
+    assert str(got.dtype) == str(want.dtype).replace("torch.", "") and got.shape == tuple(want.shape)
+    w = want.float().numpy()
+    eps = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[want.dtype]
+    np.testing.assert_allclose(got.astype(np.float32), w, rtol=2 * eps, atol=1e-3 * float(np.abs(w).max()))
+
+
+@pytest.mark.parametrize("n", [96, 4608])  # 4608: its float32 copy (18.9 MB) is over the folding limit
+def test_bfloat16_product_weights_are_read_in_16_bits(n, tmp_path):
+    """A bfloat16 model's linear weights go to the bf16 product kernels as they are (half the
+    bytes of a float32 copy; the activations are bfloat16 values, so rounding them changes
+    nothing), however large: a float32 copy over the folding limit used to be converted at every
+    call. The result is PyTorch's bfloat16 linear (_close)."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(1024, n).to(torch.bfloat16).eval()
+    x = randn(5, 1024).to(torch.bfloat16)
+    with torch.no_grad():
+        want = m(x)
+        prog = chroma.compile(m, (x,), out=str(tmp_path / "m"))
+    _close(prog(_np(x)), want)
+    labels = [k["label"] for k in prog.manifest["kernels"]]
+    assert "MatMul.bf16" in labels, labels
+    assert prog.manifest["stats"]["weight_bytes"] < 2.1 * 1024 * n, prog.manifest["stats"]
+    assert prog.manifest["stats"]["arena_bytes"] < 1 << 20, prog.manifest["stats"]  # no float32 copy at run time
+    (d,) = [d for d in prog.manifest["options"]["weights"]["decisions"] if d["format"] == "bf16"]
+    assert "the model's bfloat16 weight" in d["reason"] and d["reason"].endswith("activations bf16"), d
+
+
+def test_float32_activations_with_bfloat16_weights_stay_exact(tmp_path):
+    """A product of float32 activations with a bfloat16 weight widened in the model: the weight
+    is stored in 16 bits, and the product runs the exact float32 kernels (rounding the
+    activations to bfloat16 would cost about 1e-3)."""
+    torch.manual_seed(0)
+
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(300, 256).to(torch.bfloat16))
+
+        def forward(self, x):
+            return x @ self.w.float().t()
+
+    m, x = Mixed().eval(), randn(6, 256)
+    with torch.no_grad():
+        prog = chroma.compile(m, (x,), out=str(tmp_path / "m"))
+    want = x.double() @ m.w.detach().double().t()
+    np.testing.assert_allclose(prog(x.numpy()), want.numpy(), rtol=1e-5, atol=1e-5)
+    (d,) = [d for d in prog.manifest["options"]["weights"]["decisions"] if d["format"] == "bf16"]
+    assert d["reason"].endswith("activations fp32"), d
+
+
+def test_float16_product_weights_are_converted_once(tmp_path):
+    """A float16 model's large linear weight is converted to float32 at compile time (the
+    products' float32 panels), never at every call."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(1024, 4608, bias=False).to(torch.float16).eval()
+    x = randn(3, 1024).to(torch.float16)
+    with torch.no_grad():
+        want = m(x)
+        prog = chroma.compile(m, (x,), out=str(tmp_path / "m"))
+    _close(prog(_np(x)), want)
+    assert prog.manifest["stats"]["arena_bytes"] < 1 << 20, prog.manifest["stats"]
+    assert "MatMul.packed" in [k["label"] for k in prog.manifest["kernels"]]
