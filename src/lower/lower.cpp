@@ -120,7 +120,11 @@ void Lowerer::decide() {
     const Node& n = g_.nodes()[i];
     if (n.op != Op::kGather || n.attrs.axis != 0 || n.inputs.size() != 2) continue;
     const TensorType& wt = g_.type(n.inputs[0]);
-    if (g_.node(source_of(n.inputs[0].node)).op != Op::kConstant || wt.dtype != DType::kF32 || wt.shape.size() != 3) continue;
+    // The stack: a float32 constant, or the model's bfloat16 one widened (weight_source).
+    const Node& ws = g_.node(source_of(n.inputs[0].node));
+    const bool constant = ws.op == Op::kConstant || (ws.op == Op::kCast && g_.type(ws.inputs[0]).dtype == DType::kBF16 &&
+                                                     g_.node(source_of(ws.inputs[0].node)).op == Op::kConstant);
+    if (!constant || wt.dtype != DType::kF32 || wt.shape.size() != 3) continue;
     bool ok = !consumers[i].empty() && !output_slot_.count(Value{static_cast<int32_t>(i), 0});
     std::vector<int32_t> todo = consumers[i];
     while (ok && !todo.empty()) {
@@ -139,6 +143,14 @@ void Lowerer::decide() {
   for (size_t i = 0; i < g_.size(); ++i) {
     const Node& n = g_.nodes()[i];
     if (n.op != Op::kMap && n.op != Op::kCast) continue;
+    // The model's bfloat16 weight widened (fold_constants keeps that Cast on the CPU only when
+    // products read it): never written out, however many products read it (weights with the
+    // same contents are one constant: a model's copies of one layer, tied weights); each
+    // product packs the 16-bit values (weight_source).
+    if (opts_.packed_max_rows > 0 && n.op == Op::kCast && g_.type(n.inputs[0]).dtype == DType::kBF16 &&
+        g_.node(source_of(n.inputs[0].node)).op == Op::kConstant && !output_slot_.count(Value{static_cast<int32_t>(i), 0})) {
+      continue;
+    }
     if (output_slot_.count(Value{static_cast<int32_t>(i), 0}) || (readers[i] >= 2 && !cheap_to_repeat(i, readers[i]))) {
       mat_[i] = true;
     }

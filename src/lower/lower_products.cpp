@@ -389,6 +389,56 @@ void Lowerer::reduced_weight(const Node& n, Expr* e, const std::string& role, bo
   *e = std::move(ld);
 }
 
+std::optional<Lowerer::WeightSource> Lowerer::weight_source(Value v) {
+  const Node& src = g_.node(source_of(v.node));
+  WeightSource w;
+  w.bf16 = src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16 &&
+           g_.node(source_of(src.inputs[0].node)).op == Op::kConstant;
+  if (src.op != Op::kConstant && !w.bf16) return std::nullopt;
+  const size_t mark = fused_into_.size();
+  Expr e = expr_of(v);
+  fused_into_.resize(mark);
+  if (w.bf16) {
+    if (e.kind != Expr::kCast || e.children.size() != 1 || e.children[0].kind != Expr::kLoad ||
+        e.children[0].dtype != DType::kBF16) {
+      return std::nullopt;
+    }
+    Expr ld = std::move(e.children[0]);
+    e = std::move(ld);
+  }
+  if (e.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(e.buffer)].region != Region::kConstant) return std::nullopt;
+  w.constant = &p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(e.buffer)].slot)];
+  if (w.bf16) {  // widened: exact
+    w.widened.resize(w.constant->bytes->size() / 2);
+    for (size_t i = 0; i < w.widened.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, w.constant->data() + 2 * i, 2);
+      w.widened[i] = half_detail::bf16_to_f32(h);
+    }
+  }
+  w.load = std::move(e);
+  return w;
+}
+
+void Lowerer::model_bf16_format(const std::string& cname, int64_t K, int64_t N, int64_t matrices, Value activations,
+                                quant::Format* wf, quant::Activations* acts) {
+  if (*wf != quant::Format::kF32) return;  // the policy quantizes it: its values are what it quantizes
+  // Stored as bfloat16, which loses nothing. The bf16 kernels round the activations to
+  // bfloat16: exact when they are a bfloat16 tensor's values (PyTorch's bf16 product, fp32
+  // accumulation); otherwise the exact float32 kernels (unless activations= says otherwise).
+  *wf = quant::Format::kBF16;
+  if (*acts == quant::Activations::kAuto) *acts = bf16_valued(activations) ? quant::Activations::kBF16 : quant::Activations::kFP32;
+  quant::Decision d;
+  d.name = cname.empty() ? "folded" : cname;
+  d.shape = {K, N};
+  d.matrices = matrices;
+  d.format = *wf;
+  d.reason = std::string("the model's bfloat16 weight, stored as it is; activations ") + quant::activations_name(*acts);
+  d.bytes_f32 = 4 * K * N * matrices;
+  d.bytes = quant::matrix_bytes(*wf, K, N) * matrices;
+  p_.weight_decisions.push_back(std::move(d));
+}
+
 bool Lowerer::bf16_valued(Value v) const {
   const Node& src = g_.node(source_of(v.node));
   return src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16;
@@ -401,41 +451,11 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   const int64_t m = ct.shape[r - 2], nn = ct.shape[r - 1];
   const int64_t kk = g_.type(n.inputs[0]).shape[r - 1];
   if (m < 1 || nn < 1 || kk < 1) return false;
-  Expr eb;
-  // B is a float32 constant seen through views (no computation), or the model's own bfloat16
-  // weight: a bfloat16 constant's conversion to float32 seen through views (fold_constants
-  // keeps that Cast when only products read it), stored as the 16-bit values it holds.
-  bool model_bf16 = false;
-  {
-    const Node& src = g_.node(source_of(n.inputs[1].node));
-    model_bf16 = src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16 &&
-                 g_.node(source_of(src.inputs[0].node)).op == Op::kConstant;
-    if (src.op != Op::kConstant && !model_bf16) return false;
-    const size_t mark = fused_into_.size();
-    eb = expr_of(n.inputs[1]);
-    fused_into_.resize(mark);
-    if (model_bf16) {
-      if (eb.kind != Expr::kCast || eb.children.size() != 1 || eb.children[0].kind != Expr::kLoad ||
-          eb.children[0].dtype != DType::kBF16) {
-        return false;
-      }
-      Expr ld = std::move(eb.children[0]);
-      eb = std::move(ld);
-    }
-    if (eb.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(eb.buffer)].region != Region::kConstant) return false;
-  }
-  const ConstantData& cb = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(eb.buffer)].slot)];
+  std::optional<WeightSource> src = weight_source(n.inputs[1]);
+  if (!src) return false;
+  const Expr& eb = src->load;
+  const ConstantData& cb = *src->constant;
   const std::string cname = weight_name(cb);
-  // The values as float32 (a bfloat16 weight widened: exact), indexed as the constant is.
-  std::vector<float> widened;
-  if (model_bf16) {
-    widened.resize(static_cast<size_t>(cb.bytes->size() / 2));
-    for (size_t i = 0; i < widened.size(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, cb.data() + 2 * i, 2);
-      widened[i] = half_detail::bf16_to_f32(h);
-    }
-  }
   const Shape batch(ct.shape.begin(), ct.shape.end() - 2);
   const int64_t nb = numel(batch);
   // Each batch's matrix, by its offset in the constant (broadcast batches share one).
@@ -458,28 +478,13 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   }
   quant::Format wf = weight_format(n, cname, kk, nn, static_cast<int64_t>(order.size()));
   quant::Activations acts = opts_.weights.activations;
-  if (model_bf16 && wf == quant::Format::kF32) {
-    // Stored as bfloat16, which loses nothing. The bf16 kernels round the activations to
-    // bfloat16: exact when they are a bfloat16 tensor's values (PyTorch's bf16 product, fp32
-    // accumulation); otherwise the exact float32 kernels (unless activations= says otherwise).
-    wf = quant::Format::kBF16;
-    if (acts == quant::Activations::kAuto) acts = bf16_valued(n.inputs[0]) ? quant::Activations::kBF16 : quant::Activations::kFP32;
-    quant::Decision d;
-    d.name = cname.empty() ? "folded" : cname;
-    d.shape = {kk, nn};
-    d.matrices = static_cast<int64_t>(order.size());
-    d.format = wf;
-    d.reason = std::string("the model's bfloat16 weight, stored as it is; activations ") + quant::activations_name(acts);
-    d.bytes_f32 = 4 * kk * nn * d.matrices;
-    d.bytes = quant::matrix_bytes(wf, kk, nn) * d.matrices;
-    p_.weight_decisions.push_back(std::move(d));
-  }
+  if (src->bf16) model_bf16_format(cname, kk, nn, static_cast<int64_t>(order.size()), n.inputs[0], &wf, &acts);
   // A quantized weight is never stored in float32: its products take the packed kernel at any
   // number of rows (panels dequantized a few at a time when there are many rows).
   if (wf == quant::Format::kF32 && m > opts_.packed_max_rows) return false;
   Kernel k = start(n, Kernel::kMatMulPacked);
   Expr ea = matmul_operand(n.inputs[0]);
-  const auto* bsrc = model_bf16 ? widened.data() : reinterpret_cast<const float*>(cb.data());
+  const float* bsrc = src->values();
   const int64_t sk = eb.layout.strides[r - 2], sn = eb.layout.strides[r - 1];
   const int64_t panels = (nn + 15) / 16;
   const int64_t panel_elems = panels * kk * 16;
@@ -624,16 +629,16 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
       }
       if (!ok) continue;
     }
-    // The constant, seen through views (W[e][i][j] at offset + e*s0 + i*s1 + j*s2).
-    const size_t mark = fused_into_.size();
-    Expr ew = expr_of(gn.inputs[0]);
-    fused_into_.resize(mark);
-    if (ew.kind != Expr::kLoad || p_.buffers[static_cast<size_t>(ew.buffer)].region != Region::kConstant) continue;
+    // The constant, seen through views (W[e][i][j] at offset + e*s0 + i*s1 + j*s2): float32, or
+    // the model's bfloat16 weight.
+    std::optional<WeightSource> src = weight_source(gn.inputs[0]);
+    if (!src) continue;
+    const Expr& ew = src->load;
     Kernel k = start(n, Kernel::kMatMulGathered);
     Expr ey = matmul_operand(n.inputs[static_cast<size_t>(1 - side)]);
     Expr ei = dense_operand(gn.inputs[1]);
-    const ConstantData& cw = p_.constants[static_cast<size_t>(p_.buffers[static_cast<size_t>(ew.buffer)].slot)];
-    const float* w = reinterpret_cast<const float*>(cw.data()) + ew.layout.offset;
+    const ConstantData& cw = *src->constant;
+    const float* w = src->values() + ew.layout.offset;
     const int64_t s0 = ew.layout.strides[0], s1 = ew.layout.strides[1], s2 = ew.layout.strides[2];
     // The packed product: B side, m x K times K x N with B_b itself; A side, one row (B_b^T)
     // times A_b^T. Packed as stored (W[e], K = R) or transposed (W[e]^T, K = C).
@@ -648,7 +653,9 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
     gg.ldc = side == 1 ? nn : gg.n;
     const int64_t panels = (gg.n + 15) / 16, panel_elems = panels * gg.k * 16;
     const std::string cname = cw.name;
-    const quant::Format wf = weight_format(n, cname, gg.k, gg.n, experts);
+    quant::Format wf = weight_format(n, cname, gg.k, gg.n, experts);
+    quant::Activations acts = opts_.weights.activations;
+    if (src->bf16) model_bf16_format(cname, gg.k, gg.n, experts, n.inputs[static_cast<size_t>(1 - side)], &wf, &acts);
     std::vector<float> packed;
     std::vector<uint8_t> qpacked;
     if (wf == quant::Format::kF32) {
@@ -690,7 +697,7 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
     const int32_t pb = wf == quant::Format::kF32 ? add_packed_constant(stem + ".packed16", {experts, panels, gg.k, 16}, packed)
                                                  : add_packed_bytes(stem + "." + quant::format_name(wf), std::move(qpacked));
     k.weight_format = wf;
-    k.activations = opts_.weights.activations;
+    k.activations = acts;
     k.attrs.axis = 0;
     k.inputs.push_back(std::move(ey));
     k.inputs.push_back(load(pb));

@@ -195,6 +195,24 @@ class Lowerer {
   // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views):
   // rounding them to bfloat16 changes nothing.
   bool bf16_valued(Value v) const;
+  // A product's weight operand: a float32 constant seen through views, or the model's own
+  // bfloat16 weight (a bfloat16 constant's widening Cast seen through views, which
+  // fold_constants keeps when only products read it). `load` reads the constant as the
+  // operand (a bfloat16 load for the latter); values() are its float32 values, indexed as the
+  // constant (the bfloat16 ones widened, exactly).
+  struct WeightSource {
+    Expr load;
+    const ConstantData* constant = nullptr;
+    bool bf16 = false;
+    std::vector<float> widened;
+    const float* values() const { return bf16 ? widened.data() : reinterpret_cast<const float*>(constant->data()); }
+  };
+  std::optional<WeightSource> weight_source(Value v);
+  // The format of the model's bfloat16 weight where the policy keeps it float32: bf16, lossless,
+  // with bf16 activations when `activations` are a bfloat16 tensor's values, else the exact
+  // float32 kernels; the decision goes to the manifest.
+  void model_bf16_format(const std::string& cname, int64_t K, int64_t N, int64_t matrices, Value activations,
+                         quant::Format* wf, quant::Activations* acts);
 
   void emit_gather(const Node& n, Value v);
 

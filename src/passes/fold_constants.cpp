@@ -69,7 +69,8 @@ class Folder {
   bool keep_half_ = false;
 
   // True when every reader of node `id`'s value, seen through views, is a matrix product that
-  // takes it as its right operand. A bfloat16 weight's conversion to float32 that only
+  // takes it as its right operand, or a Gather of experts (a stack's matrices along axis 0)
+  // that only products read. A bfloat16 weight's conversion to float32 that only
   // products read stays a Cast on the CPU too, so that the lowering packs the 16-bit weights
   // as they are (Lowerer::packed_matmul: the bf16 product kernels, half the bytes of a float32
   // copy) whatever their size (a float32 copy over kMaxFoldBytes was converted at every call).
@@ -86,18 +87,21 @@ class Folder {
       }
       for (const Value& v : g_.outputs) users_[static_cast<size_t>(v.node)].push_back({-1, 0});
     }
-    std::vector<int32_t> todo = {id};
+    // (node, true once past a Gather of experts: then any operand of a product will do)
+    std::vector<std::pair<int32_t, bool>> todo = {{id, false}};
     bool any = false;
     while (!todo.empty()) {
-      const int32_t x = todo.back();
+      const auto [x, gathered] = todo.back();
       todo.pop_back();
       for (const auto& [u, k] : users_[static_cast<size_t>(x)]) {
         if (u < 0) return false;  // a graph output
-        const Op op = g_.node(u).op;
-        if (is_view(op) && k == 0) {
-          todo.push_back(u);
-        } else if (op == Op::kMatMul && k == 1) {
+        const Node& un = g_.node(u);
+        if (is_view(un.op) && k == 0) {
+          todo.push_back({u, gathered});
+        } else if (un.op == Op::kMatMul && (k == 1 || gathered)) {
           any = true;
+        } else if (un.op == Op::kGather && k == 0 && !gathered && un.attrs.axis == 0 && un.type().shape.size() >= 3) {
+          todo.push_back({u, true});  // experts picked from a stack, read in place by the products
         } else {
           return false;
         }

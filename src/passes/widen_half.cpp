@@ -26,9 +26,10 @@ Graph widen_half(const Graph& g) {
   std::map<Value, Value> wide;     // half value -> its float32 value, not rounded
   std::map<Value, Value> rounded;  // half value -> its float32 value after rounding to its type
   // Half values whose float32 value holds their type's values already: inputs, constants, and
-  // views (which move values, never change them) of values read rounded or exact. Reading one
-  // needs no rounding: a weight's transpose or an activation's reshape between two operations
-  // adds no float32 -> half -> float32 round trip.
+  // what views, gathers and concatenations (which move values, never change them) make of
+  // values read rounded or exact. Reading one needs no rounding: a weight's transpose, the
+  // experts a router picked from a stack, an activation's reshape between two operations add
+  // no float32 -> half -> float32 round trip.
   std::map<Value, bool> exact;
   auto is_exact = [&](Value v) {
     const Op op = g.node(v).op;
@@ -60,9 +61,18 @@ Graph widen_half(const Graph& g) {
     d.set_origin(n.name, n.source);
     std::vector<Value> ins;
     for (Value v : n.inputs) ins.push_back(is_half(g.type(v).dtype) ? read(v, n.name) : rw.map(v));
-    // A view of a half value read exact (or rounded: another operation's result) is exact.
-    const bool exact_view = is_view(n.op) && !n.inputs.empty() && is_half(g.type(n.inputs[0]).dtype) &&
-                            (is_exact(n.inputs[0]) || g.node(n.inputs[0]).name != n.name || n.name.empty());
+    // An operation that only moves values (a view, a gather, a concatenation) of half values
+    // read exact (or rounded: another operation's result) makes exact values.
+    bool exact_copy = false;
+    if (is_view(n.op) || n.op == Op::kGather || n.op == Op::kGatherElements || n.op == Op::kConcat) {
+      const size_t data = n.op == Op::kConcat ? n.inputs.size() : 1;  // the others: input 0 holds the values
+      exact_copy = data > 0;
+      for (size_t k = 0; k < data && k < n.inputs.size(); ++k) {
+        const Value in = n.inputs[k];
+        exact_copy = exact_copy && is_half(g.type(in).dtype) && g.type(in).dtype == n.types[0].dtype &&
+                     (is_exact(in) || g.node(in).name != n.name || n.name.empty());
+      }
+    }
     Attrs a = n.attrs;
     if ((n.op == Op::kCast || n.op == Op::kFull || n.op == Op::kIota) && is_half(a.dtype)) a.dtype = DType::kF32;
     std::vector<Value> outs;
@@ -78,7 +88,7 @@ Graph widen_half(const Graph& g) {
       if (!is_half(n.types[k].dtype)) continue;
       const Value old{id, static_cast<int32_t>(k)};
       wide[old] = outs[k];
-      if (exact_view && n.types[k].dtype == g.type(n.inputs[0]).dtype) exact[old] = true;
+      if (exact_copy) exact[old] = true;
       outs[k] = d.cast(outs[k], n.types[k].dtype);
     }
     rw.replace(id, outs);

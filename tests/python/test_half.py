@@ -290,3 +290,55 @@ def test_float16_product_weights_are_converted_once(tmp_path):
     _close(prog(_np(x)), want)
     assert prog.manifest["stats"]["arena_bytes"] < 1 << 20, prog.manifest["stats"]
     assert "MatMul.packed" in [k["label"] for k in prog.manifest["kernels"]]
+
+
+class _PickedExperts(torch.nn.Module):
+    """Experts picked from stacked weights by a router and multiplied as gathered (OpenAI's
+    reference MoE: W = weights[expert_indices], then a batched product)."""
+
+    def __init__(self, experts=4, hidden=128, inner=256, k=2):
+        super().__init__()
+        self.k = k
+        self.gate = torch.nn.Linear(hidden, experts)
+        self.w1 = torch.nn.Parameter(torch.randn(experts, inner, hidden) * 0.05)
+        self.w2 = torch.nn.Parameter(torch.randn(experts, hidden, inner) * 0.05)
+
+    def forward(self, x):
+        top = torch.topk(self.gate(x), self.k, dim=-1)
+        h = torch.nn.functional.silu(torch.einsum("tkfh,th->tkf", self.w1[top.indices], x))
+        o = torch.einsum("tkhf,tkf->tkh", self.w2[top.indices], h)
+        return (o * torch.softmax(top.values, -1)[..., None]).sum(1)
+
+
+def test_bfloat16_experts_are_read_in_place_in_16_bits(tmp_path):
+    """The experts a router picks from a bfloat16 stack: the products read the picked matrices
+    in place in 16 bits (no gathered copy, no float32 copy of the stack: the gather moves values
+    without rounding them, so the weight is still the model's bfloat16 weight)."""
+    torch.manual_seed(0)
+    m = _PickedExperts().to(torch.bfloat16).eval()
+    x = randn(5, 128).to(torch.bfloat16)
+    with torch.no_grad():
+        want = m(x)
+        prog = chroma.compile(m, (x,), out=str(tmp_path / "m"))
+    _close(prog(_np(x)), want)
+    labels = [k["label"] for k in prog.manifest["kernels"]]
+    assert labels.count("MatMul.gathered.bf16") == 2, labels
+    stacks = 2 * 4 * 256 * 128
+    assert prog.manifest["stats"]["weight_bytes"] < 2 * stacks + 4 * 129 * 4 + 4096, prog.manifest["stats"]
+
+
+def test_a_bfloat16_weight_read_by_several_products_is_not_copied(tmp_path):
+    """One bfloat16 weight read by several products (a layer applied twice; copies of one layer
+    with the same values are one constant too): each product reads its 16 bits, none a float32
+    copy written at run time."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(512, 512).to(torch.bfloat16).eval()
+    m = torch.nn.Sequential(lin, torch.nn.ReLU(), lin, torch.nn.ReLU(), lin)
+    x = randn(4, 512).to(torch.bfloat16)
+    with torch.no_grad():
+        want = m(x)
+        prog = chroma.compile(m, (x,), out=str(tmp_path / "m"))
+    _close(prog(_np(x)), want)
+    labels = [k["label"] for k in prog.manifest["kernels"]]
+    assert labels.count("MatMul.bf16") == 3, labels
+    assert prog.manifest["stats"]["arena_bytes"] < 512 * 512 * 4, prog.manifest["stats"]
