@@ -121,10 +121,8 @@ void Lowerer::decide() {
     if (n.op != Op::kGather || n.attrs.axis != 0 || n.inputs.size() != 2) continue;
     const TensorType& wt = g_.type(n.inputs[0]);
     // The stack: a float32 constant, or the model's bfloat16 one widened (weight_source).
-    const Node& ws = g_.node(source_of(n.inputs[0].node));
-    const bool constant = ws.op == Op::kConstant || (ws.op == Op::kCast && g_.type(ws.inputs[0]).dtype == DType::kBF16 &&
-                                                     g_.node(source_of(ws.inputs[0].node)).op == Op::kConstant);
-    if (!constant || wt.dtype != DType::kF32 || wt.shape.size() != 3) continue;
+    const int32_t ws = source_of(n.inputs[0].node);
+    if ((g_.node(ws).op != Op::kConstant && !widened_bf16_weight(ws)) || wt.dtype != DType::kF32 || wt.shape.size() != 3) continue;
     bool ok = !consumers[i].empty() && !output_slot_.count(Value{static_cast<int32_t>(i), 0});
     std::vector<int32_t> todo = consumers[i];
     while (ok && !todo.empty()) {
@@ -147,8 +145,8 @@ void Lowerer::decide() {
     // products read it): never written out, however many products read it (weights with the
     // same contents are one constant: a model's copies of one layer, tied weights); each
     // product packs the 16-bit values (weight_source).
-    if (opts_.packed_max_rows > 0 && n.op == Op::kCast && g_.type(n.inputs[0]).dtype == DType::kBF16 &&
-        g_.node(source_of(n.inputs[0].node)).op == Op::kConstant && !output_slot_.count(Value{static_cast<int32_t>(i), 0})) {
+    if (opts_.packed_max_rows > 0 && widened_bf16_weight(static_cast<int32_t>(i)) &&
+        !output_slot_.count(Value{static_cast<int32_t>(i), 0})) {
       continue;
     }
     if (output_slot_.count(Value{static_cast<int32_t>(i), 0}) || (readers[i] >= 2 && !cheap_to_repeat(i, readers[i]))) {
@@ -198,6 +196,11 @@ bool Lowerer::cheap_to_repeat(size_t i, int readers) const {
 int32_t Lowerer::source_of(int32_t id) const {
   while (is_view(g_.node(id).op)) id = g_.node(id).inputs[0].node;
   return id;
+}
+
+bool Lowerer::widened_bf16_weight(int32_t id) const {
+  const Node& n = g_.node(id);
+  return n.op == Op::kCast && g_.type(n.inputs[0]).dtype == DType::kBF16 && g_.node(source_of(n.inputs[0].node)).op == Op::kConstant;
 }
 
 int32_t Lowerer::new_buffer(Value v, Region r, int32_t slot, std::vector<int64_t> strides) {

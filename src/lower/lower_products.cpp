@@ -390,11 +390,10 @@ void Lowerer::reduced_weight(const Node& n, Expr* e, const std::string& role, bo
 }
 
 std::optional<Lowerer::WeightSource> Lowerer::weight_source(Value v) {
-  const Node& src = g_.node(source_of(v.node));
+  const int32_t src = source_of(v.node);
   WeightSource w;
-  w.bf16 = src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16 &&
-           g_.node(source_of(src.inputs[0].node)).op == Op::kConstant;
-  if (src.op != Op::kConstant && !w.bf16) return std::nullopt;
+  w.bf16 = widened_bf16_weight(src);
+  if (g_.node(src).op != Op::kConstant && !w.bf16) return std::nullopt;
   const size_t mark = fused_into_.size();
   Expr e = expr_of(v);
   fused_into_.resize(mark);

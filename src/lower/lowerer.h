@@ -192,6 +192,9 @@ class Lowerer {
   // at compile time (a new constant; the original is dropped when nothing else reads it)
   // and the product streams each panel once for all rows.
   bool packed_matmul(const Node& n, Value v);
+  // True when node `id` is the model's bfloat16 weight widened: a Cast from bfloat16 of a
+  // constant seen through views (fold_constants keeps it on the CPU when only products read it).
+  bool widened_bf16_weight(int32_t id) const;
   // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views):
   // rounding them to bfloat16 changes nothing.
   bool bf16_valued(Value v) const;
