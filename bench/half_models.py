@@ -97,18 +97,31 @@ class PickedExperts(nn.Module):
         return (o * torch.softmax(top.values, -1)[..., None]).sum(1)
 
 
+class _Models(dict):
+    """The named models, and any other torchvision classifier by its constructor's name
+    (torchvision.models.<name>(), 1 x 3 x 224 x 224)."""
+
+    def __missing__(self, name):
+        import torchvision
+
+        ctor = getattr(torchvision.models, name, None)
+        if ctor is None or not callable(ctor):
+            raise KeyError(f"unknown model {name!r}: neither one of {sorted(self)} nor a torchvision.models constructor")
+        return (ctor, lambda: (torch.randn(1, 3, 224, 224),))
+
+
 def models():
     import torchvision
 
     torch.manual_seed(0)
-    return {
+    return _Models({
         "llama": (Llama, lambda: (torch.randint(0, 32000, (1, 8)),)),
         "moe": (PickedExperts, lambda: (torch.randn(8, 512),)),
         "encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 4),
                     lambda: (torch.randn(1, 64, 512),)),
         "resnet18": (torchvision.models.resnet18, lambda: (torch.randn(1, 3, 224, 224),)),
         "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small, lambda: (torch.randn(1, 3, 224, 224),)),
-    }
+    })
 
 
 def median_ms(fn, calls):

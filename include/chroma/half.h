@@ -71,6 +71,15 @@ constexpr uint16_t f32_to_bf16(float x) {
 
 constexpr float bf16_to_f32(uint16_t h) { return f32_from(static_cast<uint32_t>(h) << 16); }
 
+// bf16_to_f32(f32_to_bf16(x)) in 32-bit lanes: the same bits, without narrowing to 16 bits
+// and widening back (which vectorizes into shuffles; this into a few integer operations).
+constexpr float round_to_bf16(float x) {
+  const uint32_t b = f32_bits(x);
+  const uint32_t nearest = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet = (b | 0x400000u) & 0xffff0000u;  // NaN: its upper half, made quiet
+  return f32_from((b & 0x7fffffffu) > 0x7f800000u ? quiet : nearest);
+}
+
 }  // namespace half_detail
 
 // With a compiler _Float16 (GCC 12+ and Clang on x86-64 and AArch64), the conversions are the

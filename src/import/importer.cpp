@@ -330,6 +330,15 @@ std::map<std::string, const json*> conv_bn_folds(const json& m, const std::set<s
   std::map<std::string, const json*> convs;
   for (const json& node : m.at("nodes")) {
     if (node.at("target") == "aten.convolution.default" && no_kwargs(node)) {
+      // A bfloat16 convolution keeps its batch norm: eager rounds the convolution's result to
+      // bfloat16 before normalizing it, and the unscaled weights stay bfloat16 values, which
+      // the CPU's bfloat16 convolution kernel takes as they are (the batch norm's scale and
+      // shift, and the roundings, run on each block of the result as it is stored).
+      const json* outs = node.contains("outputs") ? &node["outputs"] : nullptr;
+      if (outs && outs->is_array() && !outs->empty() && (*outs)[0].is_object() &&
+          (*outs)[0].value("dtype", std::string()) == "bfloat16") {
+        continue;
+      }
       const json& a = node.at("args");
       if (a.size() == 9 && a[6].is_boolean() && !a[6].get<bool>() && is_weight_or_none(a, 1) && !a[1].is_null() &&
           is_weight_or_none(a, 2)) {

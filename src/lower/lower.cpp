@@ -22,6 +22,7 @@
 // ArenaPlanner packs them into one arena. Graph outputs are written in place.
 #include "lower/lowerer.h"
 
+#include <cstring>
 #include <numeric>
 
 namespace chroma {
@@ -196,6 +197,27 @@ bool Lowerer::cheap_to_repeat(size_t i, int readers) const {
 int32_t Lowerer::source_of(int32_t id) const {
   while (is_view(g_.node(id).op)) id = g_.node(id).inputs[0].node;
   return id;
+}
+
+bool Lowerer::conv_bf16(const Node& n) {
+  // A bfloat16 model's convolution: its input a bfloat16 tensor's values, its weights a
+  // constant whose every value is a bfloat16 (folded from the model's bfloat16 weight).
+  if (!bf16_valued(n.inputs[0])) return false;
+  // Depthwise and narrow grouped convolutions (each output a sum of fewer than 32 products:
+  // one AMX tile's depth) stay float32: their bfloat16 kernels are no faster, and the input's
+  // conversion would be extra work.
+  const Shape& ws = g_.type(n.inputs[1]).shape;
+  if (ws.size() < 3 || numel(Shape(ws.begin() + 1, ws.end())) < 32) return false;
+  std::optional<WeightSource> w = weight_source(n.inputs[1]);
+  if (!w || w->constant->type.dtype != (w->bf16 ? DType::kBF16 : DType::kF32)) return false;
+  if (w->bf16) return true;
+  const size_t count = w->constant->bytes->size() / 4;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, w->constant->data() + 4 * i, 4);
+    if ((bits & 0xffffu) != 0) return false;
+  }
+  return true;
 }
 
 bool Lowerer::widened_bf16_weight(int32_t id) const {
@@ -584,6 +606,10 @@ void Lowerer::visit(int32_t id) {
       // otherwise (float64, no oneDNN) row-major for conv.h.
       Kernel k = start(n, Kernel::kConv);
       const bool cl = opts_.channels_last && n.type().dtype == DType::kF32 && n.type().shape.size() >= 3;
+      if (cl && conv_bf16(n)) {
+        k.weight_format = quant::Format::kBF16;
+        k.activations = quant::Activations::kBF16;
+      }
       k.inputs.push_back(cl ? channels_last_operand(n.inputs[0]) : dense_operand(n.inputs[0]));
       k.inputs.push_back(dense_operand(n.inputs[1]));
       const bool epilogue = opts_.product_epilogues && n.type().dtype == DType::kF32;

@@ -62,6 +62,15 @@ Value Lowerer::conv_post_ops(Kernel& k, Value v, Value* epilogue_root) {
   Value cur = v;
   *epilogue_root = Value{-1, 0};
   const bool gpu = opts_.product_epilogues;
+  // In the CPU's epilogue also the conversions between float32 and a half type of the same
+  // shape: a bfloat16 model's roundings (widen_half's float32 -> bfloat16 -> float32 pairs)
+  // between a convolution, its batch norm and its activation.
+  auto epilogue_node = [&](const Node& m) {
+    if (same_shape_map(m)) return true;
+    if (gpu || m.op != Op::kCast || m.type().shape != shape) return false;
+    const DType to = m.type().dtype, from = g_.type(m.inputs[0]).dtype;
+    return (to == DType::kF32 && is_half(from)) || (is_half(to) && from == DType::kF32);
+  };
   for (;;) {
     if (gpu || output_slot_.count(cur)) break;
     const std::vector<int32_t>& cs = consumers_[static_cast<size_t>(cur.node)];
@@ -126,15 +135,28 @@ Value Lowerer::conv_post_ops(Kernel& k, Value v, Value* epilogue_root) {
   auto close = [&](std::vector<int32_t>& r) -> int32_t {
     for (;;) {
       if (r.size() > kMaxNodes) return -1;
-      std::vector<int32_t> open;  // read from outside the region, or a graph output
+      std::vector<int32_t> open;     // read from outside the region, or a graph output
+      std::vector<int32_t> missing;  // operands the region must compute too
       for (int32_t id : r) {
-        if (!same_shape_map(g_.node(id))) return -1;
+        if (!epilogue_node(g_.node(id))) return -1;
         for (Value x : g_.node(id).inputs) {
-          if (!leaf_ok(r, x)) return -1;
+          if (leaf_ok(r, x)) continue;
+          // An operation after the convolution that the region's nodes read (hardswish's
+          // x * relu6(x + 3) / 6 reads x and relu6(x + 3)): pulled in, then checked as any.
+          if (x.node > v.node && !absorbed_[static_cast<size_t>(x.node)] && epilogue_node(g_.node(x.node)) &&
+              !output_slot_.count(x) && !in(missing, x.node)) {
+            missing.push_back(x.node);
+            continue;
+          }
+          return -1;
         }
         bool outside = output_slot_.count(Value{id, 0}) > 0 || consumers_[static_cast<size_t>(id)].empty();
         for (int32_t c : consumers_[static_cast<size_t>(id)]) outside = outside || !in(r, c);
         if (outside) open.push_back(id);
+      }
+      if (!missing.empty()) {
+        r.insert(r.end(), missing.begin(), missing.end());
+        continue;
       }
       if (open.size() == 1) return open[0];
       if (open.empty()) return -1;
@@ -159,10 +181,12 @@ Value Lowerer::conv_post_ops(Kernel& k, Value v, Value* epilogue_root) {
   for (;;) {
     const int32_t r = close(trial);
     if (r < 0) break;
-    region = trial;
-    root = r;
-    if (output_slot_.count(Value{root, 0}) || consumers_[static_cast<size_t>(root)].empty()) break;
-    for (int32_t c : consumers_[static_cast<size_t>(root)]) {
+    if (g_.type(Value{r, 0}).dtype == DType::kF32) {  // a half root (a rounding's first half) grows on
+      region = trial;
+      root = r;
+    }
+    if (output_slot_.count(Value{r, 0}) || consumers_[static_cast<size_t>(r)].empty()) break;
+    for (int32_t c : consumers_[static_cast<size_t>(r)]) {
       if (!in(trial, c)) trial.push_back(c);
     }
   }
@@ -438,9 +462,27 @@ void Lowerer::model_bf16_format(const std::string& cname, int64_t K, int64_t N, 
   p_.weight_decisions.push_back(std::move(d));
 }
 
-bool Lowerer::bf16_valued(Value v) const {
+bool Lowerer::bf16_valued(Value v, int depth) const {
   const Node& src = g_.node(source_of(v.node));
-  return src.op == Op::kCast && g_.type(src.inputs[0]).dtype == DType::kBF16;
+  if (src.op == Op::kCast) return g_.type(src.inputs[0]).dtype == DType::kBF16;
+  // What widen_half leaves unrounded because it picks among bfloat16 values (a relu of a
+  // rounded value; widen_half.cpp): the same operations over bfloat16-valued operands or
+  // literals that are bfloat16 values.
+  if (src.op == Op::kFull) {
+    const double d = src.attrs.scalar.as_double();
+    const float f = static_cast<float>(d);
+    return static_cast<double>(f) == d && half_detail::bf16_to_f32(half_detail::f32_to_bf16(f)) == f;
+  }
+  if (src.op != Op::kMap || depth > 8) return false;
+  const EwOp ew = src.attrs.ew;
+  if (ew != EwOp::k_relu && ew != EwOp::k_maximum && ew != EwOp::k_minimum && ew != EwOp::k_abs && ew != EwOp::k_neg &&
+      ew != EwOp::k_where) {
+    return false;
+  }
+  for (size_t k = ew == EwOp::k_where ? 1 : 0; k < src.inputs.size(); ++k) {
+    if (!bf16_valued(src.inputs[k], depth + 1)) return false;
+  }
+  return true;
 }
 
 bool Lowerer::packed_matmul(const Node& n, Value v) {

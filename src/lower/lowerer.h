@@ -195,9 +195,10 @@ class Lowerer {
   // True when node `id` is the model's bfloat16 weight widened: a Cast from bfloat16 of a
   // constant seen through views (fold_constants keeps it on the CPU when only products read it).
   bool widened_bf16_weight(int32_t id) const;
-  // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views):
-  // rounding them to bfloat16 changes nothing.
-  bool bf16_valued(Value v) const;
+  // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views, or
+  // a relu / maximum / minimum / abs / neg / where picking among such values and bfloat16
+  // literals): rounding them to bfloat16 changes nothing.
+  bool bf16_valued(Value v, int depth = 0) const;
   // A product's weight operand: a float32 constant seen through views, or the model's own
   // bfloat16 weight (a bfloat16 constant's widening Cast seen through views, which
   // fold_constants keeps when only products read it). `load` reads the constant as the
@@ -211,6 +212,9 @@ class Lowerer {
     const float* values() const { return bf16 ? widened.data() : reinterpret_cast<const float*>(constant->data()); }
   };
   std::optional<WeightSource> weight_source(Value v);
+  // Convolution n runs in bfloat16 (Kernel::weight_format kBF16): a bfloat16 model's, its
+  // input a bfloat16 tensor's values and its weights all bfloat16 values (conversions exact).
+  bool conv_bf16(const Node& n);
   // The format of the model's bfloat16 weight where the policy keeps it float32: bf16, lossless,
   // with bf16 activations when `activations` are a bfloat16 tensor's values, else the exact
   // float32 kernels; the decision goes to the manifest.

@@ -85,4 +85,24 @@ TEST(Half, Bfloat16IsTheNearestUpperHalf) {
   EXPECT_EQ(static_cast<float>(bf16::from_bits(0x3f80)), 1.0f);
 }
 
+// round_to_bf16 (the kernels' rounding in 32-bit lanes) is the conversion there and back, bit
+// for bit: every sign and exponent with random mantissas, NaNs (quiet or not, any payload),
+// infinities, the largest finite values (which round to infinity) and the ties.
+TEST(Half, RoundingToBfloat16In32BitsIsTheRoundTrip) {
+  std::mt19937 rng(12);
+  auto check = [](uint32_t b) {
+    const float x = bits_f(b);
+    const uint32_t want = static_cast<uint32_t>(bf16(x).bits) << 16;
+    ASSERT_EQ(std::bit_cast<uint32_t>(chroma::half_detail::round_to_bf16(x)), want) << std::hex << b;
+  };
+  for (uint32_t top = 0; top < 0x200u; ++top) {  // sign and exponent
+    for (int i = 0; i < 2000; ++i) check((top << 23) | (rng() & 0x7fffffu));
+    check(top << 23);
+    check((top << 23) | 0x7fffffu);
+    check((top << 23) | 0x8000u);   // a tie, even upper half
+    check((top << 23) | 0x18000u);  // a tie, odd upper half
+  }
+  for (uint32_t b : {0x7f800001u, 0x7fc00000u, 0xff800001u, 0x7fffffffu, 0xffffffffu, 0x7f7fffffu, 0xff7fffffu}) check(b);
+}
+
 }  // namespace

@@ -342,3 +342,53 @@ def test_a_bfloat16_weight_read_by_several_products_is_not_copied(tmp_path):
     labels = [k["label"] for k in prog.manifest["kernels"]]
     assert labels.count("MatMul.bf16") == 3, labels
     assert prog.manifest["stats"]["arena_bytes"] < 512 * 512 * 4, prog.manifest["stats"]
+
+
+class _ConvBlocks(torch.nn.Module):
+    """Convolutions as a bfloat16 CNN has them: a stem with bias, batch norms with trained
+    statistics, a residual add, a depthwise convolution and a pointwise one."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(8, 32, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(32)
+        self.conv = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(32)
+        self.dw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)
+        self.pw = torch.nn.Conv2d(32, 16, 1)
+        for bn in (self.bn1, self.bn2):
+            with torch.no_grad():
+                bn.running_mean.uniform_(-1, 1)
+                bn.running_var.uniform_(0.5, 2)
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.stem(x)))
+        y = torch.relu(y + self.bn2(self.conv(y)))
+        return self.pw(torch.nn.functional.hardswish(self.dw(y)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bfloat16_convolutions_keep_their_batch_norm_and_run_in_bfloat16(threads, tmp_path):
+    """A bfloat16 model's convolutions: the batch norm after one is not folded into its weights
+    (eager rounds the convolution's result to bfloat16 first, and the unscaled weights stay
+    bfloat16 values); the convolutions whose sums have at least 32 products run on oneDNN's
+    bfloat16 kernel (manifest: precision bfloat16; on a CPU without AVX512-BF16 the same
+    convolution in float32), the depthwise one in float32; the roundings, the batch norm, the
+    activation and the residual add run in the convolutions' epilogues. The result is eager's
+    bfloat16 model within 2 units in the last place (float32 sums in another order), which a
+    folded batch norm misses (its weights rounded differently)."""
+    torch.manual_seed(0)
+    m = _ConvBlocks().to(torch.bfloat16).eval()
+    x = randn(1, 8, 32, 32).to(torch.bfloat16)
+    with torch.no_grad():
+        want = m(x)
+        prog = chroma.compile(m, (x,), out=str(tmp_path / "m"), threads=threads)
+    _check(prog(_np(x)), want, ulps=2)
+    convs = [k for k in prog.manifest["kernels"] if k["kind"] == "conv"]
+    assert [k.get("precision", "float32") for k in convs] == ["bfloat16", "bfloat16", "float32", "bfloat16"], convs
+    # Nothing but the convolutions (and the input's conversion): batch norms, roundings,
+    # relu, hardswish and the residual add all run in their epilogues.
+    assert len(prog.manifest["kernels"]) <= len(convs) + 2, [k["label"] for k in prog.manifest["kernels"]]
+    assert "mul add" in convs[1]["label"], convs[1]

@@ -23,6 +23,16 @@
 // PyTorch loaded first, its libgomp is the one used and it was initialised with spinning
 // waits): mobilenet_v2 ran 4x slower at two threads than at one.
 //
+// bfloat16 (ConvGeom::bf16: a bfloat16 model's convolution, whose input and weights hold
+// bfloat16 values): on a CPU with bfloat16 dot products (AVX512-BF16, AMX) the primitive takes
+// its input and weights as bfloat16 and stores float32, eager PyTorch's arithmetic for a
+// bfloat16 convolution (products exact, float32 accumulation; the graph rounds the result
+// after the post-ops and the epilogue, as before). The input is converted on the way in by a
+// reorder into the slice's own buffer, the weights once with their layout reorder; both
+// conversions are exact. Without those instructions, or where oneDNN offers only its
+// reference kernel in bfloat16, the float32 primitive runs (the same values up to the order
+// of the sums).
+//
 // Per call site one Cache: for each weights address (one per loaded program) and thread count
 // it holds the slices (primitive, reordered weights, shared by slices whose primitives want
 // the same layout, scratchpad and any reorder buffers). They live outside the arena (oneDNN
@@ -32,6 +42,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +59,8 @@ namespace dnnl_detail {
 
 // Work (multiply-adds) below which a convolution runs as one slice.
 inline constexpr int64_t kSplitMacs = int64_t{1} << 20;
+// The most result bytes a slice stores when its result is read again at once (slices()).
+inline constexpr int64_t kBlockBytes = int64_t{512} << 10;
 
 // Images [n0, n0 + nn) and output rows [r0, r0 + rows) of the outermost spatial dimension.
 struct Slice {
@@ -102,6 +115,25 @@ inline bool is_reference(const dnnl::convolution_forward::primitive_desc& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
+// Whether bfloat16 convolutions are worth running here: the CPU has AVX512-BF16's dot
+// products (every CPU with AMX has them too). CHROMA_CONV_BF16=0 turns them off (to compare).
+inline bool bf16_convolutions() {
+  static const bool on = [] {
+    const char* env = std::getenv("CHROMA_CONV_BF16");
+    if (env && std::string(env) == "0") return false;
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return on;
+}
+
+// A dense memory of dims in the channels-last or the plain order (a slice's own copy).
+inline dnnl::memory::desc dense_desc(const dnnl::memory::dims& dims, dnnl::memory::data_type t, bool cl) {
+  using ft = dnnl::memory::format_tag;
+  const size_t d = dims.size() - 2;
+  if (cl) return dnnl::memory::desc(dims, t, d == 1 ? ft::nwc : d == 2 ? ft::nhwc : ft::ndhwc);
+  return dnnl::memory::desc(dims, t, d == 1 ? ft::ncw : d == 2 ? ft::nchw : ft::ncdhw);
+}
+
 // g is normalised to 3 spatial dims with leading unit dims; d is the real spatial rank. The
 // calling thread's OpenMP count must be 1: oneDNN fixes the work split when it creates the
 // primitive. `share`: an earlier slice whose reordered weights this one reuses when it wants
@@ -135,7 +167,6 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   dims wei = grouped ? dims{g.groups, cout_g, cin_g} : dims{g.cout, g.c};
   for (int i = first; i < 3; ++i) wei.push_back(g.k[i]);
   const auto any = dnnl::memory::format_tag::any;
-  const dnnl::memory::desc wei_any(wei, dt::f32, any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each slice its own: slices run at once
   // Bias and post-ops; a per-channel operand is a [1, Cout, 1...] tensor.
@@ -181,6 +212,7 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   p->y_elems = s.nn * g.cout * s.rows;
   for (int i = first + 1; i < 3; ++i) p->y_elems *= g.out[i];
   auto primitive = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
+    const dnnl::memory::desc wei_any(wei, src.data_type(), any);
     if (bias) {
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                            wei_any, bias_md, dst, strides, dil, pad_l, pad_r);
@@ -192,10 +224,26 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   };
   dnnl::convolution_forward::primitive_desc pd;
   bool direct = false;
-  try {
-    pd = primitive(x_md, y_md);
-    direct = !is_reference(pd);
-  } catch (const dnnl::error&) {
+  if (g.bf16 && bf16_convolutions()) {
+    // The input converted into a dense bfloat16 copy laid out as it lies (or as the primitive
+    // wants it); the result float32 as it lies.
+    try {
+      pd = primitive(dense_desc(x_md.dims(), dt::bf16, g.x_cl), y_md);
+      direct = !is_reference(pd);
+      if (!direct) {
+        pd = primitive(dnnl::memory::desc(x_md.dims(), dt::bf16, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
+        direct = !is_reference(pd);
+      }
+    } catch (const dnnl::error&) {
+      direct = false;
+    }
+  }
+  if (!direct) {  // float32
+    try {
+      pd = primitive(x_md, y_md);
+      direct = !is_reference(pd);
+    } catch (const dnnl::error&) {
+    }
   }
   if (!direct) pd = primitive(dnnl::memory::desc(x_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
   p->conv = dnnl::convolution_forward(pd);
@@ -222,22 +270,29 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
 }
 
 // The slices of g for `threads` threads: one when the convolution is small; ranges of images
-// when there are at least `threads` of them; else each image's output rows in ranges.
-inline std::vector<Slice> slices(const ConvGeom& g, int d, int threads) {
+// when there are at least as many as slices wanted; else each image's output rows in ranges.
+// `blocks`: the convolution's result is read again right after each slice is stored (an
+// epilogue), or its input converted first (bfloat16): then slices are also cut small enough
+// (kBlockBytes of result) for that to happen while the block is still in cache, even on
+// one thread; they run one after another on each thread.
+inline std::vector<Slice> slices(const ConvGeom& g, int d, int threads, bool blocks) {
   const int first = 3 - d;
   const int64_t cin_g = g.c / g.groups;
   const int64_t macs = g.n * g.cout * g.out[0] * g.out[1] * g.out[2] * cin_g * g.k[0] * g.k[1] * g.k[2];
   const int64_t rows = g.out[first];
-  if (threads <= 1 || macs < kSplitMacs || g.n < 1) return {Slice{0, g.n, 0, rows}};
+  const int64_t out_bytes = 4 * g.n * g.cout * g.out[0] * g.out[1] * g.out[2];
+  const int64_t by_size = blocks ? (out_bytes + kBlockBytes - 1) / kBlockBytes : 1;
+  const int64_t want = std::max<int64_t>(threads, by_size);
+  if (want <= 1 || macs < kSplitMacs || g.n < 1) return {Slice{0, g.n, 0, rows}};
   std::vector<Slice> out;
-  if (g.n >= threads) {
-    for (int64_t t = 0; t < threads; ++t) {
-      const int64_t b = g.n * t / threads, e = g.n * (t + 1) / threads;
+  if (g.n >= want) {
+    for (int64_t t = 0; t < want; ++t) {
+      const int64_t b = g.n * t / want, e = g.n * (t + 1) / want;
       if (e > b) out.push_back(Slice{b, e - b, 0, rows});
     }
     return out;
   }
-  const int64_t parts = std::min<int64_t>((threads + g.n - 1) / g.n, rows);
+  const int64_t parts = std::min<int64_t>((want + g.n - 1) / g.n, rows);
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t t = 0; t < parts; ++t) {
       const int64_t b = rows * t / parts, e = rows * (t + 1) / parts;
@@ -353,7 +408,7 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
       if (fresh) {
         try {
           std::vector<std::unique_ptr<dnnl_detail::Prim>> made;
-          for (const dnnl_detail::Slice& s : dnnl_detail::slices(g, d, threads)) {
+          for (const dnnl_detail::Slice& s : dnnl_detail::slices(g, d, threads, epi != nullptr || g.bf16)) {
             made.push_back(
                 dnnl_detail::make(g, d, s, w, const_weights && !made.empty() ? made.front().get() : nullptr, ops, nops));
           }
@@ -370,8 +425,8 @@ void conv_dnnl(DnnlCache& cache, const ConvGeom& g, int d, const float* x, const
     return;
   }
   const bool reorder_w = !const_weights && !fresh;
-  if (parts->size() == 1) {
-    dnnl_detail::run(*(*parts)[0], x, w, y, reorder_w, epi);
+  if (parts->size() == 1 || threads <= 1) {
+    for (auto& part : *parts) dnnl_detail::run(*part, x, w, y, reorder_w, epi);
     return;
   }
   pool->parallel_for(static_cast<int64_t>(parts->size()), [&](int64_t b, int64_t e) {

@@ -144,11 +144,25 @@ template <class F, class T, class... E> struct Map {
   // a call stops the loop from vectorizing (later kernels of a file ran 3-8x slower than the
   // same kernel placed first).
   template <class... R> struct Row {
+    // A float32 -> bfloat16 conversion (what a rounding's outer cast back to float32 looks for).
+    static constexpr bool kToBf16FromFloat =
+        std::is_same_v<F, op::cast> && std::is_same_v<T, ::chroma::bf16> && sizeof...(R) == 1 &&
+        (std::is_same_v<std::invoke_result_t<const R&, int64_t>, float> && ...);
     std::tuple<R...> r;
     CHROMA_ALWAYS_INLINE T operator()(int64_t j) const { return call(j, std::index_sequence_for<R...>{}); }
     template <size_t... I> CHROMA_ALWAYS_INLINE T call(int64_t j, std::index_sequence<I...>) const {
-      if constexpr (std::is_same_v<F, op::cast>) return static_cast<T>(std::get<0>(r)(j));
-      else return static_cast<T>(F::apply(std::get<I>(r)(j)...));
+      if constexpr (std::is_same_v<F, op::cast>) {
+        using C = std::tuple_element_t<0, std::tuple<R...>>;
+        if constexpr (std::is_same_v<T, float> && requires { C::kToBf16FromFloat; }) {
+          // float32 -> bfloat16 -> float32 (a bfloat16 model's rounding): in 32-bit lanes.
+          if constexpr (C::kToBf16FromFloat) return ::chroma::half_detail::round_to_bf16(std::get<0>(std::get<0>(r).r)(j));
+          else return static_cast<T>(std::get<0>(r)(j));
+        } else {
+          return static_cast<T>(std::get<0>(r)(j));
+        }
+      } else {
+        return static_cast<T>(F::apply(std::get<I>(r)(j)...));
+      }
     }
   };
   auto row(const int64_t* idx) const {
@@ -526,7 +540,7 @@ inline bool index_put(D d, I ix, V vals, int64_t* bad) {
       dst = vals.at(o);
     } else {
       dst = ::chroma::scalar::scan_combine<Red, T>(dst, static_cast<T>(vals.at(o)));
-      if constexpr (Round == 1) dst = static_cast<T>(static_cast<float>(::chroma::bf16(static_cast<float>(dst))));
+      if constexpr (Round == 1) dst = static_cast<T>(::chroma::half_detail::round_to_bf16(static_cast<float>(dst)));
       if constexpr (Round == 2) dst = static_cast<T>(static_cast<float>(::chroma::f16(static_cast<float>(dst))));
     }
   });

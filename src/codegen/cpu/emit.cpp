@@ -453,7 +453,7 @@ class Emitter {
     std::function<std::string(const Expr&)> print = [&](const Expr& x) -> std::string {
       switch (x.kind) {
         case Expr::kLoad: {
-          if (x.buffer == out) return "y[p + c]";
+          if (x.buffer == out) return "v";
           const std::string base = "static_cast<const float*>(" + ptr(x.buffer, false) + ")[" + std::to_string(x.layout.offset);
           bool scalar = true, channel = true;
           for (size_t d = 0; d < x.layout.shape.size(); ++d) {
@@ -473,15 +473,28 @@ class Emitter {
           for (size_t i = 0; i < x.children.size(); ++i) r += (i ? ", " : "") + print(x.children[i]);
           return r + "))";
         }
+        case Expr::kCast: {  // float32 <-> bfloat16 / float16 (a half model's rounding)
+          const DType from = x.children[0].dtype;
+          const Expr& inner = x.children[0];
+          if (x.dtype == DType::kF32 && from == DType::kBF16 && inner.kind == Expr::kCast &&
+              inner.children[0].dtype == DType::kF32) {  // a rounding: in 32-bit lanes
+            return "::chroma::half_detail::round_to_bf16(" + print(inner.children[0]) + ")";
+          }
+          if (x.dtype == DType::kF32 && is_half(from)) return "static_cast<float>(" + print(x.children[0]) + ")";
+          if (is_half(x.dtype) && from == DType::kF32) {
+            return std::string(x.dtype == DType::kBF16 ? "::chroma::bf16(" : "::chroma::f16(") + print(x.children[0]) + ")";
+          }
+          throw CompileError("internal: a convolution epilogue with a cast from " + std::string(dtype_name(from)));
+        }
         default:
-          throw CompileError("internal: a convolution epilogue with an iota or a cast");
+          throw CompileError("internal: a convolution epilogue with an iota");
       }
     };
     std::ostringstream o;
     o << "  const et::ConvEpilogue epi{+[](const void* ctx, float* y, int64_t i0, int64_t n) {\n"
       << "    [[maybe_unused]] const auto& cx = *static_cast<const ::chroma::rt::Ctx*>(ctx);\n"
-      << "    for (int64_t p = i0; p < i0 + n; p += " << k.shape[1] << ") {\n#pragma GCC ivdep\n"
-      << "      for (int64_t c = 0; c < " << k.shape[1] << "; ++c) y[p + c] = " << print(e) << ";\n    }\n  }, &cx};\n";
+      << "    et::epilogue_pixels<" << k.shape[1] << ">(y, i0, n, [&](float v, int64_t p, int64_t c) {\n"
+      << "      return " << print(e) << ";\n    });\n  }, &cx};\n";
     return o.str();
   }
 
@@ -507,7 +520,8 @@ class Emitter {
     const bool y_cl = c.channels_last(), x_cl = conv_input_channels_last(k, *p_);
     o << "  static constexpr et::ConvGeom g = {" << xs[0] << ", " << xs[1] << ", " << ws[0] << ", " << k.attrs.k << ", " << l3(in)
       << ", " << l3(out) << ", " << l3(kk) << ", " << l3(st) << ", " << l3(pd) << ", " << l3(dl) << ", "
-      << (x_cl ? "true" : "false") << ", " << (y_cl ? "true" : "false") << "};\n";
+      << (x_cl ? "true" : "false") << ", " << (y_cl ? "true" : "false")
+      << (k.weight_format == quant::Format::kBF16 && dnnl_sites_.count(&k) ? ", true" : "") << "};\n";
     const std::string args = "static_cast<const " + t + "*>(" + ptr(x.buffer, false) + ") + " + std::to_string(x.layout.offset) +
                              ", static_cast<const " + t + "*>(" + ptr(w.buffer, false) + ") + " + std::to_string(w.layout.offset) +
                              ", static_cast<" + t + "*>(" + ptr(k.outputs[0], true) + ")";
