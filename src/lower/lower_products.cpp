@@ -485,6 +485,45 @@ bool Lowerer::bf16_valued(Value v, int depth) const {
   return true;
 }
 
+// The rows from which a bfloat16 model's product runs on oneDNN (chroma/cpu/matmul_dnnl.h's
+// kDnnlBf16Rows; the header needs oneDNN's, so the number is repeated here).
+constexpr int64_t kDnnlBf16Rows = 32;
+
+bool Lowerer::bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src) {
+  const TensorType& ct = n.type();
+  const size_t r = ct.shape.size();
+  const int64_t m = ct.shape[r - 2], nn = ct.shape[r - 1];
+  const int64_t rows = numel(ct.shape) / nn;
+  // A's rows must lie evenly spaced across its batch dimensions (one [rows, K] matrix).
+  auto flat_rows = [&](const Layout& l) {
+    if (l.strides[r - 1] != 1) return false;
+    int64_t want = l.strides[r - 2] * m;
+    for (size_t d = r - 2; d-- > 0;) {
+      if (l.shape[d] == 1) continue;
+      if (l.strides[d] != want) return false;
+      want *= l.shape[d];
+    }
+    return l.strides[r - 2] >= l.shape[r - 1];
+  };
+  // B one matrix (broadcast over the batch).
+  const Layout& lb = src.load.layout;
+  for (size_t d = 0; d + 2 < r; ++d) {
+    if (lb.shape[d] != 1 && lb.strides[d] != 0) return false;
+  }
+  Expr ea = matmul_operand(n.inputs[0]);
+  if (!flat_rows(ea.layout)) ea = buffer_load(n.inputs[0], Want::kContiguous);
+  if (!flat_rows(ea.layout)) return false;
+  (void)rows;
+  Kernel k = start(n, Kernel::kMatMul);
+  k.weight_format = quant::Format::kBF16;
+  k.activations = quant::Activations::kBF16;
+  k.inputs.push_back(std::move(ea));
+  k.inputs.push_back(src.load);
+  push_over_output(std::move(k), n, v);
+  p_.kernels.back().label.replace(0, 6, "MatMul.onednn_bf16");
+  return true;
+}
+
 bool Lowerer::packed_matmul(const Node& n, Value v) {
   const TensorType& ct = n.type();
   const size_t r = ct.shape.size();
@@ -520,6 +559,12 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   quant::Format wf = weight_format(n, cname, kk, nn, static_cast<int64_t>(order.size()));
   quant::Activations acts = opts_.weights.activations;
   if (src->bf16) model_bf16_format(cname, kk, nn, static_cast<int64_t>(order.size()), n.inputs[0], &wf, &acts);
+  // Many rows of bfloat16 activations times the model's bfloat16 weight: oneDNN's bfloat16
+  // matmul (AMX), which outruns the packed kernels once the product is compute-bound.
+  if (src->bf16 && wf == quant::Format::kBF16 && acts == quant::Activations::kBF16 && order.size() == 1 &&
+      opts_.channels_last && nb * m >= kDnnlBf16Rows && bf16_dnnl_matmul(n, v, *src)) {
+    return true;
+  }
   // A quantized weight is never stored in float32: its products take the packed kernel at any
   // number of rows (panels dequantized a few at a time when there are many rows).
   if (wf == quant::Format::kF32 && m > opts_.packed_max_rows) return false;

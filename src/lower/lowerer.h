@@ -215,6 +215,9 @@ class Lowerer {
   // Convolution n runs in bfloat16 (Kernel::weight_format kBF16): a bfloat16 model's, its
   // input a bfloat16 tensor's values and its weights all bfloat16 values (conversions exact).
   bool conv_bf16(const Node& n);
+  // Product n (a bfloat16 model's, bfloat16 activations, many rows) as a kMatMul of weight
+  // format bf16 on oneDNN's bfloat16 matmul (chroma/cpu/matmul_dnnl.h); false: not possible.
+  bool bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src);
   // The format of the model's bfloat16 weight where the policy keeps it float32: bf16, lossless,
   // with bf16 activations when `activations` are a bfloat16 tensor's values, else the exact
   // float32 kernels; the decision goes to the manifest.

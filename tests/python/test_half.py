@@ -369,8 +369,9 @@ class _ConvBlocks(torch.nn.Module):
         return self.pw(torch.nn.functional.hardswish(self.dw(y)))
 
 
+@pytest.mark.parametrize("kernels", ["bf16", "fp32"])  # fp32: CHROMA_DNNL_BF16=0, a CPU without bf16
 @pytest.mark.parametrize("threads", [1, 2])
-def test_bfloat16_convolutions_keep_their_batch_norm_and_run_in_bfloat16(threads, tmp_path):
+def test_bfloat16_convolutions_keep_their_batch_norm_and_run_in_bfloat16(threads, kernels, tmp_path, monkeypatch):
     """A bfloat16 model's convolutions: the batch norm after one is not folded into its weights
     (eager rounds the convolution's result to bfloat16 first, and the unscaled weights stay
     bfloat16 values); the convolutions whose sums have at least 32 products run on oneDNN's
@@ -379,6 +380,7 @@ def test_bfloat16_convolutions_keep_their_batch_norm_and_run_in_bfloat16(threads
     activation and the residual add run in the convolutions' epilogues. The result is eager's
     bfloat16 model within 2 units in the last place (float32 sums in another order), which a
     folded batch norm misses (its weights rounded differently)."""
+    monkeypatch.setenv("CHROMA_DNNL_BF16", "1" if kernels == "bf16" else "0")  # read when the artifact loads
     torch.manual_seed(0)
     m = _ConvBlocks().to(torch.bfloat16).eval()
     x = randn(1, 8, 32, 32).to(torch.bfloat16)
@@ -392,3 +394,39 @@ def test_bfloat16_convolutions_keep_their_batch_norm_and_run_in_bfloat16(threads
     # relu, hardswish and the residual add all run in their epilogues.
     assert len(prog.manifest["kernels"]) <= len(convs) + 2, [k["label"] for k in prog.manifest["kernels"]]
     assert "mul add" in convs[1]["label"], convs[1]
+
+
+@pytest.mark.parametrize("kernels", ["bf16", "fp32"])  # fp32: CHROMA_DNNL_BF16=0, a CPU without bf16
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bfloat16_products_with_many_rows_run_on_onednn(threads, kernels, tmp_path, monkeypatch):
+    """A bfloat16 model's products of at least 32 rows (batched, or of a transposed activation)
+    run on oneDNN's bfloat16 matmul (AMX where the CPU has it; float32 sgemm on the same values
+    where it has no bfloat16 instructions), reading the stored bfloat16 weight as it is; fewer
+    rows keep Chroma's bf16 kernels. PyTorch's bfloat16 linear within 2 units in the last place
+    (_close)."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(128, 96)
+            self.b = torch.nn.Linear(96, 64, bias=False)
+            self.c = torch.nn.Linear(40, 48)
+
+        def forward(self, x, few):
+            y = torch.nn.functional.gelu(self.a(x))           # [2, 40, 128] -> 80 rows
+            z = self.b(y)                                     # 80 rows again
+            return z, self.c(z.transpose(1, 2)), self.a(few)  # transposed activation; 8 rows
+
+    monkeypatch.setenv("CHROMA_DNNL_BF16", "1" if kernels == "bf16" else "0")  # read when the artifact loads
+    torch.manual_seed(0)
+    m = M().to(torch.bfloat16).eval()
+    args = (randn(2, 40, 128).to(torch.bfloat16), randn(8, 128).to(torch.bfloat16))
+    with torch.no_grad():
+        want = m(*args)
+        prog = chroma.compile(m, args, out=str(tmp_path / "m"), threads=threads)
+    got = prog(*[_np(a) for a in args])
+    for g, w in zip(got, want):
+        _close(g, w)
+    labels = [k["label"] for k in prog.manifest["kernels"]]
+    assert sum(lb.startswith("MatMul.onednn_bf16") for lb in labels) == 3, labels
+    assert sum(lb.startswith("MatMul.bf16") for lb in labels) == 1, labels  # the 8-row product

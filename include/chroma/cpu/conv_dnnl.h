@@ -27,11 +27,11 @@
 // bfloat16 values): on a CPU with bfloat16 dot products (AVX512-BF16, AMX) the primitive takes
 // its input and weights as bfloat16 and stores float32, eager PyTorch's arithmetic for a
 // bfloat16 convolution (products exact, float32 accumulation; the graph rounds the result
-// after the post-ops and the epilogue, as before). The input is converted on the way in by a
-// reorder into the slice's own buffer, the weights once with their layout reorder; both
-// conversions are exact. Without those instructions, or where oneDNN offers only its
+// after the post-ops and the epilogue, as before). The input is converted on the way in into
+// the slice's own buffer (to_bf16 for a channels-last slice the primitive reads as it lies,
+// else a reorder), the weights once with their layout reorder; both conversions are exact. Without those instructions, or where oneDNN offers only its
 // reference kernel in bfloat16, the float32 primitive runs (the same values up to the order
-// of the sums).
+// of the sums; CHROMA_DNNL_BF16=0 forces that, dnnl_bf16.h).
 //
 // Per call site one Cache: for each weights address (one per loaded program) and thread count
 // it holds the slices (primitive, reordered weights, shared by slices whose primitives want
@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "chroma/cpu/conv.h"
+#include "chroma/cpu/dnnl_bf16.h"
 
 namespace chroma::et {
 
@@ -77,6 +78,10 @@ struct Prim {
   int64_t y_elems = 0;                          // the slice's output block (the epilogue's n)
   std::shared_ptr<dnnl::memory> wm;
   bool reorder_x = false, reorder_y = false;
+  // bfloat16: the slice's input (dense, channels-last) converted by to_bf16 into xm, x_elems
+  // of them, instead of by a reorder.
+  bool convert_x = false;
+  int64_t x_elems = 0;
   dnnl::reorder rx, ry, rw;
   int64_t x_off = 0, y_off = 0;  // where this slice's input and output start (elements)
 };
@@ -113,17 +118,6 @@ inline dnnl::memory::desc block_desc(int64_t n, int64_t c, const int64_t* sp, in
 
 inline bool is_reference(const dnnl::convolution_forward::primitive_desc& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
-}
-
-// Whether bfloat16 convolutions are worth running here: the CPU has AVX512-BF16's dot
-// products (every CPU with AMX has them too). CHROMA_CONV_BF16=0 turns them off (to compare).
-inline bool bf16_convolutions() {
-  static const bool on = [] {
-    const char* env = std::getenv("CHROMA_CONV_BF16");
-    if (env && std::string(env) == "0") return false;
-    return __builtin_cpu_supports("avx512bf16") != 0;
-  }();
-  return on;
 }
 
 // A dense memory of dims in the channels-last or the plain order (a slice's own copy).
@@ -224,7 +218,7 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   };
   dnnl::convolution_forward::primitive_desc pd;
   bool direct = false;
-  if (g.bf16 && bf16_convolutions()) {
+  if (g.bf16 && dnnl_bf16_kernels()) {
     // The input converted into a dense bfloat16 copy laid out as it lies (or as the primitive
     // wants it); the result float32 as it lies.
     try {
@@ -251,8 +245,16 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   p->x_user = dnnl::memory(x_md, p->eng, DNNL_MEMORY_NONE);
   p->y_user = dnnl::memory(y_md, p->eng, DNNL_MEMORY_NONE);
   p->reorder_x = pd.src_desc() != x_md;
+  // A channels-last slice is one dense block: converted by to_bf16 when the primitive takes it
+  // as it lies (dense_desc), else reordered into the primitive's layout.
+  if (pd.src_desc().data_type() == dt::bf16 && g.x_cl && pd.src_desc() == dense_desc(x_md.dims(), dt::bf16, true)) {
+    p->convert_x = true;
+    p->reorder_x = false;
+    p->x_elems = 1;
+    for (int64_t v : x_md.dims()) p->x_elems *= v;
+  }
   p->reorder_y = pd.dst_desc() != y_md;
-  p->xm = p->reorder_x ? dnnl::memory(pd.src_desc(), p->eng) : p->x_user;
+  p->xm = p->reorder_x || p->convert_x ? dnnl::memory(pd.src_desc(), p->eng) : p->x_user;
   p->ym = p->reorder_y ? dnnl::memory(pd.dst_desc(), p->eng) : p->y_user;
   if (p->reorder_x) p->rx = dnnl::reorder(p->x_user, p->xm);
   if (p->reorder_y) p->ry = dnnl::reorder(p->ym, p->y_user);
@@ -316,6 +318,7 @@ inline void run(Prim& p, const float* x, const float* w, float* y, bool reorder_
   p.x_user.set_data_handle(const_cast<float*>(x) + p.x_off);
   p.y_user.set_data_handle(y + p.y_off);
   if (p.reorder_x) p.rx.execute(p.st, p.x_user, p.xm);
+  if (p.convert_x) to_bf16(x + p.x_off, static_cast<uint16_t*>(p.xm.get_data_handle()), p.x_elems);
   std::unordered_map<int, dnnl::memory> args = p.args;
   args[DNNL_ARG_SRC] = p.xm;
   args[DNNL_ARG_WEIGHTS] = *p.wm;
