@@ -11,7 +11,8 @@ Models (seeded random weights; inputs fixed):
   moe       experts picked from stacked weights by a router (OpenAI's reference form:
             W = w1[expert_indices], then einsum), 8 experts of 1024 x 512, top 2, 8 tokens
   encoder   nn.TransformerEncoder, 4 layers of d 512, 8 heads, 64 tokens
-  resnet18, mobilenet_v3_small   torchvision, 1 x 3 x 224 x 224
+  resnet18, mobilenet_v3_small   torchvision, 1 x 3 x 224 x 224 (and any other torchvision
+            classifier by its constructor's name: --models convnext_tiny,densenet121)
 Each in bfloat16 and float16: eager's median, Chroma's median (same threads), the ratio, the
 relative L2 difference of the outputs (both in the model's dtype; a model whose eager output
 is all zeros in that dtype (float16 underflow) reports none), Chroma's weight and arena bytes.
