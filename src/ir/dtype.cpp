@@ -1,5 +1,7 @@
 #include "ir/dtype.h"
 
+#include <cmath>
+
 namespace chroma {
 
 std::string_view dtype_name(DType t) {
@@ -117,6 +119,14 @@ std::string TensorType::str() const {
   else if (n == "bfloat16") short_name = "bf16";
   else short_name = "bool";
   return short_name + shape_str(shape);
+}
+
+bool half_value(double v, DType t) {
+  if (std::isnan(v)) return true;
+  const float f = static_cast<float>(v);
+  if (static_cast<double>(f) != v) return false;
+  const float r = t == DType::kBF16 ? half_detail::round_to_bf16(f) : half_detail::f16_to_f32(half_detail::f32_to_f16(f));
+  return r == f;
 }
 
 }  // namespace chroma

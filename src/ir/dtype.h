@@ -46,6 +46,8 @@ bool parse_dtype(std::string_view name, DType* out);
 inline bool is_half(DType t) { return t == DType::kF16 || t == DType::kBF16; }
 inline bool is_float(DType t) { return t == DType::kF32 || t == DType::kF64 || is_half(t); }
 inline bool is_int(DType t) { return !is_float(t) && t != DType::kBool; }
+// Whether scalar v is a value of half type t (NaN and the infinities are).
+bool half_value(double v, DType t);
 
 // Thrown for any problem with the user's model or inputs; the message names the op, node
 // and source line when they are known.

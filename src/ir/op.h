@@ -43,6 +43,13 @@ struct EwInfo {
 };
 const EwInfo& ew_info(EwOp op);
 bool parse_ew(std::string_view name, EwOp* out);
+// The operations whose result is one of their data operands' values, unchanged (relu,
+// maximum, minimum, abs, neg, where's branches): of a half type's values they make one of its
+// values, so widen_half need not round them (and the lowering knows them bfloat16-valued).
+inline bool ew_picks_operand(EwOp op) {
+  return op == EwOp::k_relu || op == EwOp::k_maximum || op == EwOp::k_minimum || op == EwOp::k_abs || op == EwOp::k_neg ||
+         op == EwOp::k_where;
+}
 
 std::string_view reduce_name(ReduceKind k);
 

@@ -468,17 +468,9 @@ bool Lowerer::bf16_valued(Value v, int depth) const {
   // What widen_half leaves unrounded because it picks among bfloat16 values (a relu of a
   // rounded value; widen_half.cpp): the same operations over bfloat16-valued operands or
   // literals that are bfloat16 values.
-  if (src.op == Op::kFull) {
-    const double d = src.attrs.scalar.as_double();
-    const float f = static_cast<float>(d);
-    return static_cast<double>(f) == d && half_detail::bf16_to_f32(half_detail::f32_to_bf16(f)) == f;
-  }
-  if (src.op != Op::kMap || depth > 8) return false;
+  if (src.op == Op::kFull) return half_value(src.attrs.scalar.as_double(), DType::kBF16);
+  if (src.op != Op::kMap || depth > 8 || !ew_picks_operand(src.attrs.ew)) return false;
   const EwOp ew = src.attrs.ew;
-  if (ew != EwOp::k_relu && ew != EwOp::k_maximum && ew != EwOp::k_minimum && ew != EwOp::k_abs && ew != EwOp::k_neg &&
-      ew != EwOp::k_where) {
-    return false;
-  }
   for (size_t k = ew == EwOp::k_where ? 1 : 0; k < src.inputs.size(); ++k) {
     if (!bf16_valued(src.inputs[k], depth + 1)) return false;
   }
@@ -492,8 +484,7 @@ constexpr int64_t kDnnlBf16Rows = 32;
 bool Lowerer::bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src) {
   const TensorType& ct = n.type();
   const size_t r = ct.shape.size();
-  const int64_t m = ct.shape[r - 2], nn = ct.shape[r - 1];
-  const int64_t rows = numel(ct.shape) / nn;
+  const int64_t m = ct.shape[r - 2];
   // A's rows must lie evenly spaced across its batch dimensions (one [rows, K] matrix).
   auto flat_rows = [&](const Layout& l) {
     if (l.strides[r - 1] != 1) return false;
@@ -513,7 +504,6 @@ bool Lowerer::bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src) 
   Expr ea = matmul_operand(n.inputs[0]);
   if (!flat_rows(ea.layout)) ea = buffer_load(n.inputs[0], Want::kContiguous);
   if (!flat_rows(ea.layout)) return false;
-  (void)rows;
   Kernel k = start(n, Kernel::kMatMul);
   k.weight_format = quant::Format::kBF16;
   k.activations = quant::Activations::kBF16;

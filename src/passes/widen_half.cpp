@@ -1,6 +1,5 @@
 #include "passes/widen_half.h"
 
-#include <cmath>
 #include <map>
 
 #include "passes/rewrite.h"
@@ -24,18 +23,6 @@ int32_t source_of_full(const Graph& g, Value v) {
   int32_t id = v.node;
   while (is_view(g.node(id).op)) id = g.node(id).inputs[0].node;
   return g.node(id).op == Op::kFull ? id : -1;
-}
-
-// Whether Full node `id`'s value is one of half type t's (NaN and infinities are).
-bool representable(const Graph& g, int32_t id, DType t) {
-  if (id < 0) return false;
-  const double d = g.node(id).attrs.scalar.as_double();
-  const float f = static_cast<float>(d);
-  if (static_cast<double>(f) != d && !std::isnan(d)) return false;
-  if (std::isnan(f)) return true;
-  const float r = t == DType::kBF16 ? half_detail::bf16_to_f32(half_detail::f32_to_bf16(f))
-                                    : half_detail::f16_to_f32(half_detail::f32_to_f16(f));
-  return r == f;
 }
 
 }  // namespace
@@ -100,13 +87,13 @@ Graph widen_half(const Graph& g) {
     // relu6 after a batch norm: one rounding fewer per element in the convolution's epilogue).
     if (n.op == Op::kMap && n.types.size() == 1 && is_half(n.types[0].dtype) && !exact_copy) {
       const EwOp ew = n.attrs.ew;
-      const bool picks = ew == EwOp::k_relu || ew == EwOp::k_maximum || ew == EwOp::k_minimum || ew == EwOp::k_abs ||
-                         ew == EwOp::k_neg || ew == EwOp::k_where;
-      bool all = picks;
+      bool all = ew_picks_operand(ew);
       for (size_t k = ew == EwOp::k_where ? 1 : 0; all && k < n.inputs.size(); ++k) {
         const Value in = n.inputs[k];
-        all = g.type(in).dtype == n.types[0].dtype && (is_exact(in) || (g.node(in).name != n.name || n.name.empty()) ||
-                                                       representable(g, source_of_full(g, in), n.types[0].dtype));
+        const int32_t full = source_of_full(g, in);
+        all = g.type(in).dtype == n.types[0].dtype &&
+              (is_exact(in) || g.node(in).name != n.name || n.name.empty() ||
+               (full >= 0 && half_value(g.node(full).attrs.scalar.as_double(), n.types[0].dtype)));
       }
       exact_copy = all;
     }

@@ -48,15 +48,14 @@ struct Part {
 
 // The primitive for rows [r0, r0 + rows); `share`: an earlier part whose reordered weights
 // this one takes when it wants the same layout.
-inline std::unique_ptr<Part> make(int64_t r0, int64_t rows, int64_t N, int64_t K, int64_t lda, const uint16_t* B,
-                                  int64_t sk, int64_t sn, int64_t ldc, const Part* share) {
+inline std::unique_ptr<Part> make(int64_t r0, int64_t rows, int64_t N, int64_t K, const uint16_t* B, int64_t sk, int64_t sn,
+                                  int64_t ldc, const Part* share) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto p = std::make_unique<Part>();
   p->r0 = r0;
   p->rows = rows;
   p->k = K;
-  (void)lda;
   const dnnl::memory::desc xb_md({rows, K}, dt::bf16, tag::ab);
   const dnnl::memory::desc w_any({K, N}, dt::bf16, tag::any);
   const dnnl::memory::desc y_md({rows, N}, dt::f32, dnnl::memory::dims{ldc, 1});
@@ -120,7 +119,7 @@ inline void matmul_bf16_dnnl(MatmulCache& cache, int64_t M, int64_t N, int64_t K
           const int64_t n_parts = std::max<int64_t>(1, std::min<int64_t>(threads, M / 16));
           for (int64_t t = 0; t < n_parts; ++t) {
             const int64_t b = M * t / n_parts, e = M * (t + 1) / n_parts;
-            made.push_back(mm_detail::make(b, e - b, N, K, lda, B, sk, sn, ldc, made.empty() ? nullptr : made.front().get()));
+            made.push_back(mm_detail::make(b, e - b, N, K, B, sk, sn, ldc, made.empty() ? nullptr : made.front().get()));
           }
           it = cache.by_weights.emplace(key, std::move(made)).first;
         } catch (const dnnl::error&) {
