@@ -571,7 +571,10 @@ def main(argv=None):
         return refloor(a.refloor, a.workdir)
     skip = set(s for s in a.skip.split(",") if s)
     proto = {"runs": 2, "calls": 10, "warmup": 2} if a.quick else {"runs": 2, "calls": 100, "warmup": 10}
-    os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    # OpenBLAS's core from the CPU's features (chroma.cpuinfo), before NumPy's or torch's loads:
+    # a fixed "SkylakeX" ran AVX-512 code on CPUs without it (an illegal instruction on Zen 2).
+    from chroma import cpuinfo
+    cpuinfo.configure_blas()
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch

@@ -7,7 +7,8 @@ stored values). Products are checked against NumPy products with the reference's
 weights: with float32 activations ("activations": "fp32") to float32 rounding, with bfloat16
 activations ("bf16") to the error bfloat16 rounding of the activations allows (each rounded with
 relative error at most 2^-9: relative L2 error of the product under 4e-3), with the default
-("auto": int8 activations for q4 and q6 where the CPU has AVX512-VNNI, bfloat16 otherwise) to
+("auto": int8 activations for q4 and q6 where the CPU has AVX512-VNNI or AVX2, bfloat16 or float32
+otherwise) to
 the error int8 rounding allows (per group of 64, |x - x'| <= max|x| / 254: under 1.5e-2 for
 Gaussian rows), and the int8 kernels value for value against a NumPy model of the activations'
 quantization.
@@ -209,7 +210,7 @@ class _Strided(torch.nn.Module):
 @pytest.mark.parametrize("rows", [1, 3, 8, 19])
 def test_int8_activations_value_for_value(tmp_path, fmt, rows):
     """The default for q4 and q6: the products multiply the activations quantized to int8 per
-    group of 64 (vpdpbusd) where the CPU has AVX512-VNNI. Checked against the NumPy model of that
+    group of 64 (vpdpbusd where the CPU has AVX512-VNNI, vpmaddubsw with AVX2 only). Checked against the NumPy model of that
     quantization times the reference weights, to float32 rounding: K = 200 (a short last group),
     a group of zeros, one of values near 1e-37, a large outlier in one group, and activations
     read with a stride. A
@@ -240,7 +241,10 @@ def test_int8_activations_value_for_value(tmp_path, fmt, rows):
             # AMX takes products of 2 rows or more with bfloat16 where the kernel grants its
             # tile data to the process (asked at run time), else the int8 kernel runs.
             assert int8_match or bf16_close
-        else:  # bfloat16 (or float32 without AVX512-BF16) activations
+        elif "avx2" in flags and "f16c" in flags and "fma" in flags:
+            # AVX2 without VNNI: the same int8 activations, multiplied with vpmaddubsw.
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        else:  # float32 activations (the portable code)
             assert bf16_close
         bad = x.numpy().copy()
         if name == "rows":

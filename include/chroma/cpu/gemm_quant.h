@@ -13,9 +13,16 @@
 //   from two rows); per group and column, acc += s * dot(x, q) + b * sum(x). AMX tiles instead
 //   from two rows where the CPU has AMX.
 //   Both run rows in blocks of 8 (the register tile), whatever their number.
-// - activations "fp32", or neither instruction set: each panel is dequantized (s * q + b,
-//   float32) into a small per-thread buffer, a few panels at a time, and multiplied by the
-//   float32 register tiles of gemm_packed.h: exact float32 arithmetic on the stored weights.
+// - with AVX2 and no AVX512-VNNI (AMD Zen 2/3, Intel client cores, AVX-512 without VNNI):
+//   q4 and q6 take the same int8 activations, multiplied with vpmaddubsw in 256-bit registers
+//   (int8_panel_avx2: the packed layout's 16-bit words already pair two rows of a column, so
+//   no reordering), rows in blocks of 4.
+// - activations "fp32", or none of the above (q8 and bf16 weights without AVX512-BF16): each
+//   panel is dequantized (s * q + b, float32) into a small per-thread buffer, a few panels at
+//   a time, and multiplied by the float32 register tiles of gemm_packed.h: exact float32
+//   arithmetic on the stored weights. Without AVX512-BF16, products of up to 4 rows instead
+//   decode each step in registers and multiply it at once (fp32_panel_avx2: the same values,
+//   no buffer written and read back).
 //
 // Panels (times batches) are split between the program's threads, as for gemm_packed.
 #pragma once
@@ -121,6 +128,130 @@ inline void dequant_panel_portable(const uint8_t* in, float* dst) {
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define CHROMA_QUANT_FP32_AVX2 1
+
+// Weights decoded to float32 with 256-bit vectors (AVX2; with AVX-512 where AVX512-BF16 is
+// missing too): the same values as the portable code, s * q + b in float32.
+template <int F>
+inline constexpr int kStepF32 = (F == kQ4 || F == kQ6) ? 4 : 2;
+
+// A group's float16 scales and biases, columns 0-7 and 8-15 (bf16: none). Returns what follows.
+template <int F>
+__attribute__((always_inline)) inline const uint8_t* group_scales(const uint8_t* in, __m256* s, __m256* b) {
+  if constexpr (F == kBF16) {
+    s[0] = s[1] = b[0] = b[1] = _mm256_setzero_ps();
+    return in;
+  } else {
+    for (int h = 0; h < 2; ++h) {
+      s[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * h)));
+      b[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32 + 16 * h)));
+    }
+    return in + 64;
+  }
+}
+
+// One step of a group: v[2t + h] is row r + t's columns [8h, 8h + 8). A step's bytes widened
+// to 16-bit words: for columns 0-7 (the step's first half) and 8-15 (its second), 32-bit word
+// j holds column j's values of two consecutive rows, the earlier in its low half (q8 and bf16
+// directly; q4 and q6 from their low and high nibbles: rows r, r + 1 and r + 2, r + 3).
+// Returns the next step's bytes.
+template <int F>
+__attribute__((always_inline)) inline const uint8_t* decode_step_f32(const uint8_t* in, const __m256* s, const __m256* b,
+                                                                     __m256* v) {
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  auto put = [&](int t, int h, __m256i words) {  // rows t and t + 1
+    if constexpr (F == kBF16) {
+      v[2 * t + h] = _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+      v[2 * t + 2 + h] = _mm256_castsi256_ps(_mm256_andnot_si256(lo16, words));
+    } else {
+      v[2 * t + h] = _mm256_fmadd_ps(s[h], _mm256_cvtepi32_ps(_mm256_and_si256(words, lo16)), b[h]);
+      v[2 * t + 2 + h] = _mm256_fmadd_ps(s[h], _mm256_cvtepi32_ps(_mm256_srli_epi32(words, 16)), b[h]);
+    }
+  };
+  if constexpr (F == kBF16) {
+    for (int h = 0; h < 2; ++h) put(0, h, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32 * h)));
+    return in + 64;
+  } else if constexpr (F == kQ8) {
+    for (int h = 0; h < 2; ++h) put(0, h, _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * h))));
+    return in + 32;
+  } else {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * h)));
+      __m256i qa = _mm256_and_si256(w, _mm256_set1_epi16(15)), qb = _mm256_srli_epi16(w, 4);
+      if constexpr (F == kQ6) {
+        // The high bits: columns 0-7 in the low nibbles of the 16 bytes after the step's
+        // first 32, columns 8-15 in their high nibbles; bits 0-1 for rows r, r + 1, bits 2-3
+        // for rows r + 2, r + 3.
+        __m256i e = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32)));
+        if (h == 1) e = _mm256_srli_epi16(e, 4);
+        qa = _mm256_or_si256(qa, _mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi16(3)), 4));
+        qb = _mm256_or_si256(qb, _mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi16(12)), 2));
+      }
+      put(0, h, qa);
+      put(2, h, qb);
+    }
+    return in + (F == kQ6 ? 48 : 32);
+  }
+}
+
+// One panel for MR rows (at most 4) of float32 activations: C[MR, 16] (ncols of them stored),
+// each step's weights decoded to float32 in registers (the exact path's values) and multiplied
+// with fused multiply-adds, k in increasing order. For few rows this reads the weights once
+// from memory and writes nothing, where the exact path's buffer is written and read again;
+// with one row, alternate rows of K go to two sets of accumulators (the latency of the adds).
+template <int F, int MR, int64_t K>
+__attribute__((always_inline)) inline void fp32_panel_avx2(const float* A, int64_t sar, int64_t sac, const uint8_t* in,
+                                                           float* C, int64_t ldc, int64_t ncols) {
+  constexpr int kSets = MR == 1 ? 2 : 1;
+  __m256 acc[kSets][MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    for (int t = 0; t < kSets; ++t) acc[t][i][0] = acc[t][i][1] = _mm256_setzero_ps();
+  }
+  for (int64_t g = 0; g * kGroup < K; ++g) {
+    const int64_t k0 = g * kGroup, rows = rows_padded(K, g);
+    const int64_t kg = K - k0 < kGroup ? K - k0 : kGroup;
+    __m256 s[2], b[2];
+    in = group_scales<F>(in, s, b);
+    for (int64_t r = 0; r < rows; r += kStepF32<F>) {
+      _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
+      __m256 v[2 * kStepF32<F>];
+      in = decode_step_f32<F>(in, s, b, v);
+#pragma GCC unroll 4
+      for (int t = 0; t < kStepF32<F>; ++t) {
+        if (r + t >= kg) break;  // padding (the last group of a K that is not whole groups)
+        const int64_t k = k0 + r + t;
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m256 a = _mm256_set1_ps(A[i * sar + k * sac]);
+          acc[t % kSets][i][0] = _mm256_fmadd_ps(a, v[2 * t], acc[t % kSets][i][0]);
+          acc[t % kSets][i][1] = _mm256_fmadd_ps(a, v[2 * t + 1], acc[t % kSets][i][1]);
+        }
+      }
+    }
+  }
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(ncols)), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(ncols) - 8), lane);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    __m256 c0 = acc[0][i][0], c1 = acc[0][i][1];
+    if constexpr (kSets > 1) {
+      c0 = _mm256_add_ps(c0, acc[1][i][0]);
+      c1 = _mm256_add_ps(c1, acc[1][i][1]);
+    }
+    if (ncols >= kPanel) {
+      _mm256_storeu_ps(C + i * ldc, c0);
+      _mm256_storeu_ps(C + i * ldc + 8, c1);
+    } else {
+      _mm256_maskstore_ps(C + i * ldc, m0, c0);
+      _mm256_maskstore_ps(C + i * ldc + 8, m1, c1);
+    }
+  }
+}
+#endif
+
 #if defined(__AVX512BW__) && defined(__AVX512F__)
 #define CHROMA_QUANT_AVX512 1
 
@@ -181,6 +312,30 @@ inline void dequant_panel(const uint8_t* in, float* dst) {
         const int64_t k = r + 2 * i;
         if (k < kg) _mm512_storeu_ps(out + k * kPanel, even);
         if (k + 1 < kg) _mm512_storeu_ps(out + (k + 1) * kPanel, odd);
+      }
+    }
+  }
+}
+#elif defined(CHROMA_QUANT_FP32_AVX2)
+
+// One panel's weights as float32 [K][16] with 256-bit vectors (the same values as the portable
+// code).
+template <int F, int64_t K>
+inline void dequant_panel(const uint8_t* in, float* dst) {
+  for (int64_t g = 0; g * kGroup < K; ++g) {
+    const int64_t k0 = g * kGroup, rows = rows_padded(K, g);
+    const int64_t kg = K - k0 < kGroup ? K - k0 : kGroup;
+    __m256 s[2], b[2];
+    in = group_scales<F>(in, s, b);
+    float* out = dst + k0 * kPanel;
+    for (int64_t r = 0; r < rows; r += kStepF32<F>) {
+      __m256 v[2 * kStepF32<F>];
+      in = decode_step_f32<F>(in, s, b, v);
+      for (int t = 0; t < kStepF32<F>; ++t) {
+        if (r + t < kg) {
+          _mm256_storeu_ps(out + (r + t) * kPanel, v[2 * t]);
+          _mm256_storeu_ps(out + (r + t) * kPanel + 8, v[2 * t + 1]);
+        }
       }
     }
   }
@@ -383,8 +538,12 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
 
 #endif
 
+#if (defined(__AVX512VNNI__) && defined(CHROMA_QUANT_AVX512)) || defined(CHROMA_QUANT_FP32_AVX2)
 #if defined(__AVX512VNNI__) && defined(CHROMA_QUANT_AVX512)
 #define CHROMA_QUANT_INT8_KERNELS 1
+#else
+#define CHROMA_QUANT_INT8_AVX2 1  // AVX2 (or AVX-512 without VNNI): vpmaddubsw
+#endif
 
 // Activations for the int8 path (q4 and q6 weights, DESIGN.md's vpdpbusd option): per row and
 // group of 64 along K, the values quantized symmetrically to int8 with the group's own scale
@@ -403,73 +562,141 @@ struct Activations8 {
   static constexpr int64_t kQuads = kGroups * (kGroup / 4);
   std::vector<uint32_t> quads;      // [rows][kQuads]
   std::vector<float> scales, sums;  // [rows][kGroups]
+  // The 256-bit kernel's form (int8_panel_avx2): per row and pair of consecutive values of K,
+  // one 32-bit word holding the pair twice, (x[2p], x[2p+1], x[2p], x[2p+1]).
+  std::vector<uint32_t> pairs;  // [rows][2 * kQuads]
   void resize(int64_t rows) {
     quads.assign(static_cast<size_t>(rows * kQuads), 0u);
     scales.assign(static_cast<size_t>(rows * kGroups), 0.0f);
     sums.assign(static_cast<size_t>(rows * kGroups), 0.0f);
+#if defined(CHROMA_QUANT_INT8_AVX2)
+    pairs.resize(static_cast<size_t>(rows * 2 * kQuads));
+#endif
   }
   void fill(const float* A, int64_t sar, int64_t sac, int64_t rows, int64_t row0) {
     for (int64_t i = 0; i < rows; ++i) {
       int8_t* q = reinterpret_cast<int8_t*>(quads.data() + (row0 + i) * kQuads);
       float* sc = scales.data() + (row0 + i) * kGroups;
       float* sm = sums.data() + (row0 + i) * kGroups;
-      for (int64_t g = 0; g < kGroups; ++g) {
-        const int64_t k0 = g * kGroup, n = K - k0 < kGroup ? K - k0 : kGroup;
-        const float* a = A + i * sar + k0 * sac;
-        if (sac == 1) {  // 16 at a time; the same values as the scalar code below
-          __m512 x[4];
-          __m512 amax = _mm512_setzero_ps();
-          __mmask16 bad = 0;
-          for (int v = 0; v < 4; ++v) {
-            const int64_t left = n - 16 * v;
-            const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                           : (left > 0 ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0));
-            x[v] = _mm512_maskz_loadu_ps(m, a + 16 * v);
-            bad = static_cast<__mmask16>(bad | _mm512_fpclass_ps_mask(x[v], 0x99));  // NaN or infinity
-            amax = _mm512_max_ps(amax, _mm512_abs_ps(x[v]));
-          }
-          const float mx = _mm512_reduce_max_ps(amax);
-          if (bad || mx < kInt8Tiny) {
-            sc[g] = sm[g] = bad ? __builtin_nanf("") : 0.0f;
-            continue;  // the words stay zero
-          }
-          const float s = mx / 127.0f;
-          const __m512 vs = _mm512_set1_ps(s);
-          __m512i total = _mm512_setzero_si512();
-          for (int v = 0; v < 4; ++v) {
-            const __m512i xi = _mm512_cvtps_epi32(_mm512_div_ps(x[v], vs));  // rounds half to even
-            total = _mm512_add_epi32(total, xi);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kGroup + 16 * v), _mm512_cvtsepi32_epi8(xi));
-          }
-          sc[g] = s;
-          sm[g] = s * static_cast<float>(_mm512_reduce_add_epi32(total));
-          continue;
+      fill_row(A + i * sar, sac, q, sc, sm);
+#if defined(CHROMA_QUANT_INT8_AVX2)
+      const uint32_t* qw = quads.data() + (row0 + i) * kQuads;
+      uint32_t* pw = pairs.data() + (row0 + i) * 2 * kQuads;
+      for (int64_t w = 0; w < kQuads; ++w) {
+        const uint32_t lo = qw[w] & 0xFFFFu, hi = qw[w] >> 16;
+        pw[2 * w] = lo | lo << 16;
+        pw[2 * w + 1] = hi | hi << 16;
+      }
+#endif
+    }
+  }
+
+ private:
+  static void fill_row(const float* row, int64_t sac, int8_t* q, float* sc, float* sm) {
+    for (int64_t g = 0; g < kGroups; ++g) {
+      const int64_t k0 = g * kGroup, n = K - k0 < kGroup ? K - k0 : kGroup;
+      const float* a = row + k0 * sac;
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+      if (sac == 1) {  // 16 at a time; the same values as the scalar code below
+        __m512 x[4];
+        __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int v = 0; v < 4; ++v) {
+          const int64_t left = n - 16 * v;
+          const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                         : (left > 0 ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0));
+          x[v] = _mm512_maskz_loadu_ps(m, a + 16 * v);
+          bad = static_cast<__mmask16>(bad | _mm512_fpclass_ps_mask(x[v], 0x99));  // NaN or infinity
+          amax = _mm512_max_ps(amax, _mm512_abs_ps(x[v]));
         }
-        float mx = 0.0f;
-        bool bad = false;
-        for (int64_t k = 0; k < n; ++k) {
-          const float v = a[k * sac];
-          bad = bad || !(v - v == 0.0f);
-          mx = std::fmax(mx, std::fabs(v));
+        const float mx = _mm512_reduce_max_ps(amax);
+        if (bad || mx < kInt8Tiny) {
+          sc[g] = sm[g] = bad ? __builtin_nanf("") : 0.0f;
+          continue;  // the words stay zero
         }
+        const float s = mx / 127.0f;
+        const __m512 vs = _mm512_set1_ps(s);
+        __m512i total = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {
+          const __m512i xi = _mm512_cvtps_epi32(_mm512_div_ps(x[v], vs));  // rounds half to even
+          total = _mm512_add_epi32(total, xi);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kGroup + 16 * v), _mm512_cvtsepi32_epi8(xi));
+        }
+        sc[g] = s;
+        sm[g] = s * static_cast<float>(_mm512_reduce_add_epi32(total));
+        continue;
+      }
+#else
+      if (sac == 1 && n == kGroup) {  // 8 at a time; the same values as the scalar code below
+        __m256 x[8];
+        __m256 amax = _mm256_setzero_ps(), fin = _mm256_setzero_ps();
+        const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+        for (int v = 0; v < 8; ++v) {
+          x[v] = _mm256_loadu_ps(a + 8 * v);
+          fin = _mm256_add_ps(fin, _mm256_sub_ps(x[v], x[v]));  // NaN where x is not finite
+          amax = _mm256_max_ps(amax, _mm256_and_ps(x[v], abs_mask));
+        }
+        alignas(32) float m8[8], f8[8];
+        _mm256_store_ps(m8, amax);
+        _mm256_store_ps(f8, fin);
+        float mx = 0.0f, f = 0.0f;
+        for (int v = 0; v < 8; ++v) {
+          mx = std::fmax(mx, m8[v]);
+          f += f8[v];
+        }
+        const bool bad = !(f == 0.0f);
         if (bad || mx < kInt8Tiny) {
           sc[g] = sm[g] = bad ? __builtin_nanf("") : 0.0f;
           continue;
         }
         const float s = mx / 127.0f;
-        int32_t total = 0;
-        for (int64_t k = 0; k < n; ++k) {
-          const int32_t v = static_cast<int32_t>(std::nearbyint(a[k * sac] / s));
-          q[g * kGroup + k] = static_cast<int8_t>(v);
-          total += v;
+        const __m256 vs = _mm256_set1_ps(s);
+        __m256i total = _mm256_setzero_si256();
+        for (int v = 0; v < 8; v += 2) {
+          const __m256i x0 = _mm256_cvtps_epi32(_mm256_div_ps(x[v], vs));  // rounds half to even
+          const __m256i x1 = _mm256_cvtps_epi32(_mm256_div_ps(x[v + 1], vs));
+          total = _mm256_add_epi32(total, _mm256_add_epi32(x0, x1));
+          // Both in [-127, 127]: the saturating packs keep them; order restored by the permute.
+          const __m256i p16 = _mm256_packs_epi32(x0, x1);  // 0-3 of x0, 0-3 of x1, 4-7 of x0, 4-7 of x1
+          const __m128i p8 = _mm_packs_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+          // p8: x0[0-3], x1[0-3], x0[4-7], x1[4-7]
+          const __m128i ordered = _mm_shuffle_epi32(p8, _MM_SHUFFLE(3, 1, 2, 0));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kGroup + 8 * v), ordered);
         }
+        alignas(32) int32_t t8[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t8), total);
+        int32_t t = 0;
+        for (int v = 0; v < 8; ++v) t += t8[v];
         sc[g] = s;
-        sm[g] = s * static_cast<float>(total);
+        sm[g] = s * static_cast<float>(t);
+        continue;
       }
+#endif
+      float mx = 0.0f;
+      bool bad = false;
+      for (int64_t k = 0; k < n; ++k) {
+        const float v = a[k * sac];
+        bad = bad || !(v - v == 0.0f);
+        mx = std::fmax(mx, std::fabs(v));
+      }
+      if (bad || mx < kInt8Tiny) {
+        sc[g] = sm[g] = bad ? __builtin_nanf("") : 0.0f;
+        continue;
+      }
+      const float s = mx / 127.0f;
+      int32_t total = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const int32_t v = static_cast<int32_t>(std::nearbyint(a[k * sac] / s));
+        q[g * kGroup + k] = static_cast<int8_t>(v);
+        total += v;
+      }
+      sc[g] = s;
+      sm[g] = s * static_cast<float>(total);
     }
   }
 };
 
+#if defined(CHROMA_QUANT_INT8_KERNELS)
 // One step of 4 rows of a q4 or q6 group as bytes for vpdpbusd: 32-bit word j holds column j's
 // values of rows r..r+3, in that order (the activations' order). The step's first 32 bytes
 // hold column j's four low nibbles in 16-bit word j (rows r, r+2 in the low byte, r+1, r+3 in
@@ -549,6 +776,109 @@ __attribute__((always_inline)) inline void int8_panel(const uint32_t* xq, const 
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(C + i * ldc, m, tot[i]);
 }
 
+#else  // CHROMA_QUANT_INT8_AVX2
+
+// One panel for MR rows (at most 4): C[MR, 16] (ncols of them stored), with AVX2's vpmaddubsw
+// (unsigned bytes times signed bytes, adjacent pairs added in 16 bits) of the weights' values
+// by the int8 activations. A q4 or q6 step's first 32 bytes hold, in 16-bit word j, column
+// j's values of rows r and r + 1 in the low nibbles of its two bytes and rows r + 2 and r + 3
+// in the high ones (docs/quantization.md); the activations' pair (x[r], x[r+1]) is broadcast
+// to every word, so one vpmaddubsw gives all 16 columns' sums of two rows, no reordering.
+// Bounds: a pair's sum is at most 2 * 63 * 127 = 16002 and a step's two at most 32004, so a
+// q6 step fits 16 bits; q4's (7620) add up over 4 steps in 16 bits before they are widened.
+// The widening splits even and odd columns (shifts within 32-bit words), put back in order
+// once per group. Per group and column, as int8_panel: s * x_scale * dot + b * x_scale * sum.
+template <int F, int MR, int64_t K>
+__attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, const float* xs, const float* sums,
+                                                           const uint8_t* in, float* C, int64_t ldc, int64_t ncols) {
+  constexpr int64_t kPairs = 2 * Activations8<K>::kQuads, kGroups = Activations8<K>::kGroups;
+  constexpr int kRun = F == kQ4 ? 4 : 1;
+  const __m256i nib = _mm256_set1_epi8(15);
+  __m256 tot[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) tot[i][0] = tot[i][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < kGroups; ++g) {
+    const int64_t rows = rows_padded(K, g);
+    const uint32_t* xg = xp + g * (kGroup / 2);
+    __m256 s[2], b[2];
+    for (int h = 0; h < 2; ++h) {
+      s[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * h)));
+      b[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32 + 16 * h)));
+    }
+    in += 64;
+    __m256i even[MR], odd[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) even[i] = odd[i] = _mm256_setzero_si256();
+    for (int64_t r0 = 0; r0 < rows; r0 += 4 * kRun) {
+      __m256i acc[MR];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_si256();
+      // Not unrolled: unrolled, GCC reassociates the 16-bit sums across steps into a tree
+      // whose partial products spill to the stack (measured 2x slower).
+#pragma GCC unroll 1
+      for (int t = 0; t < kRun; ++t) {
+        const int64_t r = r0 + 4 * t;
+        if (kRun > 1 && r >= rows) break;
+        _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+        __m256i lo = _mm256_and_si256(bytes, nib), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib);
+        if constexpr (F == kQ6) {
+          // The high bits: columns 0-7 in the low nibbles of the next 16 bytes, 8-15 in their
+          // high nibbles; bits 0-1 for rows r, r + 1, bits 2-3 for rows r + 2, r + 3.
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32));
+          const __m256i e = _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_srli_epi16(h, 4), 1);
+          const __m256i top = _mm256_set1_epi8(0x30);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(e, 4), top));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(e, 2), top));
+          in += 48;
+        } else {
+          in += 32;
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m256i x01 = _mm256_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2]));
+          const __m256i x23 = _mm256_set1_epi32(static_cast<int>(xg[i * kPairs + r / 2 + 1]));
+          acc[i] = _mm256_add_epi16(acc[i], _mm256_add_epi16(_mm256_maddubs_epi16(lo, x01), _mm256_maddubs_epi16(hi, x23)));
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        even[i] = _mm256_add_epi32(even[i], _mm256_srai_epi32(_mm256_slli_epi32(acc[i], 16), 16));
+        odd[i] = _mm256_add_epi32(odd[i], _mm256_srai_epi32(acc[i], 16));
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      // Exact in float32: |dot| <= 64 * 63 * 127 < 2^24. Columns back in order: 0-3 and 8-11
+      // from the low interleave, 4-7 and 12-15 from the high one.
+      const __m256 fe = _mm256_cvtepi32_ps(even[i]), fo = _mm256_cvtepi32_ps(odd[i]);
+      const __m256 l = _mm256_unpacklo_ps(fe, fo), h = _mm256_unpackhi_ps(fe, fo);
+      const __m256 d[2] = {_mm256_permute2f128_ps(l, h, 0x20), _mm256_permute2f128_ps(l, h, 0x31)};
+      const __m256 xsv = _mm256_set1_ps(xs[i * kGroups + g]), sm = _mm256_set1_ps(sums[i * kGroups + g]);
+      for (int hh = 0; hh < 2; ++hh) {
+        tot[i][hh] = _mm256_fmadd_ps(_mm256_mul_ps(s[hh], xsv), d[hh], tot[i][hh]);
+        tot[i][hh] = _mm256_fmadd_ps(b[hh], sm, tot[i][hh]);
+      }
+    }
+  }
+  if (ncols >= kPanel) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      _mm256_storeu_ps(C + i * ldc, tot[i][0]);
+      _mm256_storeu_ps(C + i * ldc + 8, tot[i][1]);
+    }
+  } else {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(ncols)), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(ncols) - 8), lane);
+    for (int i = 0; i < MR; ++i) {
+      _mm256_maskstore_ps(C + i * ldc, m0, tot[i][0]);
+      _mm256_maskstore_ps(C + i * ldc + 8, m1, tot[i][1]);
+    }
+  }
+}
+
+#endif
 #endif
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(CHROMA_QUANT_BF16_KERNELS)
@@ -718,13 +1048,13 @@ inline void amx_panels(const uint32_t* pairs, const uint32_t* pairs16, const flo
 // 4.4x faster at 16 rows, 2.6x at 256; bf16 weights 2.8x and 2.2x; q8 1.9x and 1.7x; and at
 // K = 1024, N = 4096, 1024 rows: q4 3.1x, bf16 2.2x (vpdpbusd and vdpbf16ps do 4 and 2
 // multiply-adds a lane to an FMA's 1).
-template <int64_t M, int64_t P, class Kernel>
+template <int64_t M, int64_t P, int RB = 8, class Kernel>
 __attribute__((always_inline)) inline void panel_blocks(int64_t w0, int64_t w1, Kernel&& kernel) {
-  constexpr int64_t kFull = M / 8, kRest = M % 8;
+  constexpr int64_t kFull = M / RB, kRest = M % RB;
   for (int64_t w = w0; w < w1; ++w) {
     const int64_t b = w / P, p = w % P;
-    for (int64_t r0 = 0; r0 < kFull * 8; r0 += 8) kernel(std::integral_constant<int, 8>{}, b, p, r0);
-    if constexpr (kRest > 0) kernel(std::integral_constant<int, static_cast<int>(kRest)>{}, b, p, kFull * 8);
+    for (int64_t r0 = 0; r0 < kFull * RB; r0 += RB) kernel(std::integral_constant<int, RB>{}, b, p, r0);
+    if constexpr (kRest > 0) kernel(std::integral_constant<int, static_cast<int>(kRest)>{}, b, p, kFull * RB);
   }
 }
 
@@ -822,6 +1152,28 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       }
     }
 #endif
+#if defined(CHROMA_QUANT_INT8_AVX2)
+    if constexpr (F == kQ4 || F == kQ6) {
+      if (acts == QuantActs::kAuto) {
+        thread_local Activations8<K> x;
+        x.resize(BATCH * M);
+        for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
+        constexpr int64_t kPairs2 = 2 * Activations8<K>::kQuads;
+        const uint32_t* pairs = x.pairs.data();
+        const float* scales = x.scales.data();
+        const float* sums = x.sums.data();
+        run([&](int64_t w0, int64_t w1) {
+          panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+            const int64_t row = b * M + r0;
+            int8_panel_avx2<F, decltype(mr)::value, K>(pairs + row * kPairs2, scales + row * kGroups, sums + row * kGroups,
+                                                       Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel,
+                                                       ldc, N - p * kPanel);
+          });
+        });
+        return;
+      }
+    }
+#endif
 #if defined(CHROMA_QUANT_BF16_KERNELS)
     {
       thread_local Activations<K> x;
@@ -840,6 +1192,20 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
     }
 #endif
   }
+#if defined(CHROMA_QUANT_FP32_AVX2) && !defined(CHROMA_QUANT_BF16_KERNELS)
+  // Without AVX512-BF16 (AVX2, or AVX-512 without it), up to 4 rows: float32 decoded in
+  // registers (q8 and bf16 weights at any setting, q4 and q6 where it is "fp32" or no int8
+  // kernel runs); from 5 rows on, each panel decoded once into the buffer serves every row.
+  if constexpr (M <= 4) {
+    run([&](int64_t w0, int64_t w1) {
+      panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+        fp32_panel_avx2<F, decltype(mr)::value, K>(A + a_off[b] + r0 * sar, sar, sac, Bq + b_off[b] + p * kPanelBytes,
+                                                   C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
+      });
+    });
+    return;
+  }
+#endif
   run([&](int64_t w0, int64_t w1) {
     while (w0 < w1) {
       const int64_t b = w0 / P;
