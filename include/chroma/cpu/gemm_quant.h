@@ -1130,44 +1130,33 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       return;
     }
 #endif
+#if defined(CHROMA_QUANT_INT8_KERNELS) || defined(CHROMA_QUANT_INT8_AVX2)
+    if constexpr (F == kQ4 || F == kQ6) {
+      if (acts == QuantActs::kAuto) {
+        thread_local Activations8<K> x;
+        x.resize(BATCH * M);
+        for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
+        const float* scales = x.scales.data();
+        const float* sums = x.sums.data();
 #if defined(CHROMA_QUANT_INT8_KERNELS)
-    if constexpr (F == kQ4 || F == kQ6) {
-      if (acts == QuantActs::kAuto) {
-        thread_local Activations8<K> x;
-        x.resize(BATCH * M);
-        for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
-        constexpr int64_t kQuads = Activations8<K>::kQuads;
-        const uint32_t* quads = x.quads.data();
-        const float* scales = x.scales.data();
-        const float* sums = x.sums.data();
-        run([&](int64_t w0, int64_t w1) {
-          panel_blocks<M, P>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
-            const int64_t row = b * M + r0;
-            int8_panel<F, decltype(mr)::value, K>(quads + row * kQuads, scales + row * kGroups, sums + row * kGroups,
-                                                  Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel, ldc,
-                                                  N - p * kPanel);
-          });
-        });
-        return;
-      }
-    }
+        constexpr int64_t kWords = Activations8<K>::kQuads;  // a row's activations: quads (vpdpbusd)
+        const uint32_t* words = x.quads.data();
+        constexpr int kBlock = 8;
+#else
+        constexpr int64_t kWords = 2 * Activations8<K>::kQuads;  // pairs, each twice (vpmaddubsw)
+        const uint32_t* words = x.pairs.data();
+        constexpr int kBlock = 4;
 #endif
-#if defined(CHROMA_QUANT_INT8_AVX2)
-    if constexpr (F == kQ4 || F == kQ6) {
-      if (acts == QuantActs::kAuto) {
-        thread_local Activations8<K> x;
-        x.resize(BATCH * M);
-        for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
-        constexpr int64_t kPairs2 = 2 * Activations8<K>::kQuads;
-        const uint32_t* pairs = x.pairs.data();
-        const float* scales = x.scales.data();
-        const float* sums = x.sums.data();
         run([&](int64_t w0, int64_t w1) {
-          panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+          panel_blocks<M, P, kBlock>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
             const int64_t row = b * M + r0;
-            int8_panel_avx2<F, decltype(mr)::value, K>(pairs + row * kPairs2, scales + row * kGroups, sums + row * kGroups,
-                                                       Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel,
-                                                       ldc, N - p * kPanel);
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+            int8_panel<F, decltype(mr)::value, K>(
+#else
+            int8_panel_avx2<F, decltype(mr)::value, K>(
+#endif
+                words + row * kWords, scales + row * kGroups, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
+                C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
           });
         });
         return;
