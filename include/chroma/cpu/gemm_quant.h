@@ -801,11 +801,7 @@ __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, c
     const int64_t rows = rows_padded(K, g);
     const uint32_t* xg = xp + g * (kGroup / 2);
     __m256 s[2], b[2];
-    for (int h = 0; h < 2; ++h) {
-      s[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * h)));
-      b[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32 + 16 * h)));
-    }
-    in += 64;
+    in = group_scales<F>(in, s, b);
     __m256i even[MR], odd[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) even[i] = odd[i] = _mm256_setzero_si256();
