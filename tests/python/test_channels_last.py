@@ -193,3 +193,45 @@ def test_epilogue_regions(check, threads):
     assert "erf" in convs[0] and "add relu" in convs[2] and "sigmoid" in convs[3], convs
     assert "sigmoid" not in convs[4], convs  # sigmoid(t) is a graph output
     assert convs[5] == "Conv <- add", convs  # v has two readers
+
+
+class StridedPointwise(nn.Module):
+    """1x1 convolutions with strides above 1 (ResNet's downsampling shortcuts and their
+    kin): conv_dnnl gathers the pixels they read and runs oneDNN's unit-stride 1x1 kernel
+    where oneDNN has no 1x1 kernel for the strided form (AVX2 CPUs); elsewhere oneDNN's own
+    strided kernel runs. Odd sizes leave input rows and columns no output reads; bias,
+    batch norm and a residual add exercise the post-ops and the epilogue on the gathered form."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.a = nn.Conv2d(64, 128, 1, stride=2)
+        self.b = nn.Conv2d(64, 128, 1, stride=(3, 2), bias=False)
+        self.bn = nn.BatchNorm2d(128)
+        self.c = nn.Conv2d(128, 128, 3, padding=1)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.a(x)) + self.c(F.relu(self.a(x))))
+        return y, self.b(x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_strided_pointwise_convolutions(check, threads, batch):
+    check(StridedPointwise().eval(), randn(batch, 64, 57, 45, seed=14), threads=threads, **TOL)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_strided_pointwise_conv1d_and_conv3d(check, threads):
+    torch.manual_seed(15)
+    c1 = nn.Conv1d(32, 64, 1, stride=3)
+    c3 = nn.Conv3d(16, 32, 1, stride=(1, 2, 2))
+
+    def f(a, b):
+        return F.relu(c1(a)), c3(b) * 0.5
+
+    with torch.no_grad():
+        check(f, randn(2, 32, 4001, seed=16), randn(1, 16, 6, 41, 39, seed=17), threads=threads, **TOL)
