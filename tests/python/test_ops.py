@@ -478,6 +478,22 @@ def test_matmul(check, case, blas):
     check(fn, randn(*sa, seed=1), randn(*sb, seed=2), blas=blas)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_rows_4k_apart(check, threads):
+    # B read as it lies with rows a multiple of 1024 elements apart (GPT-2's Conv1D weights
+    # [K, N], x @ W, activations [K, 2048]): et::sgemm copies such a B to another pitch
+    # first (oneDNN 2.6 ran it at a third of its speed). Constant and computed B, whole and
+    # sliced (the column blocks of a wide product and of each thread read a part of it).
+    torch.manual_seed(21)
+    w = torch.randn(96, 1024) / 10
+
+    def f(x, y):
+        return torch.addmm(torch.ones(1024), x, w), x @ y, (x @ y[:, 5:3000]) * 2.0
+
+    with torch.no_grad():
+        check(f, randn(40, 96, seed=22), randn(96, 3072, seed=23), threads=threads, rtol=1e-4, atol=1e-4)
+
+
 def test_baddbmm(check):
     check(lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2.0), randn(3, 5, 2, seed=0), randn(3, 5, 7, seed=1),
           randn(3, 7, 2, seed=2))
