@@ -40,6 +40,7 @@ LowerOptions lower_options(const CompileOptions& opts) {
     lo.channels_last = opts.blas;  // float32 convolutions run on oneDNN
 #endif
     lo.weights = quant::parse_policy(opts.weights);
+    lo.pitch_constant_b = true;
   } else {
     lo.max_expression_depth = std::min(opts.max_expression_depth, 24);
     lo.packed_max_rows = 0;

@@ -565,6 +565,7 @@ void Lowerer::visit(int32_t id) {
       k.inputs.push_back(matmul_operand(n.inputs[1]));
       reduced_weight(n, &k.inputs.back(), "");
       if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
+      if (opts_.pitch_constant_b) row_major_constant(&k.inputs.back(), true);
       if (opts_.product_epilogues && n.type().dtype == DType::kF32 && !output_slot_.count(v)) {
         push_with_epilogue(std::move(k), n, v, {});
         return;

@@ -242,13 +242,18 @@ int32_t Lowerer::add_packed_constant(std::string name, Shape shape, const std::v
   return add_packed_bytes(std::move(name), TensorType{DType::kF32, std::move(shape)}, std::move(bytes));
 }
 
-void Lowerer::row_major_constant(Expr* e) {
+void Lowerer::row_major_constant(Expr* e, bool pitch_only) {
+  constexpr int64_t kAliasPitch = 1024;  // et::sgemm's sgemm_detail::kAliasPitch
   if (e->kind != Expr::kLoad || dtype_size(e->dtype) != 4 || e->quant != quant::Format::kF32) return;
   const Buffer& buf = p_.buffers[static_cast<size_t>(e->buffer)];
   if (buf.region != Region::kConstant) return;
   const Layout& l = e->layout;
   const size_t r = l.shape.size();
-  if (r < 2 || l.strides[r - 1] == 1 || numel(l.shape) == 0) return;
+  if (r < 2 || numel(l.shape) == 0) return;
+  if (pitch_only ? (l.strides[r - 1] != 1 || l.strides[r - 2] % kAliasPitch != 0 || l.shape[r - 2] < 2)
+                 : l.strides[r - 1] == 1) {
+    return;
+  }
   const Shape batch(l.shape.begin(), l.shape.end() - 2);
   bool broadcast = true, distinct = true;
   for (size_t d = 0; d < batch.size(); ++d) {
@@ -258,33 +263,41 @@ void Lowerer::row_major_constant(Expr* e) {
   }
   if (!broadcast && !distinct) return;
   const int64_t kk = l.shape[r - 2], nn = l.shape[r - 1];
+  // Row pitch: nn, or (pitch_only) 16 more, and 16 more again if that is still a multiple.
+  int64_t pitch = nn;
+  if (pitch_only) {
+    pitch = (nn + 15) / 16 * 16 + 16;
+    if (pitch % kAliasPitch == 0) pitch += 16;
+  }
   const int64_t nb = broadcast ? 1 : numel(batch);
   const ConstantData& c = p_.constants[static_cast<size_t>(buf.slot)];
   const auto* src = reinterpret_cast<const uint32_t*>(c.data());
-  std::vector<float> out(static_cast<size_t>(nb * kk * nn));
+  std::vector<float> out(static_cast<size_t>(nb * kk * pitch), 0.0f);
   auto* dst = reinterpret_cast<uint32_t*>(out.data());
   std::vector<int64_t> idx(batch.size(), 0);
   for (int64_t b = 0; b < nb; ++b) {
     int64_t o = l.offset;
     for (size_t d = 0; d < batch.size(); ++d) o += idx[d] * l.strides[d];
     for (int64_t q = 0; q < kk; ++q)
-      for (int64_t j = 0; j < nn; ++j) dst[(b * kk + q) * nn + j] = src[o + q * l.strides[r - 2] + j * l.strides[r - 1]];
+      for (int64_t j = 0; j < nn; ++j) dst[(b * kk + q) * pitch + j] = src[o + q * l.strides[r - 2] + j * l.strides[r - 1]];
     for (size_t d = batch.size(); d-- > 0;) {
       if (++idx[d] < batch[d]) break;
       idx[d] = 0;
     }
   }
-  Shape shape = broadcast ? Shape{kk, nn} : l.shape;
-  const int32_t nbuf = add_packed_constant((c.name.empty() ? "folded" : c.name) + ".row_major", shape, out);
+  Shape shape = broadcast ? Shape{kk, pitch} : l.shape;
+  shape[shape.size() - 1] = pitch;
+  const int32_t nbuf =
+      add_packed_constant((c.name.empty() ? "folded" : c.name) + (pitch_only ? ".pitched" : ".row_major"), shape, out);
   p_.buffers[static_cast<size_t>(nbuf)].type.dtype = e->dtype;  // the bits of any 4-byte type
   p_.constants.back().type.dtype = e->dtype;
   Layout nl;
   nl.shape = l.shape;
   nl.strides.assign(r, 0);
   nl.strides[r - 1] = 1;
-  nl.strides[r - 2] = nn;
+  nl.strides[r - 2] = pitch;
   if (!broadcast) {
-    int64_t st = kk * nn;
+    int64_t st = kk * pitch;
     for (size_t d = batch.size(); d-- > 0;) {
       nl.strides[d] = batch[d] == 1 ? 0 : st;
       st *= batch[d];

@@ -186,7 +186,10 @@ class Lowerer {
   // dropped when nothing else reads it): GPU products then read B rows in consecutive
   // invocations (LowerOptions::row_major_constant_b). Handles batches of distinct matrices
   // and one matrix broadcast over every batch; anything else is left as it is.
-  void row_major_constant(Expr* e);
+  // `pitch_only`: instead, a constant B read as it lies (row-major) whose rows are a multiple
+  // of sgemm.h's kAliasPitch elements apart is stored again with a row pitch that is not
+  // (LowerOptions::pitch_constant_b), so et::sgemm never copies it per call.
+  void row_major_constant(Expr* e, bool pitch_only = false);
 
   // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
   // at compile time (a new constant; the original is dropped when nothing else reads it)

@@ -148,6 +148,11 @@ struct LowerOptions {
   // Constant right operands of matrix products read transposed are stored row-major [K, N]
   // (GPU targets: consecutive invocations read consecutive columns).
   bool row_major_constant_b = false;
+  // Constant right operands of BLAS products stored row-major with rows a multiple of 1024
+  // elements (4 KiB) apart are stored with a row pitch 16 elements longer (CPU target:
+  // oneDNN 2.6's sgemm reads such a B unpacked with every row in the same cache sets, at a
+  // third of its speed; et::sgemm otherwise copies it on every call, include/chroma/cpu/sgemm.h).
+  bool pitch_constant_b = false;
   // Float32 matrix products and convolutions apply the Maps that read their result (bias,
   // activation, residual add: any same-shape float32 Maps whose other operands were computed
   // before the product) as they store it: Kernel::epilogue (GPU targets).
