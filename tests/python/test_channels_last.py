@@ -235,3 +235,26 @@ def test_strided_pointwise_conv1d_and_conv3d(check, threads):
 
     with torch.no_grad():
         check(f, randn(2, 32, 4001, seed=16), randn(1, 16, 6, 41, 39, seed=17), threads=threads, **TOL)
+
+
+class NarrowGroups(nn.Module):
+    """ResNeXt's grouped convolution (32 groups of 4 channels): oneDNN has only its im2col
+    kernel for it, and conv_dnnl runs that on oneDNN's own layout (reorders in and out of
+    each slice) rather than on channels-last memory; bias, relu and a residual add after it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(18)
+        self.a = nn.Conv2d(128, 128, 3, padding=1, groups=32)
+        self.b = nn.Conv2d(128, 128, 3, stride=2, padding=1, groups=32, bias=False)
+        self.c = nn.Conv2d(128, 128, 1)
+
+    def forward(self, x):
+        y = F.relu(self.a(x)) + x
+        return self.c(F.relu(self.b(y)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_narrow_groups(check, threads, batch):
+    check(NarrowGroups().eval(), randn(batch, 128, 44, 38, seed=19), threads=threads, **TOL)

@@ -126,6 +126,11 @@ inline bool is_reference(const dnnl::convolution_forward::primitive_desc& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
+// oneDNN's convolution as im2col and a product ("gemm:jit", "x64:gemm:jit").
+inline bool is_im2col(const dnnl::convolution_forward::primitive_desc& pd) {
+  return std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
+}
+
 // A dense memory of dims in the channels-last or the plain order (a slice's own copy).
 inline dnnl::memory::desc dense_desc(const dnnl::memory::dims& dims, dnnl::memory::data_type t, bool cl) {
   using ft = dnnl::memory::format_tag;
@@ -281,14 +286,23 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
         direct = false;
       }
     }
+    // oneDNN's im2col kernel (gemm) on channels-last memory: what oneDNN picks for layouts
+    // of its own, reorders included, is preferred unless that is its reference kernel
+    // (ResNeXt's 32 groups of 4 channels, 56 x 56, on AVX2: 3.3 ms channels-last, 1.4 ms
+    // with its own layout).
+    bool gemm_cl = false;
     if (!direct) {  // float32
       try {
         pd = primitive(src_md, y_md);
         direct = !is_reference(pd);
+        gemm_cl = direct && g.x_cl && is_im2col(pd);
       } catch (const dnnl::error&) {
       }
     }
-    if (!direct) pd = primitive(dnnl::memory::desc(src_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
+    if (!direct || gemm_cl) {
+      auto own = primitive(dnnl::memory::desc(src_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
+      if (!direct || !is_reference(own)) pd = own;
+    }
     return pd;
   };
   dnnl::convolution_forward::primitive_desc pd = choose(x_md);
