@@ -1,6 +1,8 @@
 #include "passes/fold_constants.h"
 
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include "interp/interp.h"
 #include "passes/rewrite.h"
@@ -34,7 +36,7 @@ class Folder {
       const bool half_cast = n.op == Op::kCast && is_half(g_.type(n.inputs[0]).dtype);
       const bool for_products = half_cast && !keep_half_ && only_products_read(id);
       const bool half_weight = half_cast && (keep_half_ || (for_products && g_.type(n.inputs[0]).dtype == DType::kBF16));
-      const bool too_big = bytes > kMaxFoldBytes && !for_products;
+      const bool too_big = bytes > kMaxFoldBytes && bytes > stored_bytes_read(n) && !for_products;
       if (is_symbolic_constant(n.op) || half_weight || too_big) {
         if (too_big && !is_symbolic_constant(n.op)) known_[i] = false;
         rw_.copy(id);
@@ -67,6 +69,25 @@ class Folder {
   std::map<Value, interp::Tensor> cache_;
   int64_t folded_ = 0;
   bool keep_half_ = false;
+
+  // The bytes of the stored constants node n reads (through views; each once): Constants and
+  // values folded already, not Full or Iota. A result no larger than that is folded whatever
+  // its size: it does not grow the weights beyond what its operands hold, and the operands
+  // are usually dropped once nothing else reads them (a convolution's weight times its batch
+  // norm's scale: a 1024 x 1024 x 3 x 3 one was computed and reordered at every call).
+  int64_t stored_bytes_read(const Node& n) const {
+    std::vector<int32_t> seen;
+    int64_t total = 0;
+    for (Value v : n.inputs) {
+      int32_t s = v.node;
+      while (is_view(g_.node(s).op) && !g_.node(s).inputs.empty()) s = g_.node(s).inputs[0].node;
+      const Op op = g_.node(s).op;
+      if (op == Op::kFull || op == Op::kIota || std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+      seen.push_back(s);
+      for (const TensorType& t : g_.node(s).types) total += t.nbytes();
+    }
+    return total;
+  }
 
   // True when every reader of node `id`'s value, seen through views, is a matrix product that
   // takes it as its right operand, or a Gather of experts (a stack's matrices along axis 0)

@@ -3,7 +3,8 @@
 namespace chroma {
 // Constant folding. Assumes: a valid graph. Guarantees: every node whose inputs are all
 // known at compile time (Constant, Full, Iota, and views of them) and whose result is at
-// most kMaxFoldBytes is replaced by a Constant computed with the reference kernels
+// most kMaxFoldBytes, or no larger than the stored constants it reads (a weight times a
+// per-channel scale), is replaced by a Constant computed with the reference kernels
 // (src/interp, the same ones the tests trust). Full, Iota and views themselves are left
 // symbolic: they cost nothing at run time and folding them would only grow the weights.
 // Graph::folded_constants counts the replaced nodes. Run DCE afterwards.

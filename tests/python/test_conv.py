@@ -117,6 +117,19 @@ def test_batch_norm_folded_into_convolution(check):
     assert bn_nodes == {"_native_batch_norm_legit_no_training_2"}, prog.manifest["kernels"]
 
 
+def test_batch_norm_folded_into_a_large_convolution(check):
+    # A weight over the folder's 16 MB limit (1024 x 1024 x 3 x 3, 37.7 MB) times its batch
+    # norm's scale: the result is no larger than the weight it replaces, so it is folded too
+    # (it was computed, and reordered by oneDNN, at every call).
+    torch.manual_seed(24)
+    m = nn.Sequential(nn.Conv2d(1024, 1024, 3, padding=1, bias=False), nn.BatchNorm2d(1024)).eval()
+    with torch.no_grad():
+        m[1].running_var.uniform_(0.5, 2)
+    prog = check(m, randn(1, 1024, 5, 4, seed=25), rtol=1e-4, atol=1e-4)
+    maps = [k for k in prog.manifest["kernels"] if k["label"].startswith("Map")]
+    assert not maps, prog.manifest["kernels"]
+
+
 def test_unsupported_dtype_is_named():
     x, w = torch.randint(0, 5, (1, 3, 5, 5)), torch.randint(0, 5, (2, 3, 3, 3))
     with pytest.raises(Exception, match=r"convolution of i64\[1,3,5,5\] is not supported"):
