@@ -928,11 +928,11 @@ def test_index_put_out_of_range_raises(compile_to):
         prog(np.zeros((5, 3), np.float32), np.array([9, 0]))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 6, 7, 8, 9, 21, 32])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 21, 32])
 def test_packed_constant_matmul(check, rows):
     # Constant right operands with at most 32 rows take the pre-packed kernel: every row
-    # block (8 rows with AVX-512, 4 with AVX2, every remainder) and panel tail (77 columns =
-    # 4 panels + 13), transposed (Linear) and batched.
+    # block (8 rows with AVX-512, 6 with AVX2, every remainder of either) and panel tail
+    # (77 columns = 4 panels + 13), transposed (Linear) and batched.
     torch.manual_seed(rows)
     lin = nn.Linear(33, 77, bias=False).eval()
     w = torch.randn(3, 33, 18)

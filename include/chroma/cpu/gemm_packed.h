@@ -71,7 +71,8 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 #elif defined(__AVX2__) && defined(__FMA__)
 
 // AVX2: a 16-column panel row is two 8-float registers. 16 registers in all, so tiles are
-// at most 4 rows x 1 panel or 2 rows x 2 panels (acc 8 + b 4 + the broadcast): more spill.
+// at most 6 rows x 1 panel (12 accumulators + 2 of B + the broadcast: enough independent
+// sums to cover the FMA's latency at two a cycle) or 2 rows x 2 panels.
 template <int MR, int NP>
 __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K,
                                                 float* C, int64_t ldc, int64_t ncols) {
@@ -173,7 +174,7 @@ inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, fl
 #if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
   constexpr int64_t kRows = 8;
 #else
-  constexpr int64_t kRows = 4;  // the AVX2 tile's registers
+  constexpr int64_t kRows = 6;  // the AVX2 tile's registers
 #endif
   for (int64_t q0 = p0; q0 < p1; q0 += kChunk) {
     const int64_t q1 = q0 + kChunk < p1 ? q0 + kChunk : p1;
@@ -185,9 +186,9 @@ inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, fl
 #if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
       case 7: rows<7>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 6: rows<6>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+#endif
       case 5: rows<5>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 4: rows<4>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
-#endif
       case 3: rows<3>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 2: rows<2>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       case 1: rows<1>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
