@@ -144,6 +144,14 @@ TEST(Quant, KernelsMatchTheStoredWeights) {
   check_kernel<Format::kQ8, 40, 40, 100>();
   check_kernel<Format::kQ6, 1, 37, 200>();
   check_kernel<Format::kQ4, 5, 33, 130>();
+  // Row counts on either side of where the float32 paths switch from decoding in registers
+  // (blocks of 4 rows) to the buffer: 16 rows for bf16 and q8, 8 for q4, 4 for q6.
+  check_kernel<Format::kBF16, 13, 37, 200>();
+  check_kernel<Format::kBF16, 17, 37, 70>();
+  check_kernel<Format::kQ8, 16, 40, 130>();
+  check_kernel<Format::kQ4, 8, 33, 200>();
+  check_kernel<Format::kQ4, 9, 33, 64>();
+  check_kernel<Format::kQ6, 5, 37, 64>();
 }
 
 }  // namespace

@@ -174,7 +174,7 @@ def _product_reference(m, x, fmt):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("rows", [1, 2, 5, 8, 24])
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 13, 24])
 def test_quantized_products_match_reference(tmp_path, fmt, rows):
     torch.manual_seed(rows)
     m = Linear2().eval()

@@ -20,9 +20,9 @@
 // - activations "fp32", or none of the above (q8 and bf16 weights without AVX512-BF16): each
 //   panel is dequantized (s * q + b, float32) into a small per-thread buffer, a few panels at
 //   a time, and multiplied by the float32 register tiles of gemm_packed.h: exact float32
-//   arithmetic on the stored weights. Without AVX512-BF16, products of up to 4 rows instead
-//   decode each step in registers and multiply it at once (fp32_panel_avx2: the same values,
-//   no buffer written and read back).
+//   arithmetic on the stored weights. Without AVX512-BF16, products of few rows (up to 16
+//   for bf16 and q8, 8 for q4, 4 for q6) instead decode each step in registers and multiply
+//   it at once (fp32_panel_avx2: the same values, no buffer written and read back).
 //
 // Panels (times batches) are split between the program's threads, as for gemm_packed.
 //
@@ -221,10 +221,16 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
 #endif
   }
 #if defined(CHROMA_QUANT_FP32_AVX2) && !defined(CHROMA_QUANT_BF16_KERNELS)
-  // Without AVX512-BF16 (AVX2, or AVX-512 without it), up to 4 rows: float32 decoded in
-  // registers (q8 and bf16 weights at any setting, q4 and q6 where it is "fp32" or no int8
-  // kernel runs); from 5 rows on, each panel decoded once into the buffer serves every row.
-  if constexpr (M <= 4) {
+  // Without AVX512-BF16 (AVX2, or AVX-512 without it), few rows: float32 decoded in registers
+  // (q8 and bf16 weights at any setting, q4 and q6 where it is "fp32" or no int8 kernel
+  // runs), each block of 4 rows decoding the panel again from the cache; more rows: each
+  // panel decoded once into the buffer serves every row. Where the two cross depends on
+  // what a step costs to decode (bfloat16: a shift; q6: two loads and six shifts). On a
+  // Zen 2 core, K = 128 and N = 201088, registers against the buffer: bf16 5.7 vs 8.5 ms at
+  // 8 rows, 12.1 vs 13.4 at 16, 20.5 vs 16.8 at 24; q8 6.4 vs 7.7 at 8, 13.1 vs 13.8 at 16;
+  // q4 7.5 vs 9.1 at 8, 15.5 vs 13.0 at 16; q6 8.8 vs 8.7 at 8.
+  constexpr int64_t kRegRows = (F == kBF16 || F == kQ8) ? 16 : (F == kQ4 ? 8 : 4);
+  if constexpr (M <= kRegRows) {
     run([&](int64_t w0, int64_t w1) {
       panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
         fp32_panel_avx2<F, decltype(mr)::value, K>(A + a_off[b] + r0 * sar, sar, sac, Bq + b_off[b] + p * kPanelBytes,
