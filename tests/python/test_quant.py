@@ -382,12 +382,13 @@ def test_decoder_with_quantized_weights(tmp_path):
         assert np.linalg.norm(a - b) / np.linalg.norm(a) < 0.05
 
 
-@pytest.mark.parametrize("fmt", ["q4", "q8"])
+@pytest.mark.parametrize("fmt", ["q4", "q6", "q8"])
 def test_quantized_products_on_two_threads(tmp_path, fmt):
     """Large enough to split between the pool's threads: every path (bfloat16 activations:
-    vdpbf16ps in blocks of 8 rows, or AMX from two rows where present; q4's default: int8
-    activations with vpdpbusd where the CPU has AVX512-VNNI; float32 activations: the exact
-    path) on both threads, 1, 8 and 24 rows (three blocks)."""
+    vdpbf16ps in blocks of 8 rows, or AMX from two rows where present; q4's and q6's default:
+    int8 activations with vpdpbusd where the CPU has AVX512-VNNI, vpmaddubsw with AVX2, q6's
+    panels decoded once per thread from 9 rows on; float32 activations: the exact path) on
+    both threads, 1, 8 and 24 rows (three blocks)."""
     torch.manual_seed(5)
     lin = torch.nn.Linear(256, 4096).eval()
     w = reference_weights(lin.weight.detach().numpy(), fmt)

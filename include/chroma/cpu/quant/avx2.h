@@ -1,6 +1,8 @@
 // gemm_quant's AVX2 kernels (256-bit: Zen 2/3, Intel client cores, AVX-512 CPUs without its extensions).
 // Part of chroma/cpu/gemm_quant.h (which includes every part).
 #pragma once
+#include <cstring>
+
 #include "chroma/cpu/quant/activations.h"
 
 namespace chroma::et::quant_detail {
@@ -152,6 +154,55 @@ inline void dequant_panel_avx2(const uint8_t* in, float* dst) {
 
 #if defined(CHROMA_QUANT_INT8_AVX2)
 
+// One q4 or q6 step (4 rows of K, 16 columns) as the two registers vpmaddubsw takes: lo holds
+// rows r, r + 1 of every column, hi rows r + 2, r + 3 (values 0-15 or 0-63, one a byte).
+// Returns the next step's bytes.
+template <int F>
+__attribute__((always_inline)) inline const uint8_t* int8_step_avx2(const uint8_t* in, __m256i& lo, __m256i& hi) {
+  const __m256i nib = _mm256_set1_epi8(15);
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+  lo = _mm256_and_si256(bytes, nib);
+  hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib);
+  if constexpr (F == kQ6) {
+    // The high bits: columns 0-7 in the low nibbles of the next 16 bytes, 8-15 in their
+    // high nibbles; bits 0-1 for rows r, r + 1, bits 2-3 for rows r + 2, r + 3.
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32));
+    const __m256i e = _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_srli_epi16(h, 4), 1);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(e, 4), top));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(e, 2), top));
+    return in + 48;
+  } else {
+    return in + 32;
+  }
+}
+
+// A q4 or q6 panel decoded once for products of many rows: each group's 64 bytes of scales
+// and biases as stored, then every step's lo and hi (64 bytes), what every block of rows then
+// reads instead of decoding again (gemm_quant uses it for q6, whose bits take 11
+// instructions a step).
+template <int64_t K>
+constexpr int64_t decoded_panel_bytes() {
+  int64_t b = 0;
+  for (int64_t g = 0; g * kGroup < K; ++g) b += 64 + rows_padded(K, g) * 16;
+  return b;
+}
+template <int F, int64_t K>
+inline void decode_panel_int8_avx2(const uint8_t* in, uint8_t* out) {
+  for (int64_t g = 0; g * kGroup < K; ++g) {
+    std::memcpy(out, in, 64);
+    in += 64;
+    out += 64;
+    for (int64_t r = 0; r < rows_padded(K, g); r += 4) {
+      __m256i lo, hi;
+      in = int8_step_avx2<F>(in, lo, hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), hi);
+      out += 64;
+    }
+  }
+}
+
 // One panel for MR rows (at most 4): C[MR, 16] (ncols of them stored), with AVX2's vpmaddubsw
 // (unsigned bytes times signed bytes, adjacent pairs added in 16 bits) of the weights' values
 // by the int8 activations. A q4 or q6 step's first 32 bytes hold, in 16-bit word j, column
@@ -162,12 +213,14 @@ inline void dequant_panel_avx2(const uint8_t* in, float* dst) {
 // q6 step fits 16 bits; q4's (7620) add up over 4 steps in 16 bits before they are widened.
 // The widening splits even and odd columns (within 32-bit words), put back in order
 // once per group. Per group and column, as int8_panel: s * x_scale * dot + b * x_scale * sum.
-template <int F, int MR, int64_t K>
+//
+// kDecoded: `in` is the panel as decode_panel_int8_avx2 left it (every step's two registers
+// ready), for the second and later blocks of rows of a product.
+template <int F, int MR, int64_t K, bool kDecoded = false>
 __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, const float* xs, const float* sums,
                                                            const uint8_t* in, float* C, int64_t ldc, int64_t ncols) {
   constexpr int64_t kPairs = 2 * Activations8<K>::kQuads, kGroups = Activations8<K>::kGroups;
   constexpr int kRun = F == kQ4 ? 4 : 1;
-  const __m256i nib = _mm256_set1_epi8(15);
   __m256 tot[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) tot[i][0] = tot[i][1] = _mm256_setzero_ps();
@@ -189,20 +242,14 @@ __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, c
       for (int t = 0; t < kRun; ++t) {
         const int64_t r = r0 + 4 * t;
         if (kRun > 1 && r >= rows) break;
-        _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
-        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
-        __m256i lo = _mm256_and_si256(bytes, nib), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib);
-        if constexpr (F == kQ6) {
-          // The high bits: columns 0-7 in the low nibbles of the next 16 bytes, 8-15 in their
-          // high nibbles; bits 0-1 for rows r, r + 1, bits 2-3 for rows r + 2, r + 3.
-          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32));
-          const __m256i e = _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_srli_epi16(h, 4), 1);
-          const __m256i top = _mm256_set1_epi8(0x30);
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(e, 4), top));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(e, 2), top));
-          in += 48;
+        __m256i lo, hi;
+        if constexpr (kDecoded) {
+          lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+          hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32));
+          in += 64;
         } else {
-          in += 32;
+          _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
+          in = int8_step_avx2<F>(in, lo, hi);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < MR; ++i) {
