@@ -215,7 +215,7 @@ inline void decode_panel_int8_avx2(const uint8_t* in, uint8_t* out) {
 // once per group. Per group and column, as int8_panel: s * x_scale * dot + b * x_scale * sum.
 //
 // kDecoded: `in` is the panel as decode_panel_int8_avx2 left it (every step's two registers
-// ready), for the second and later blocks of rows of a product.
+// ready), read by every block of rows of the product.
 template <int F, int MR, int64_t K, bool kDecoded = false>
 __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, const float* xs, const float* sums,
                                                            const uint8_t* in, float* C, int64_t ldc, int64_t ncols) {
