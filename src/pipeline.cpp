@@ -10,6 +10,7 @@
 #include "passes/dce.h"
 #include "passes/fold_constants.h"
 #include "passes/rewrite.h"
+#include "passes/routed_experts.h"
 #include "passes/widen_half.h"
 
 namespace chroma {
@@ -79,8 +80,15 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     e.imported_nodes = imported.size();
     timer.lap("import");
     e.graph = optimize(imported, opts.target != "cpu");
+    LowerOptions entry_lo = lo;
+    if (opts.target == "cpu") {
+      // The CPU's pre-packed products skip the experts no token selected (routed_experts.h).
+      RoutedGraph rg = route_experts(e.graph);
+      e.graph = std::move(rg.graph);
+      entry_lo.routed = std::move(rg.products);
+    }
     timer.lap("optimize");
-    e.program = lower(e.graph, lo);
+    e.program = lower(e.graph, entry_lo);
     timer.lap("lower");
     entries.push_back(std::move(e));
   }

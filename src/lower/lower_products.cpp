@@ -606,6 +606,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
       idx[d] = 0;
     }
   }
+  if (auto it = opts_.routed.find(v.node); it != opts_.routed.end()) routed_jobs(it->second, batch, kk, nn, wf, &k);
   const std::string base = cname.empty() ? "folded" : cname;
   const int32_t pb = wf == quant::Format::kF32
                          ? add_packed_constant(base + ".packed16", {static_cast<int64_t>(order.size()), panels, kk, 16}, packed)
@@ -614,9 +615,46 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   k.activations = acts;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(load(pb));
+  if (!k.routed.experts.empty()) k.inputs.push_back(buffer_load(opts_.routed.at(v.node).mask, Want::kContiguous));
+  const bool routed = !k.routed.experts.empty();
   push_over_output(std::move(k), n, v);
-  p_.kernels.back().label.replace(0, 6, wf == quant::Format::kF32 ? "MatMul.packed" : std::string("MatMul.") + quant::format_name(wf));
+  p_.kernels.back().label.replace(0, 6, (wf == quant::Format::kF32 ? "MatMul.packed" : std::string("MatMul.") + quant::format_name(wf)) +
+                                            (routed ? ".routed" : ""));
   return true;
+}
+
+void Lowerer::routed_jobs(const RoutedProduct& rp, const Shape& batch, int64_t kk, int64_t nn, quant::Format wf, Kernel* k) {
+  const size_t r = batch.size() + 2;
+  const int64_t nb = static_cast<int64_t>(k->batch_a.size());
+  if (rp.axis < static_cast<int64_t>(r) - 2) {
+    // A batch axis: batch b's expert from its index along that axis.
+    std::vector<int64_t> idx(batch.size(), 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      k->routed.experts.push_back(idx[static_cast<size_t>(rp.axis)] / rp.step % rp.experts);
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return;
+  }
+  // The columns: blocks of `step` columns, each one expert's, as jobs of whole panels.
+  if (rp.axis != static_cast<int64_t>(r) - 1 || rp.step % 16 != 0 || nn % rp.step != 0 || rp.step >= nn) return;
+  const int64_t per = nn / rp.step;
+  const int64_t panel_step = rp.step / 16 * (wf == quant::Format::kF32 ? kk * 16 : quant::panel_bytes(wf, kk));
+  std::vector<int64_t> a, bb, c;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t j = 0; j < per; ++j) {
+      a.push_back(k->batch_a[static_cast<size_t>(b)]);
+      bb.push_back(k->batch_b[static_cast<size_t>(b)] + j * panel_step);
+      c.push_back(k->batch_c[static_cast<size_t>(b)] + j * rp.step);
+      k->routed.experts.push_back(j % rp.experts);
+    }
+  }
+  k->batch_a = std::move(a);
+  k->batch_b = std::move(bb);
+  k->batch_c = std::move(c);
+  k->routed.n = rp.step;
 }
 
 bool Lowerer::quantized_gather(const Node& n, Value v) {

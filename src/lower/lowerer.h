@@ -195,6 +195,9 @@ class Lowerer {
   // at compile time (a new constant; the original is dropped when nothing else reads it)
   // and the product streams each panel once for all rows.
   bool packed_matmul(const Node& n, Value v);
+  // A routed product's batches (or column blocks, which become its batches) tagged with
+  // their experts (Kernel::routed); left untagged when its expert axis cannot be split so.
+  void routed_jobs(const RoutedProduct& rp, const Shape& batch, int64_t kk, int64_t nn, quant::Format wf, Kernel* k);
   // True when node `id` is the model's bfloat16 weight widened: a Cast from bfloat16 of a
   // constant seen through views (fold_constants keeps it on the CPU when only products read it).
   bool widened_bf16_weight(int32_t id) const;

@@ -12,6 +12,7 @@
 
 #include "ir/graph.h"
 #include "lower/layout.h"
+#include "passes/routed_experts.h"
 #include "quant/quant.h"
 
 namespace chroma {
@@ -73,6 +74,14 @@ struct Kernel {
   // what its products do with the activations (quant::Activations).
   quant::Format weight_format = quant::Format::kF32;
   quant::Activations activations = quant::Activations::kAuto;
+  // kMatMulPacked of a routed product (LowerOptions::routed): inputs[2] loads the float32
+  // expert mask [E]; batch b runs only when mask[experts[b]] != 0 (the others' results are
+  // left as they are: only the masked contraction reads them). A product whose columns carry
+  // the expert is split into jobs of `n` columns (one expert's block) that replace its batches.
+  struct Routed {
+    int64_t n = 0;                 // each job's columns (0: the output's)
+    std::vector<int64_t> experts;  // per batch / job; empty: not routed
+  } routed;
   // kMatMulGathered (inputs: A, the packed experts [E, panels, K, 16], the index buffer):
   // each job is an m x k times k x n product, A addressed A[i * sar + kk * sac], C rows ldc apart.
   struct Gathered {
@@ -161,6 +170,9 @@ struct LowerOptions {
   // quantized or bfloat16 weight is packed for chroma/cpu/gemm_quant.h, whatever the number
   // of rows (CPU target).
   quant::Policy weights;
+  // CPU target: products whose experts the run-time mask can skip (passes/routed_experts.h),
+  // by node id of the graph being lowered.
+  std::map<int32_t, RoutedProduct> routed;
 };
 
 // Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds

@@ -202,12 +202,14 @@ inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, fl
 // Batched C[b] = A[b] @ B[b] (M x K times K x N), B packed. a_off/b_off/c_off give each
 // batch's element offset into A, Bp and C; A is addressed A[i * sar + k * sac]; C rows are
 // ldc apart. Work is (batch, panel) pairs, split between the pool's threads when the
-// weights to stream are large enough to pay for it.
+// weights to stream are large enough to pay for it. `batches` (at most BATCH): how many of
+// the offsets to run (a routed product's selected experts; Kernel::routed in src/lower).
 template <int64_t BATCH, int64_t M, int64_t N, int64_t K>
 inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64_t sac, const float* Bp,
-                        const int64_t* b_off, float* C, const int64_t* c_off, int64_t ldc, rt::ThreadPool* pool) {
+                        const int64_t* b_off, float* C, const int64_t* c_off, int64_t ldc, rt::ThreadPool* pool,
+                        int64_t batches = BATCH) {
   constexpr int64_t P = (N + kPanel - 1) / kPanel;
-  constexpr int64_t kWork = BATCH * P;
+  const int64_t work = batches * P;
   auto range = [&](int64_t w0, int64_t w1) {
     while (w0 < w1) {
       const int64_t b = w0 / P;
@@ -217,11 +219,11 @@ inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64
       w0 = b * P + p1;
     }
   };
-  constexpr int64_t kBytes = kWork * K * kPanel * 4;
-  if (pool && pool->size() > 1 && kBytes >= (int64_t{256} << 10) && kWork > 1) {
-    pool->parallel_for(kWork, range);
+  const int64_t bytes = work * K * kPanel * 4;
+  if (pool && pool->size() > 1 && bytes >= (int64_t{256} << 10) && work > 1) {
+    pool->parallel_for(work, range);
   } else {
-    range(0, kWork);
+    range(0, work);
   }
 }
 

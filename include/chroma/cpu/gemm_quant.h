@@ -105,21 +105,21 @@ __attribute__((always_inline)) inline void panel_blocks(int64_t w0, int64_t w1, 
 enum class QuantActs : int { kAuto = 0, kBF16 = 1, kFP32 = 2 };
 
 // Batched C[b] = A[b] @ B[b] (M x K times K x N), B packed in format F (quant::Format's
-// value); b_off in bytes. As gemm_packed otherwise.
+// value); b_off in bytes. As gemm_packed otherwise (`batches` included).
 template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
 inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_t sac, const uint8_t* Bq,
                        const int64_t* b_off, float* C, const int64_t* c_off, int64_t ldc, rt::ThreadPool* pool,
-                       QuantActs acts) {
+                       QuantActs acts, int64_t batches = BATCH) {
   using namespace quant_detail;
   constexpr int64_t P = (N + kPanel - 1) / kPanel;
-  constexpr int64_t kWork = BATCH * P;
+  const int64_t work = batches * P;
   constexpr int64_t kPanelBytes = panel_bytes<F, K>();
-  const bool threaded = pool && pool->size() > 1 && kWork * kPanelBytes >= (int64_t{128} << 10) && kWork > 1;
+  const bool threaded = pool && pool->size() > 1 && work * kPanelBytes >= (int64_t{128} << 10) && work > 1;
   auto run = [&](auto&& range) {
     if (threaded) {
-      pool->parallel_for(kWork, range);
+      pool->parallel_for(work, range);
     } else {
-      range(0, kWork);
+      range(0, work);
     }
   };
   if (acts != QuantActs::kFP32) {
@@ -136,7 +136,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       constexpr int64_t MP = (M + R - 1) / R * R;
       thread_local Activations<K> x;
       x.resize(BATCH * MP, F == kQ8);
-      for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * MP, F == kQ8);
+      for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * MP, F == kQ8);
       // Pointers, not the thread_local itself: a worker naming `x` would see its own.
       const uint32_t* pairs = x.pairs.data();
       const uint32_t* pairs16 = F == kQ8 ? x.pairs16.data() : nullptr;
@@ -174,7 +174,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
       if (acts == QuantActs::kAuto) {
         thread_local Activations8<K> x;
         x.resize(BATCH * M);
-        for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
+        for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
         const float* scales = x.scales.data();
         const float* sums = x.sums.data();
 #if defined(CHROMA_QUANT_INT8_KERNELS)
@@ -229,7 +229,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
     {
       thread_local Activations<K> x;
       x.resize(BATCH * M, false);
-      for (int64_t b = 0; b < BATCH; ++b) x.fill(A + a_off[b], sar, sac, M, b * M, false);
+      for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * M, false);
       const uint32_t* pairs = x.pairs.data();
       const float* sums = x.sums.data();
       run([&](int64_t w0, int64_t w1) {

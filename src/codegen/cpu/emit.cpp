@@ -380,23 +380,37 @@ class Emitter {
     const Expr& a = k.inputs[0];
     const Expr& b = k.inputs[1];
     const size_t r = k.shape.size();
-    const int64_t m = k.shape[r - 2], n = k.shape[r - 1], kk = a.layout.shape[r - 1];
+    const int64_t m = k.shape[r - 2], ldc = k.shape[r - 1], kk = a.layout.shape[r - 1];
+    const bool routed = !k.routed.experts.empty();
+    const int64_t n = routed && k.routed.n > 0 ? k.routed.n : ldc;
     std::ostringstream o;
     o << "  static constexpr int64_t ao[] = {" << int_list(k.batch_a) << "};\n";
     o << "  static constexpr int64_t bo[] = {" << int_list(k.batch_b) << "};\n";
     o << "  static constexpr int64_t co[] = {" << int_list(k.batch_c) << "};\n";
+    std::string offs = "ao", boffs = "bo", coffs = "co", count;
+    if (routed) {
+      // Only the batches whose expert some token selected (Kernel::routed).
+      const Expr& mk = k.inputs[2];
+      const size_t nb = k.batch_a.size();
+      o << "  static constexpr int64_t ex[] = {" << int_list(k.routed.experts) << "};\n";
+      o << "  const float* mk = static_cast<const float*>(" << ptr(mk.buffer, false) << ") + " << mk.layout.offset << ";\n";
+      o << "  int64_t ra[" << nb << "], rb[" << nb << "], rc[" << nb << "], nb = 0;\n";
+      o << "  for (int64_t b = 0; b < " << nb << "; ++b) {\n    if (mk[ex[b] * " << mk.layout.strides[0]
+        << "] == 0.0f) continue;\n    ra[nb] = ao[b];\n    rb[nb] = bo[b];\n    rc[nb] = co[b];\n    ++nb;\n  }\n";
+      offs = "ra", boffs = "rb", coffs = "rc", count = ", nb";
+    }
     if (k.weight_format != quant::Format::kF32) {
       o << "  et::gemm_quant<" << static_cast<int>(k.weight_format) << ", " << k.batch_a.size() << ", " << m << ", " << n << ", "
-        << kk << ">(static_cast<const float*>(" << ptr(a.buffer, false) << "), ao, " << a.layout.strides[r - 2] << ", "
+        << kk << ">(static_cast<const float*>(" << ptr(a.buffer, false) << "), " << offs << ", " << a.layout.strides[r - 2] << ", "
         << a.layout.strides[r - 1] << ",\n      static_cast<const uint8_t*>(" << ptr(b.buffer, false)
-        << "), bo, static_cast<float*>(" << ptr(k.outputs[0], true) << "), co, " << n << ", cx.pool, "
-        << quant_acts(k.activations) << ");\n";
+        << "), " << boffs << ", static_cast<float*>(" << ptr(k.outputs[0], true) << "), " << coffs << ", " << ldc << ", cx.pool, "
+        << quant_acts(k.activations) << count << ");\n";
       return o.str();
     }
     o << "  et::gemm_packed<" << k.batch_a.size() << ", " << m << ", " << n << ", " << kk << ">(static_cast<const float*>("
-      << ptr(a.buffer, false) << "), ao, " << a.layout.strides[r - 2] << ", " << a.layout.strides[r - 1]
-      << ",\n      static_cast<const float*>(" << ptr(b.buffer, false) << "), bo, static_cast<float*>("
-      << ptr(k.outputs[0], true) << "), co, " << n << ", cx.pool);\n";
+      << ptr(a.buffer, false) << "), " << offs << ", " << a.layout.strides[r - 2] << ", " << a.layout.strides[r - 1]
+      << ",\n      static_cast<const float*>(" << ptr(b.buffer, false) << "), " << boffs << ", static_cast<float*>("
+      << ptr(k.outputs[0], true) << "), " << coffs << ", " << ldc << ", cx.pool" << count << ");\n";
     return o.str();
   }
 

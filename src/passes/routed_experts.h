@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include "ir/graph.h"
+
+namespace chroma {
+
+// A mixture of experts written densely (every expert on every token, then weighted by a
+// routing matrix that is zero for the experts a token did not select), as in
+//   h = einsum("th,efh->tef", x, W1) ... ; y = einsum("teh,te->th", h, routing)
+// computes every expert's products although only the selected ones contribute. This pass
+// finds such contractions and lets the CPU's pre-packed products skip, at run time, the
+// experts that no token selected.
+//
+// The pattern: a MatMul whose contraction axis is the expert axis e (E >= 2 experts) of
+// both operands, one of them (H) computed from products through elementwise Maps, Casts,
+// Permutes, Reshapes, Expands and Slices that keep each element's e, the other (R, the
+// routing weights) anything. Every node between the products and H is read only there (no
+// other reader, no graph output) and is a floating-point tensor. Then:
+//   - mask[e] = max over R's other axes of (R != 0), float32 [E], computed right after R
+//     (1 where some token gives expert e a nonzero weight, NaN included);
+//   - H is replaced by where(mask[e] != 0, H, 0) before the contraction, so an expert with
+//     mask 0 contributes exactly 0 whatever its products left in memory;
+//   - each product whose output carries e (a batch axis, or its columns in blocks) and comes
+//     after R is recorded with the mask: the lowering skips its inactive experts' work.
+// What differs from PyTorch: where an expert no token selected would produce inf or NaN,
+// eager's dense form gives NaN (0 * inf) and Chroma gives that expert's zero contribution,
+// the value the model's gather form (only the selected experts) computes.
+struct RoutedProduct {
+  Value mask;            // float32 [E] in the rewritten graph (0: no token selected e)
+  int64_t axis = 0;      // the product's output axis that carries e
+  int64_t step = 1;      // e = (index along axis / step) % experts
+  int64_t experts = 0;
+};
+
+struct RoutedGraph {
+  Graph graph;
+  std::map<int32_t, RoutedProduct> products;  // rewritten graph's MatMul node -> its expert axis
+};
+
+RoutedGraph route_experts(const Graph& g);
+
+}  // namespace chroma
