@@ -161,9 +161,10 @@ bool find_slice(const Graph& g, Value h, ExpertAxis start, const std::vector<std
   return true;
 }
 
-// The contraction MatMul `id` over the expert axis, if it fits the pattern with H on `side`.
-bool plan_for(const Graph& g, int32_t id, int side, const std::vector<std::vector<int32_t>>& readers,
-              const std::vector<bool>& is_output, Plan* plan) {
+// The contraction `id` over the expert axis (H's axis h_axis, R's r_axis), if it fits the
+// pattern with H on `side`.
+bool plan_for(const Graph& g, int32_t id, int side, int64_t h_axis, int64_t r_axis,
+              const std::vector<std::vector<int32_t>>& readers, const std::vector<bool>& is_output, Plan* plan) {
   const Node& n = g.node(id);
   const Value h = n.inputs[static_cast<size_t>(side)], r = n.inputs[static_cast<size_t>(1 - side)];
   const TensorType& th = g.type(h);
@@ -172,8 +173,8 @@ bool plan_for(const Graph& g, int32_t id, int side, const std::vector<std::vecto
   plan->contraction = id;
   plan->side = side;
   plan->routing = r;
-  plan->h_axis = side == 0 ? th.rank() - 1 : th.rank() - 2;
-  plan->routing_axis = side == 0 ? tr.rank() - 2 : tr.rank() - 1;
+  plan->h_axis = h_axis;
+  plan->routing_axis = r_axis;
   plan->experts = th.shape[static_cast<size_t>(plan->h_axis)];
   if (plan->experts < 2) return false;
   // R's values where they are computed: back through the views that keep each element's e
@@ -222,12 +223,34 @@ RoutedGraph route_experts(const Graph& g) {
   }
   std::vector<Plan> plans;
   for (size_t i = 0; i < g.size(); ++i) {
-    if (g.nodes()[i].op != Op::kMatMul) continue;
-    for (int side = 0; side < 2; ++side) {
-      Plan p;
-      if (plan_for(g, static_cast<int32_t>(i), side, readers, is_output, &p)) {
-        plans.push_back(std::move(p));
-        break;
+    const Node& n = g.nodes()[i];
+    const int32_t id = static_cast<int32_t>(i);
+    if (n.op == Op::kMatMul) {
+      // C = A @ B contracting e: H = A (e along its columns) and R = B (its rows), or the reverse.
+      const int64_t r = n.type().rank();
+      for (int side = 0; side < 2; ++side) {
+        Plan p;
+        if (plan_for(g, id, side, side == 0 ? r - 1 : r - 2, side == 0 ? r - 2 : r - 1, readers, is_output, &p)) {
+          plans.push_back(std::move(p));
+          break;
+        }
+      }
+    } else if (n.op == Op::kMap && n.attrs.ew == EwOp::k_mul) {
+      // sum_e H * R written as a Map.mul summed by a Reduce over the axis e.
+      bool found = false;
+      for (int32_t rd : readers[i]) {
+        const Node& red = g.node(rd);
+        if (red.op != Op::kReduce || red.attrs.reduce != ReduceKind::kSum) continue;
+        for (int64_t ax : red.attrs.ints) {
+          for (int side = 0; side < 2 && !found; ++side) {
+            Plan p;
+            if (plan_for(g, id, side, ax, ax, readers, is_output, &p)) {
+              plans.push_back(std::move(p));
+              found = true;
+            }
+          }
+        }
+        if (found) break;
       }
     }
   }
@@ -260,7 +283,7 @@ RoutedGraph route_experts(const Graph& g) {
       const Value on = d.map(EwOp::k_ne, {m, d.full(Scalar::of_float(0.0), TensorType{DType::kF32, th.shape})});
       const Value hm = d.map(EwOp::k_where, {on, h, d.full(Scalar::of_float(0.0), th)});
       const Value r = rw.map(n.inputs[static_cast<size_t>(1 - p.side)]);
-      const Value c = d.add(Op::kMatMul, p.side == 0 ? std::vector<Value>{hm, r} : std::vector<Value>{r, hm}, n.attrs);
+      const Value c = d.add(n.op, p.side == 0 ? std::vector<Value>{hm, r} : std::vector<Value>{r, hm}, n.attrs);
       rw.replace(id, {c});
     } else {
       rw.copy(id);

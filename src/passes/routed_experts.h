@@ -14,11 +14,12 @@ namespace chroma {
 // finds such contractions and lets the CPU's pre-packed products skip, at run time, the
 // experts that no token selected.
 //
-// The pattern: a MatMul whose contraction axis is the expert axis e (E >= 2 experts) of
-// both operands, one of them (H) computed from products through elementwise Maps, Casts,
-// Permutes, Reshapes, Expands and Slices that keep each element's e, the other (R, the
-// routing weights) anything. Every node between the products and H is read only there (no
-// other reader, no graph output) and is a floating-point tensor. Then:
+// The pattern: a contraction over the expert axis e (E >= 2 experts) of H and R: a MatMul
+// contracting e, or a Map.mul read by a Reduce.sum over e (`(h * routing[..., None]).sum(1)`).
+// H is computed from products through elementwise Maps, Casts, Permutes, Reshapes, Expands,
+// Slices and further products that keep each element's e (an expert's second layer reads its
+// first); R, the routing weights, is anything. Every node between the products and H is read
+// only there (no other reader, no graph output) and is a floating-point (or bool) tensor. Then:
 //   - mask[e] = max over R's other axes of (R != 0), float32 [E], computed right after R
 //     (1 where some token gives expert e a nonzero weight, NaN included);
 //   - H is replaced by where(mask[e] != 0, H, 0) before the contraction, so an expert with

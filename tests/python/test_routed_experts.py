@@ -116,3 +116,35 @@ def test_expert_values_read_elsewhere_are_computed_for_every_expert(compile_to):
     got = prog(x.numpy())
     compare(got[0], want[0], rtol=1e-5, atol=1e-5)
     compare(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+class DenseBmmExperts(torch.nn.Module):
+    """Another way people write it: experts as batched products over stacked weights, the
+    routing matrix made by scatter, the weighted sum as a multiply and a sum."""
+
+    def __init__(self, experts=6, dim=32, hidden=48, k=2):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.k = k
+        self.gate = torch.nn.Linear(dim, experts)
+        self.w1 = torch.nn.Parameter(torch.randn(experts, dim, hidden, generator=g) * 0.2)
+        self.b1 = torch.nn.Parameter(torch.randn(experts, hidden, generator=g) * 0.2)
+        self.w2 = torch.nn.Parameter(torch.randn(experts, hidden, dim, generator=g) * 0.2)
+
+    def forward(self, x):
+        top = torch.topk(self.gate(x), self.k, dim=-1)
+        routing = torch.zeros(x.shape[0], self.w1.shape[0]).scatter(1, top.indices, torch.softmax(top.values, -1))
+        xe = x.unsqueeze(0).expand(self.w1.shape[0], -1, -1)
+        h = torch.nn.functional.gelu(torch.bmm(xe, self.w1) + self.b1[:, None, :])
+        y = torch.bmm(h, self.w2)  # [E, T, dim]
+        return (y * routing.t()[:, :, None]).sum(0)
+
+
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_experts_as_batched_products_and_a_weighted_sum(compile_to, tokens):
+    mod = DenseBmmExperts().eval()
+    x = randn(tokens, 32, seed=11)
+    prog = compile_to(mod, x)
+    assert routed_labels(prog) == ["MatMul.packed.routed"] * 2
+    with torch.no_grad():
+        compare(prog(x.numpy()), mod(x), rtol=1e-5, atol=1e-5)
