@@ -28,6 +28,15 @@ Graph optimize(const Graph& g, bool keep_half_weights) {
 
 namespace {
 
+// route_experts as a pass run_pass can run (verified, printed with CHROMA_DUMP_IR): the graph,
+// with the products it found left here for the lowering that follows.
+thread_local std::map<int32_t, RoutedProduct> routed_products;
+Graph route_experts_pass(const Graph& g) {
+  RoutedGraph rg = route_experts(g);
+  routed_products = std::move(rg.products);
+  return std::move(rg.graph);
+}
+
 // The target's lowering choices: GPU targets fuse to depth 24 (DESIGN.md part 3), keep
 // products as plain matrix products (pre-packed panels and gathered expert panels are CPU
 // kernels) and activations row-major (channels-last serves oneDNN); the arena holds tensors
@@ -83,9 +92,9 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     LowerOptions entry_lo = lo;
     if (opts.target == "cpu") {
       // The CPU's pre-packed products skip the experts no token selected (routed_experts.h).
-      RoutedGraph rg = route_experts(e.graph);
-      e.graph = std::move(rg.graph);
-      entry_lo.routed = std::move(rg.products);
+      e.graph = run_pass("route_experts", &route_experts_pass, e.graph);
+      entry_lo.routed = std::move(routed_products);
+      routed_products.clear();
     }
     timer.lap("optimize");
     e.program = lower(e.graph, entry_lo);
@@ -135,9 +144,15 @@ std::string dump_graph_file(const std::string& graph_path, const std::string& st
 std::string run_ir_text(const std::string& text, const std::vector<std::string>& passes, int max_expression_depth) {
   Graph g = parse(text);
   if (std::string err = verify(g); !err.empty()) throw CompileError("invalid IR: " + err);
+  std::map<int32_t, RoutedProduct> routed;  // route_experts' products, while the graph is the one it made
   for (size_t i = 0; i < passes.size(); ++i) {
     const std::string& p = passes[i];
-    if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
+    if (p != "lower") routed.clear();
+    if (p == "route_experts") {
+      g = run_pass("route_experts", &route_experts_pass, g);
+      routed = std::move(routed_products);
+      routed_products.clear();
+    } else if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
     else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);
     else if (p == "cse") g = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, g);
@@ -146,9 +161,10 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
       if (i + 1 != passes.size()) throw CompileError("'lower' must be the last pass");
       LowerOptions lo;
       lo.max_expression_depth = max_expression_depth;
+      lo.routed = routed;
       return describe(lower(g, lo));
     } else {
-      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, lower)");
+      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, route_experts, lower)");
     }
   }
   return print(g);

@@ -53,6 +53,27 @@ bool constant_source(const Graph& g, Value v) {
   }
 }
 
+// R is a selection's result: computed (at most 64 nodes back) from a TopK or an ArgReduce
+// (argmax), as a router's weights are, and not a constant. Weights that no selection made
+// (attention probabilities, a learned mixing matrix) are rarely zero; nothing is gained there.
+bool selects(const Graph& g, Value r) {
+  if (constant_source(g, r)) return false;
+  std::vector<int32_t> queue{r.node};  // breadth first: the nearest nodes
+  std::vector<bool> seen(g.size(), false);
+  seen[static_cast<size_t>(r.node)] = true;
+  for (size_t q = 0; q < queue.size() && q < 64; ++q) {
+    const Node& n = g.node(queue[q]);
+    if (n.op == Op::kTopK || n.op == Op::kArgReduce) return true;
+    for (Value in : n.inputs) {
+      if (!seen[static_cast<size_t>(in.node)]) {
+        seen[static_cast<size_t>(in.node)] = true;
+        queue.push_back(in.node);
+      }
+    }
+  }
+  return false;
+}
+
 // One contraction over the expert axis and what follows from it.
 struct Plan {
   int32_t contraction = -1;
@@ -199,14 +220,18 @@ bool plan_for(const Graph& g, int32_t id, int side, int64_t h_axis, int64_t r_ax
   }
   plan->products.clear();
   if (!find_slice(g, h, ExpertAxis{plan->h_axis, 1, plan->experts}, readers, is_output, plan)) return false;
-  // Products that carry e in their rows gain nothing; those computed before R cannot wait for
-  // the mask.
+  // The products whose experts can be skipped: a constant B (packed, each expert's matrix or
+  // block of columns apart), e along a batch axis or along the columns in blocks of whole
+  // 16-column panels, computed after R (they wait for the mask).
   for (auto it = plan->products.begin(); it != plan->products.end();) {
-    const int64_t rank = g.node(it->first).type().rank();
-    if (it->second.axis == rank - 2 || it->first < plan->routing.node) it = plan->products.erase(it);
+    const Node& p = g.node(it->first);
+    const int64_t rank = p.type().rank(), cols = p.type().shape.back();
+    const ExpertAxis& x = it->second;
+    const bool splits = x.axis < rank - 2 || (x.axis == rank - 1 && x.step % 16 == 0 && x.step < cols);
+    if (!splits || !constant_source(g, p.inputs[1]) || it->first < plan->routing.node) it = plan->products.erase(it);
     else ++it;
   }
-  return !plan->products.empty();
+  return !plan->products.empty() && selects(g, plan->routing);
 }
 
 }  // namespace
@@ -236,11 +261,20 @@ RoutedGraph route_experts(const Graph& g) {
         }
       }
     } else if (n.op == Op::kMap && n.attrs.ew == EwOp::k_mul) {
-      // sum_e H * R written as a Map.mul summed by a Reduce over the axis e.
+      // sum_e H * R written as a Map.mul summed by a Reduce over the axis e (read through
+      // Casts: a half-precision model rounds the product before summing it).
+      std::vector<int32_t> sums;
+      for (std::vector<int32_t> next = readers[i]; !next.empty();) {
+        const int32_t rd = next.back();
+        next.pop_back();
+        const Node& rn = g.node(rd);
+        const std::vector<int32_t>& after = readers[static_cast<size_t>(rd)];
+        if (rn.op == Op::kCast && is_float(rn.type().dtype)) next.insert(next.end(), after.begin(), after.end());
+        else if (rn.op == Op::kReduce && rn.attrs.reduce == ReduceKind::kSum) sums.push_back(rd);
+      }
       bool found = false;
-      for (int32_t rd : readers[i]) {
+      for (int32_t rd : sums) {
         const Node& red = g.node(rd);
-        if (red.op != Op::kReduce || red.attrs.reduce != ReduceKind::kSum) continue;
         for (int64_t ax : red.attrs.ints) {
           for (int side = 0; side < 2 && !found; ++side) {
             Plan p;
@@ -294,7 +328,8 @@ RoutedGraph route_experts(const Graph& g) {
         d.set_origin(n.name, n.source);
         const Value r = rw.map(p.routing);
         const TensorType tr = d.type(r);
-        const Value nz = d.map(EwOp::k_ne, {r, d.full(Scalar::of_float(0.0), tr)});
+        const Value r32 = d.cast(r, DType::kF32);  // exact; bfloat16 and float16 have no != of their own
+        const Value nz = d.map(EwOp::k_ne, {r32, d.full(Scalar::of_float(0.0), TensorType{DType::kF32, tr.shape})});
         Attrs a;
         a.reduce = ReduceKind::kMax;
         for (int64_t ax = 0; ax < tr.rank(); ++ax) {

@@ -133,7 +133,7 @@ class DenseBmmExperts(torch.nn.Module):
 
     def forward(self, x):
         top = torch.topk(self.gate(x), self.k, dim=-1)
-        routing = torch.zeros(x.shape[0], self.w1.shape[0]).scatter(1, top.indices, torch.softmax(top.values, -1))
+        routing = torch.zeros(x.shape[0], self.w1.shape[0], dtype=x.dtype).scatter(1, top.indices, torch.softmax(top.values, -1))
         xe = x.unsqueeze(0).expand(self.w1.shape[0], -1, -1)
         h = torch.nn.functional.gelu(torch.bmm(xe, self.w1) + self.b1[:, None, :])
         y = torch.bmm(h, self.w2)  # [E, T, dim]
@@ -148,3 +148,37 @@ def test_experts_as_batched_products_and_a_weighted_sum(compile_to, tokens):
     assert routed_labels(prog) == ["MatMul.packed.routed"] * 2
     with torch.no_grad():
         compare(prog(x.numpy()), mod(x), rtol=1e-5, atol=1e-5)
+
+
+class SoftMixture(DenseBmmExperts):
+    """The same experts mixed by a softmax over all of them (no selection): every weight is
+    nonzero, so nothing is routed."""
+
+    def forward(self, x):
+        routing = torch.softmax(self.gate(x), dim=-1)
+        xe = x.unsqueeze(0).expand(self.w1.shape[0], -1, -1)
+        y = torch.bmm(torch.nn.functional.gelu(torch.bmm(xe, self.w1) + self.b1[:, None, :]), self.w2)
+        return (y * routing.t()[:, :, None]).sum(0)
+
+
+def test_weights_no_selection_made_are_not_routed(compile_to):
+    mod = SoftMixture().eval()
+    x = randn(2, 32, seed=12)
+    prog = compile_to(mod, x)
+    assert routed_labels(prog) == []
+    assert not any(k["label"].startswith("Reduce.max <- ne") for k in prog.manifest["kernels"])  # no mask
+    with torch.no_grad():
+        compare(prog(x.numpy()), mod(x), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_dense_experts(compile_to):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    mod = DenseBmmExperts().eval().to(torch.bfloat16)
+    x = randn(1, 32, seed=13).to(torch.bfloat16)
+    prog = compile_to(mod, x)
+    assert len(routed_labels(prog)) == 2
+    with torch.no_grad():
+        want = mod(x).float().numpy()
+    got = prog(x.float().numpy().astype(ml_dtypes.bfloat16)).astype(np.float32)
+    # each op rounded to bfloat16 as eager does; the products' sums in another order
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
