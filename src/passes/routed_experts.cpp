@@ -27,6 +27,7 @@ int64_t inner_size(const Shape& s, int64_t axis) {
 // lie along one axis there.
 bool through_reshape(const Shape& out, const ExpertAxis& x, const Shape& in, ExpertAxis* y) {
   const int64_t flat = x.step * inner_size(out, x.axis);
+  if (flat <= 0 || numel(in) <= 0) return false;  // nothing to skip in an empty tensor
   int64_t inner = 1;
   for (int64_t b = static_cast<int64_t>(in.size()); b-- > 0;) {
     const int64_t dim = in[static_cast<size_t>(b)];
