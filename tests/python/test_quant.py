@@ -388,9 +388,11 @@ def test_quantized_products_on_two_threads(tmp_path, fmt):
     vdpbf16ps in blocks of 8 rows, or AMX from two rows where present; q4's and q6's default:
     int8 activations with vpdpbusd where the CPU has AVX512-VNNI, vpmaddubsw with AVX2, q6's
     panels decoded once per thread from 9 rows on; float32 activations: the exact path) on
-    both threads, 1, 8 and 24 rows (three blocks)."""
+    both threads, 1, 8 and 24 rows (three blocks). The same artifact on one thread gives the
+    same values: there the weights (1.1 MB and more) are streamed with non-temporal
+    prefetches where one block of rows reads them (gemm_packed.h, kStreamBytes)."""
     torch.manual_seed(5)
-    lin = torch.nn.Linear(256, 4096).eval()
+    lin = torch.nn.Linear(256, 8192).eval()
     w = reference_weights(lin.weight.detach().numpy(), fmt)
     for rows in (1, 8, 24):
         x = torch.randn(rows, 256)
@@ -400,6 +402,7 @@ def test_quantized_products_on_two_threads(tmp_path, fmt):
                                   weights={"default": fmt, "activations": act})
             assert prog.threads == 2
             y = prog(x.numpy())
+            np.testing.assert_array_equal(chroma.load(prog.directory, threads=1)(x.numpy()), y)
             if act == "fp32":
                 np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
             else:

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "chroma/cpu/threads.h"
 
@@ -25,11 +26,37 @@ namespace chroma::et {
 
 inline constexpr int64_t kPanel = 16;
 
+// Streamed weights. A product whose constant operand is this large (1 MB and more, beyond
+// a core's L2) and is read once per call (one block of rows: no later block reads it
+// again) prefetches it non-temporally (PREFETCHNTA): the lines come to L1 without taking
+// the place, in L2 and (through L2's evictions) L3, of what the rest of the program reads
+// again every call: activations, caches, the small weights of a decoder's layers. On a Zen 2
+// core a decode step's 14.5 MB unembedding, prefetched for keeps, pushed out everything
+// else; streamed, the step's other kernels ran 1.4x faster (docs/architecture.md, "Streamed
+// weights"). Only a hint: the same values are read either way.
+inline constexpr int64_t kStreamBytes = int64_t{1} << 20;
+template <bool kStream> inline constexpr int kWeightHint = kStream ? 0 /* _MM_HINT_NTA */ : 3 /* _MM_HINT_T0 */;
+
+// range(std::bool_constant<stream>, 0, work) for a product on one thread: streamed when its
+// weights are `bytes` (its largest case) and each panel is read by one block of rows. A
+// product split over threads keeps T0: there a core's own misses bound how fast it reads
+// (PREFETCHNTA fills L1 alone; T0 lets L2's prefetchers have more lines in flight), and
+// on a Zen 2 core pair the reference model's q4 unembedding took 0.47-0.52 ms streamed
+// against 0.37-0.44 (one thread: 0.82-0.86 against 0.78-0.82, a loss the rest of a decode
+// step more than makes up: 1.10-1.14 ms against 1.21-1.30).
+template <int64_t bytes, bool one_block, class Range> inline void run_streamed(Range&& range, int64_t work) {
+  if constexpr (bytes >= kStreamBytes && one_block) {
+    range(std::true_type{}, int64_t{0}, work);
+  } else {
+    range(std::false_type{}, int64_t{0}, work);
+  }
+}
+
 namespace packed_detail {
 
 #if defined(__AVX512F__)
 
-template <int MR, int NP>
+template <int MR, int NP, bool kStream = false>
 __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K,
                                                 float* C, int64_t ldc, int64_t ncols) {
   __m512 acc[MR][NP];
@@ -48,7 +75,7 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 #pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       const float* src = Bp + j * pstride + k * kPanel;
-      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);  // kStream: not measured here
       b[j] = _mm512_loadu_ps(src);
     }
 #pragma GCC unroll 8
@@ -73,7 +100,7 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 // AVX2: a 16-column panel row is two 8-float registers. 16 registers in all, so tiles are
 // at most 6 rows x 1 panel (12 accumulators + 2 of B + the broadcast: enough independent
 // sums to cover the FMA's latency at two a cycle) or 2 rows x 2 panels.
-template <int MR, int NP>
+template <int MR, int NP, bool kStream = false>
 __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K,
                                                 float* C, int64_t ldc, int64_t ncols) {
   __m256 acc[MR][NP][2];
@@ -88,7 +115,7 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 #pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       const float* src = Bp + j * pstride + k * kPanel;
-      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), static_cast<_mm_hint>(kWeightHint<kStream>));
       b[j][0] = _mm256_loadu_ps(src);
       b[j][1] = _mm256_loadu_ps(src + 8);
     }
@@ -126,7 +153,7 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 
 typedef float v16 __attribute__((vector_size(64)));
 
-template <int MR, int NP>
+template <int MR, int NP, bool kStream = false>
 inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int64_t K, float* C, int64_t ldc,
                  int64_t ncols) {
   v16 acc[MR][NP] = {};
@@ -149,7 +176,7 @@ inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int6
 #endif
 
 // Row blocks of MR rows across panels [p0, p1), NP panels at a time.
-template <int MR>
+template <int MR, bool kStream = false>
 inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t N, int64_t K,
                  int64_t p0, int64_t p1) {
   // Two or more panel streams at once: more lines in flight per core (measured: about
@@ -161,37 +188,42 @@ inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, floa
 #endif
   int64_t p = p0;
   for (; p + NP <= p1; p += NP) {
-    tile<MR, NP>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
+    tile<MR, NP, kStream>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
   }
-  for (; p < p1; ++p) tile<MR, 1>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
+  for (; p < p1; ++p) tile<MR, 1, kStream>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
 }
+
+// Rows of a block (panels() below).
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
+inline constexpr int64_t kBlockRows = 8;
+#else
+inline constexpr int64_t kBlockRows = 6;  // the AVX2 tile's registers
+#endif
 
 // C[M, N] over panels [p0, p1): chunks of 4 panels outside, row blocks of 8 inside, so
 // every panel comes from memory once and the other row blocks find it in cache.
+// kStream: the weights are streamed (kStreamBytes; only where M is one block).
+template <bool kStream = false>
 inline void panels(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, int64_t p0, int64_t p1) {
   constexpr int64_t kChunk = 4;
-#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
-  constexpr int64_t kRows = 8;
-#else
-  constexpr int64_t kRows = 6;  // the AVX2 tile's registers
-#endif
+  constexpr int64_t kRows = kBlockRows;
   for (int64_t q0 = p0; q0 < p1; q0 += kChunk) {
     const int64_t q1 = q0 + kChunk < p1 ? q0 + kChunk : p1;
     int64_t i = 0;
-    for (; i + kRows <= M; i += kRows) rows<kRows>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, q0, q1);
+    for (; i + kRows <= M; i += kRows) rows<kRows, kStream>(A + i * sar, sar, sac, Bp, C + i * ldc, ldc, N, K, q0, q1);
     const float* a = A + i * sar;
     float* c = C + i * ldc;
     switch (M - i) {
 #if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
-      case 7: rows<7>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
-      case 6: rows<6>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 7: rows<7, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 6: rows<6, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
 #endif
-      case 5: rows<5>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
-      case 4: rows<4>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
-      case 3: rows<3>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
-      case 2: rows<2>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
-      case 1: rows<1>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 5: rows<5, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 4: rows<4, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 3: rows<3, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 2: rows<2, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
+      case 1: rows<1, kStream>(a, sar, sac, Bp, c, ldc, N, K, q0, q1); break;
       default: break;
     }
   }
@@ -210,20 +242,20 @@ inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64
                         int64_t batches = BATCH) {
   constexpr int64_t P = (N + kPanel - 1) / kPanel;
   const int64_t work = batches * P;
-  auto range = [&](int64_t w0, int64_t w1) {
+  auto range = [&](auto stream, int64_t w0, int64_t w1) {
     while (w0 < w1) {
       const int64_t b = w0 / P;
       const int64_t p0 = w0 % P;
       const int64_t p1 = (w1 - b * P) < P ? (w1 - b * P) : P;
-      packed_detail::panels(A + a_off[b], sar, sac, Bp + b_off[b], C + c_off[b], ldc, M, N, K, p0, p1);
+      packed_detail::panels<decltype(stream)::value>(A + a_off[b], sar, sac, Bp + b_off[b], C + c_off[b], ldc, M, N, K, p0, p1);
       w0 = b * P + p1;
     }
   };
   const int64_t bytes = work * K * kPanel * 4;
   if (pool && pool->size() > 1 && bytes >= (int64_t{256} << 10) && work > 1) {
-    pool->parallel_for(work, range);
+    pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
   } else {
-    range(0, work);
+    run_streamed<BATCH * P * K * kPanel * 4, M <= packed_detail::kBlockRows>(range, work);
   }
 }
 

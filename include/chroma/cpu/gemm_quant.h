@@ -209,18 +209,24 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
           return;
         }
 #endif
-        run([&](int64_t w0, int64_t w1) {
+        auto range = [&](auto stream, int64_t w0, int64_t w1) {
+          (void)stream;
           panel_blocks<M, P, kBlock>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
             const int64_t row = b * M + r0;
 #if defined(CHROMA_QUANT_INT8_KERNELS)
             int8_panel<F, decltype(mr)::value, K>(
 #else
-            int8_panel_avx2<F, decltype(mr)::value, K>(
+            int8_panel_avx2<F, decltype(mr)::value, K, false, decltype(stream)::value>(
 #endif
                 words + row * kWords, scales + row * kGroups, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
                 C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
           });
-        });
+        };
+        if (threaded) {
+          pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
+        } else {
+          run_streamed<BATCH * P * kPanelBytes, M <= kBlock>(range, work);  // gemm_packed.h
+        }
         return;
       }
     }
@@ -254,12 +260,18 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
   // q4 7.5 vs 9.1 at 8, 15.5 vs 13.0 at 16; q6 8.8 vs 8.7 at 8.
   constexpr int64_t kRegRows = (F == kBF16 || F == kQ8) ? 16 : (F == kQ4 ? 8 : 4);
   if constexpr (M <= kRegRows) {
-    run([&](int64_t w0, int64_t w1) {
+    auto range = [&](auto stream, int64_t w0, int64_t w1) {
       panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
-        fp32_panel_avx2<F, decltype(mr)::value, K>(A + a_off[b] + r0 * sar, sar, sac, Bq + b_off[b] + p * kPanelBytes,
-                                                   C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
+        fp32_panel_avx2<F, decltype(mr)::value, K, decltype(stream)::value>(
+            A + a_off[b] + r0 * sar, sar, sac, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel, ldc,
+            N - p * kPanel);
       });
-    });
+    };
+    if (threaded) {
+      pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
+    } else {
+      run_streamed<BATCH * P * kPanelBytes, M <= 4>(range, work);  // gemm_packed.h
+    }
     return;
   }
 #endif

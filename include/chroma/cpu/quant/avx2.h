@@ -78,7 +78,7 @@ __attribute__((always_inline)) inline const uint8_t* decode_step_f32(const uint8
 // with fused multiply-adds, k in increasing order. For few rows this reads the weights once
 // from memory and writes nothing, where the exact path's buffer is written and read again;
 // with one row, alternate rows of K go to two sets of accumulators (the latency of the adds).
-template <int F, int MR, int64_t K>
+template <int F, int MR, int64_t K, bool kStream = false>
 __attribute__((always_inline)) inline void fp32_panel_avx2(const float* A, int64_t sar, int64_t sac, const uint8_t* in,
                                                            float* C, int64_t ldc, int64_t ncols) {
   constexpr int kSets = MR == 1 ? 2 : 1;
@@ -93,7 +93,7 @@ __attribute__((always_inline)) inline void fp32_panel_avx2(const float* A, int64
     __m256 s[2], b[2];
     in = group_scales<F>(in, s, b);
     for (int64_t r = 0; r < rows; r += kStepF32<F>) {
-      _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(in + 4096), static_cast<_mm_hint>(kWeightHint<kStream>));
       __m256 v[2 * kStepF32<F>];
       in = decode_step_f32<F>(in, s, b, v);
 #pragma GCC unroll 4
@@ -216,7 +216,7 @@ inline void decode_panel_int8_avx2(const uint8_t* in, uint8_t* out) {
 //
 // kDecoded: `in` is the panel as decode_panel_int8_avx2 left it (every step's two registers
 // ready), read by every block of rows of the product.
-template <int F, int MR, int64_t K, bool kDecoded = false>
+template <int F, int MR, int64_t K, bool kDecoded = false, bool kStream = false>
 __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, const float* xs, const float* sums,
                                                            const uint8_t* in, float* C, int64_t ldc, int64_t ncols) {
   constexpr int64_t kPairs = 2 * Activations8<K>::kQuads, kGroups = Activations8<K>::kGroups;
@@ -248,7 +248,7 @@ __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, c
           hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32));
           in += 64;
         } else {
-          _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(in + 4096), static_cast<_mm_hint>(kWeightHint<kStream>));
           in = int8_step_avx2<F>(in, lo, hi);
         }
 #pragma GCC unroll 4
