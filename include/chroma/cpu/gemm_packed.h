@@ -31,9 +31,10 @@ inline constexpr int64_t kPanel = 16;
 // again) prefetches it non-temporally (PREFETCHNTA): the lines come to L1 without taking
 // the place, in L2 and (through L2's evictions) L3, of what the rest of the program reads
 // again every call: activations, caches, the small weights of a decoder's layers. On a Zen 2
-// core a decode step's 14.5 MB unembedding, prefetched for keeps, pushed out everything
-// else; streamed, the step's other kernels ran 1.4x faster (docs/architecture.md, "Streamed
-// weights"). Only a hint: the same values are read either way.
+// core the reference model's q4 decode step streams a 14.5 MB unembedding; prefetched for
+// keeps it pushed out everything else, and the step's other kernels took 0.31-0.32 ms
+// against 0.24-0.26 streamed (docs/architecture.md, "Streamed weights"). Only a hint: the
+// same values are read either way.
 inline constexpr int64_t kStreamBytes = int64_t{1} << 20;
 template <bool kStream> inline constexpr int kWeightHint = kStream ? 0 /* _MM_HINT_NTA */ : 3 /* _MM_HINT_T0 */;
 
@@ -43,7 +44,7 @@ template <bool kStream> inline constexpr int kWeightHint = kStream ? 0 /* _MM_HI
 // (PREFETCHNTA fills L1 alone; T0 lets L2's prefetchers have more lines in flight), and
 // on a Zen 2 core pair the reference model's q4 unembedding took 0.47-0.52 ms streamed
 // against 0.37-0.44 (one thread: 0.82-0.86 against 0.78-0.82, a loss the rest of a decode
-// step more than makes up: 1.10-1.14 ms against 1.21-1.30).
+// step more than makes up: 1.07-1.14 ms against 1.15-1.30).
 template <int64_t bytes, bool one_block, class Range> inline void run_streamed(Range&& range, int64_t work) {
   if constexpr (bytes >= kStreamBytes && one_block) {
     range(std::true_type{}, int64_t{0}, work);
