@@ -225,7 +225,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
         if (threaded) {
           pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
         } else {
-          run_streamed<BATCH * P * kPanelBytes, M <= kBlock>(range, work);  // gemm_packed.h
+          run_streamed<BATCH, P * kPanelBytes, M <= kBlock>(range, work, b_off, batches);  // gemm_packed.h
         }
         return;
       }
@@ -270,7 +270,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
     if (threaded) {
       pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
     } else {
-      run_streamed<BATCH * P * kPanelBytes, M <= 4>(range, work);  // gemm_packed.h
+      run_streamed<BATCH, P * kPanelBytes, M <= 4>(range, work, b_off, batches);  // gemm_packed.h
     }
     return;
   }
