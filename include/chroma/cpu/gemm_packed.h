@@ -86,7 +86,7 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 #pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       const float* src = Bp + j * pstride + k * kPanel;
-      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);  // kStream: not measured here
+      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);  // T0 always: kTileStreams
       b[j] = _mm512_loadu_ps(src);
     }
 #pragma GCC unroll 8
@@ -204,11 +204,13 @@ inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, floa
   for (; p < p1; ++p) tile<MR, 1, kStream>(A, sar, sac, Bp + p * K * kPanel, K, C + p * kPanel, ldc, N - p * kPanel);
 }
 
-// Rows of a block (panels() below).
+// Rows of a block (panels() below); whether the tiles stream (kStreamBytes: the AVX2 one).
 #if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
 inline constexpr int64_t kBlockRows = 8;
+inline constexpr bool kTileStreams = false;
 #else
 inline constexpr int64_t kBlockRows = 6;  // the AVX2 tile's registers
+inline constexpr bool kTileStreams = true;
 #endif
 
 // C[M, N] over panels [p0, p1): chunks of 4 panels outside, row blocks of 8 inside, so
@@ -266,7 +268,8 @@ inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64
   if (pool && pool->size() > 1 && bytes >= (int64_t{256} << 10) && work > 1) {
     pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
   } else {
-    run_streamed<BATCH, P * K * kPanel * 4, M <= packed_detail::kBlockRows>(range, work, b_off, batches);
+    run_streamed<BATCH, P * K * kPanel * 4, packed_detail::kTileStreams && M <= packed_detail::kBlockRows>(range, work, b_off,
+                                                                                                      batches);
   }
 }
 
