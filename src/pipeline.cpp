@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "artifact/targets.h"
 #include "codegen/gpu/gpu_codegen.h"
@@ -36,6 +37,8 @@ Graph route_experts_pass(const Graph& g) {
   routed_products = std::move(rg.products);
   return std::move(rg.graph);
 }
+// The products the last route_experts_pass found, taken (none are left behind).
+std::map<int32_t, RoutedProduct> take_routed_products() { return std::exchange(routed_products, {}); }
 
 // The target's lowering choices: GPU targets fuse to depth 24 (DESIGN.md part 3), keep
 // products as plain matrix products (pre-packed panels and gathered expert panels are CPU
@@ -93,8 +96,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     if (opts.target == "cpu") {
       // The CPU's pre-packed products skip the experts no token selected (routed_experts.h).
       e.graph = run_pass("route_experts", &route_experts_pass, e.graph);
-      entry_lo.routed = std::move(routed_products);
-      routed_products.clear();
+      entry_lo.routed = take_routed_products();
     }
     timer.lap("optimize");
     e.program = lower(e.graph, entry_lo);
@@ -150,8 +152,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
     if (p != "lower") routed.clear();
     if (p == "route_experts") {
       g = run_pass("route_experts", &route_experts_pass, g);
-      routed = std::move(routed_products);
-      routed_products.clear();
+      routed = take_routed_products();
     } else if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
     else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);

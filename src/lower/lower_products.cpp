@@ -606,7 +606,8 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
       idx[d] = 0;
     }
   }
-  if (auto it = opts_.routed.find(v.node); it != opts_.routed.end()) routed_jobs(it->second, batch, kk, nn, wf, &k);
+  const auto routed_it = opts_.routed.find(v.node);
+  if (routed_it != opts_.routed.end()) routed_jobs(routed_it->second, batch, kk, nn, wf, &k);
   const std::string base = cname.empty() ? "folded" : cname;
   const int32_t pb = wf == quant::Format::kF32
                          ? add_packed_constant(base + ".packed16", {static_cast<int64_t>(order.size()), panels, kk, 16}, packed)
@@ -615,7 +616,7 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   k.activations = acts;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(load(pb));
-  if (!k.routed.experts.empty()) k.inputs.push_back(buffer_load(opts_.routed.at(v.node).mask, Want::kContiguous));
+  if (!k.routed.experts.empty()) k.inputs.push_back(buffer_load(routed_it->second.mask, Want::kContiguous));
   const bool routed = !k.routed.experts.empty();
   push_over_output(std::move(k), n, v);
   p_.kernels.back().label.replace(0, 6, (wf == quant::Format::kF32 ? "MatMul.packed" : std::string("MatMul.") + quant::format_name(wf)) +
