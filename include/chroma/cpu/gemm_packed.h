@@ -36,20 +36,30 @@ inline constexpr int64_t kPanel = 16;
 // against 0.24-0.26 streamed (docs/architecture.md, "Streamed weights"). Only a hint: the
 // same values are read either way.
 inline constexpr int64_t kStreamBytes = int64_t{1} << 20;
-template <bool kStream> inline constexpr int kWeightHint = kStream ? 0 /* _MM_HINT_NTA */ : 3 /* _MM_HINT_T0 */;
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// The software prefetch of weights: non-temporal when they are streamed.
+template <bool kStream> __attribute__((always_inline)) inline void prefetch_weights(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), kStream ? _MM_HINT_NTA : _MM_HINT_T0);
+}
+#endif
 
-// range(std::bool_constant<stream>, 0, work) for a product on one thread: streamed when its
-// `batches` matrices of `matrix` bytes each are kStreamBytes or more, all distinct (a
-// gathered product's jobs, or a broadcast B, may read one matrix several times: streamed,
-// every job after the first read it from memory again, and a mixture of experts' gathered
-// products took 5.7 ms instead of 3.6), and each panel is read by one block of rows. A
-// product split over threads keeps T0: there a core's own misses bound how fast it reads
-// (PREFETCHNTA fills L1 alone; T0 lets L2's prefetchers have more lines in flight), and
-// on a Zen 2 core pair the reference model's q4 unembedding took 0.47-0.52 ms streamed
-// against 0.37-0.44 (one thread: 0.82-0.86 against 0.78-0.82, a loss the rest of a decode
-// step more than makes up: 1.07-1.14 ms against 1.15-1.30).
+// Runs range(std::bool_constant<stream>, w0, w1) over [0, work): split over `split` when
+// given (T0), else on this thread, streamed when the product's `batches` matrices of
+// `matrix` bytes each are kStreamBytes or more, all distinct (a gathered product's jobs, or
+// a broadcast B, may read one matrix several times: streamed, every job after the first read
+// it from memory again, and a mixture of experts' gathered products took 5.7 ms instead of
+// 3.6), and each panel is read by one block of rows. A product split over threads keeps T0:
+// there a core's own misses bound how fast it reads (PREFETCHNTA fills L1 alone; T0 lets
+// L2's prefetchers have more lines in flight), and on a Zen 2 core pair the reference
+// model's q4 unembedding took 0.47-0.52 ms streamed against 0.37-0.44 (one thread: 0.82-0.86
+// against 0.78-0.82, a loss the rest of a decode step more than makes up: 1.07-1.14 ms
+// against 1.15-1.30).
 template <int64_t BATCH, int64_t matrix, bool one_block, class Range>
-inline void run_streamed(Range&& range, int64_t work, const int64_t* b_off, int64_t batches) {
+inline void run_streamed(Range&& range, int64_t work, const int64_t* b_off, int64_t batches, rt::ThreadPool* split) {
+  if (split) {
+    split->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
+    return;
+  }
   if constexpr (BATCH * matrix >= kStreamBytes && one_block) {
     bool once = batches * matrix >= kStreamBytes && batches <= 64;
     for (int64_t i = 1; once && i < batches; ++i) {
@@ -126,7 +136,7 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
 #pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       const float* src = Bp + j * pstride + k * kPanel;
-      _mm_prefetch(reinterpret_cast<const char*>(src + ahead), static_cast<_mm_hint>(kWeightHint<kStream>));
+      prefetch_weights<kStream>(src + ahead);
       b[j][0] = _mm256_loadu_ps(src);
       b[j][1] = _mm256_loadu_ps(src + 8);
     }
@@ -265,12 +275,9 @@ inline void gemm_packed(const float* A, const int64_t* a_off, int64_t sar, int64
     }
   };
   const int64_t bytes = work * K * kPanel * 4;
-  if (pool && pool->size() > 1 && bytes >= (int64_t{256} << 10) && work > 1) {
-    pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
-  } else {
-    run_streamed<BATCH, P * K * kPanel * 4, packed_detail::kTileStreams && M <= packed_detail::kBlockRows>(range, work, b_off,
-                                                                                                      batches);
-  }
+  const bool threaded = pool && pool->size() > 1 && bytes >= (int64_t{256} << 10) && work > 1;
+  run_streamed<BATCH, P * K * kPanel * 4, packed_detail::kTileStreams && M <= packed_detail::kBlockRows>(
+      range, work, b_off, batches, threaded ? pool : nullptr);
 }
 
 // Each job's matrix offset: its index value times `matrix`; an index outside [0, E) is an

@@ -222,16 +222,12 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
                 C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
           });
         };
-        if (threaded) {
-          pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
-        } else {
 #if defined(CHROMA_QUANT_INT8_KERNELS)
-          constexpr bool kStreams = false;  // the AVX-512 kernels keep T0 (docs/architecture.md)
+        constexpr bool kStreams = false;  // the AVX-512 kernels keep T0 (docs/architecture.md)
 #else
-          constexpr bool kStreams = M <= kBlock;
+        constexpr bool kStreams = M <= kBlock;
 #endif
-          run_streamed<BATCH, P * kPanelBytes, kStreams>(range, work, b_off, batches);  // gemm_packed.h
-        }
+        run_streamed<BATCH, P * kPanelBytes, kStreams>(range, work, b_off, batches, threaded ? pool : nullptr);
         return;
       }
     }
@@ -272,11 +268,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
             N - p * kPanel);
       });
     };
-    if (threaded) {
-      pool->parallel_for(work, [&](int64_t w0, int64_t w1) { range(std::false_type{}, w0, w1); });
-    } else {
-      run_streamed<BATCH, P * kPanelBytes, M <= 4>(range, work, b_off, batches);  // gemm_packed.h
-    }
+    run_streamed<BATCH, P * kPanelBytes, M <= 4>(range, work, b_off, batches, threaded ? pool : nullptr);
     return;
   }
 #endif

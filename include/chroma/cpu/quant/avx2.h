@@ -93,7 +93,7 @@ __attribute__((always_inline)) inline void fp32_panel_avx2(const float* A, int64
     __m256 s[2], b[2];
     in = group_scales<F>(in, s, b);
     for (int64_t r = 0; r < rows; r += kStepF32<F>) {
-      _mm_prefetch(reinterpret_cast<const char*>(in + 4096), static_cast<_mm_hint>(kWeightHint<kStream>));
+      prefetch_weights<kStream>(in + 4096);
       __m256 v[2 * kStepF32<F>];
       in = decode_step_f32<F>(in, s, b, v);
 #pragma GCC unroll 4
@@ -248,7 +248,7 @@ __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, c
           hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32));
           in += 64;
         } else {
-          _mm_prefetch(reinterpret_cast<const char*>(in + 4096), static_cast<_mm_hint>(kWeightHint<kStream>));
+          prefetch_weights<kStream>(in + 4096);
           in = int8_step_avx2<F>(in, lo, hi);
         }
 #pragma GCC unroll 4
