@@ -640,3 +640,52 @@ def test_grouped_weights_in_few_row_products_a_group_at_a_time(tmp_path, target,
         codes = [k["code"] for k in prog.package.manifest["kernels"]]
         assert sum("let qw" in c for c in codes) >= 2, "no product read its weight a group at a time"
         _node_check_package(out)
+
+
+class _SplitK(torch.nn.Module):
+    """Products whose columns alone launch few invocations (a decoder's projections at a few
+    tokens), so products.cpp splits K over the workgroup: 160 columns over K = 128 (8 slices
+    of 16), 12 columns over K = 90 (4 slices: 23, 23, 23, 21), 3 columns of 40 rows over
+    K = 256 (the few-columns side), and 3 experts of 40 columns (one product of 120 columns)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(128, 160)
+        self.gate = torch.nn.Linear(90, 12)
+        self.tall = torch.nn.Parameter(torch.randn(256, 3) / 16)
+        self.experts = torch.nn.Parameter(torch.randn(3, 40, 128) / 10)
+
+    def forward(self, x, y, z):
+        return self.qkv(x), self.gate(y), z @ self.tall, torch.einsum("th,efh->tef", x, self.experts)
+
+
+# (workgroup size, grid) of each product's dispatch: Wc columns x S slices, ceil(L / Wc) x batch
+_SPLIT_K_DISPATCHES = [(256, 5), (64, 1), (256, 2), (256, 4)]
+
+
+@pytest.mark.parametrize("target", ["webgpu", *TARGETS])
+def test_few_row_products_split_k_over_the_workgroup(tmp_path, target):
+    """The memory-bound product splits K over its workgroup when the columns alone would launch
+    few invocations; every slice's partial sums meet in workgroup memory (after the staged
+    operand's last read) and each row's are added by one slice. Against float64 PyTorch, on the emulator in both orders
+    (a missing barrier shows in the reverse one), each product's dispatch in the split shape."""
+    torch.manual_seed(0)
+    m = _SplitK().eval()
+    x, y, z = randn(8, 128), randn(3, 90), randn(40, 256)
+    with torch.no_grad():
+        want = m.double()(x.double(), y.double(), z.double())
+        m.float()
+    prog = _compile(m, (x, y, z), tmp_path, target=target)
+    runs = [prog] + _native(tmp_path / "m", target)
+    if target != "webgpu":
+        runs.append(chroma.load(str(tmp_path / "m"), emulate=True, reverse=True))
+    for p in runs:
+        for g, w in zip(p(x.numpy(), y.numpy(), z.numpy()), want):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5 * w.abs().max().item())
+    pkg = prog.package
+    got = [(pkg.manifest["kernels"][d["kernel"]]["workgroup_size"][0], d["grid"][0])
+           for d in pkg.entries[0].dispatches if d["label"].startswith("MatMul")]
+    assert got == _SPLIT_K_DISPATCHES, [(d["label"], d["grid"]) for d in pkg.entries[0].dispatches]
+    if target == "webgpu":
+        _node_check_package(str(tmp_path / "m"))
+

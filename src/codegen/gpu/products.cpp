@@ -28,22 +28,47 @@ bool grouped_rows(const Expr& B, size_t nbatch, int64_t K) {
 
 // A product with few rows (M <= 8, `rows`) or few columns (N <= 8): the R = M (or N) sums of
 // each column (row) of the large dimension stay in registers, so the large operand is read
-// once (memory-bound: the unembedding of a decoder, a GEMV). Each invocation owns C columns W
+// once (memory-bound: the unembedding of a decoder, a GEMV). Each invocation owns C columns Wc
 // apart, so consecutive invocations read consecutive elements of a row-major operand; the
 // small operand (R x K) is staged in workgroup memory once per workgroup when it fits, so the
 // inner loop reads R values from it per C loads of the large operand.
+//
+// When the columns alone would launch few invocations (a decoder's projections and experts at
+// a few tokens: one to a dozen workgroups, each invocation walking all of K with a dependent
+// global load per step), K is split too: the workgroup's W invocations are Wc columns x S
+// slices of K, each slice sums its own range, and row r's S partial sums meet in workgroup
+// memory, added in slice order by slice r % S (deterministic; the order of the sum changes).
+// A GPU then runs S times the invocations, each with an S times shorter chain of loads.
 void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Shape& batch, int64_t M, int64_t N,
                      int64_t K) {
   const Expr& A = lk.inputs[0];
   const Expr& B = lk.inputs[1];
   const int64_t R = rows ? M : N, L = rows ? N : M, nb = numel(batch);
-  const int W = static_cast<int>(pow2_at_least(L, 64, 256));
-  const int64_t C = L >= 16 * W ? 4 : 1;
-  const int64_t groups = (L + W * C - 1) / (W * C);
+  const bool grouped = rows && grouped_rows(B, batch.size(), K);
+  int64_t Wc = pow2_at_least(L, 64, 256), C = L >= 16 * Wc ? 4 : 1, S = 1;
+  // the split: fewer than kFewInvocations without it, and at least kMinSlice steps of K (a
+  // grouped weight's groups of 64) per slice
+  constexpr int64_t kFewInvocations = 16384, kMinSlice = 16;
+  const int64_t steps = grouped ? K / quant::kGroup : K, min_slice = grouped ? 1 : kMinSlice;
+  if (nb * ((L + Wc * C - 1) / (Wc * C)) * Wc < kFewInvocations && steps >= 2 * min_slice) {
+    const int64_t wc = pow2_at_least(L, 8, 32);
+    int64_t s = 1;
+    while (s * 2 * wc <= 256 && steps / (s * 2) >= min_slice) s *= 2;
+    if (s > 1) {
+      Wc = wc;
+      C = 1;
+      S = s;
+    }
+  }
+  const int W = static_cast<int>(Wc * S);
+  const int64_t groups = (L + Wc * C - 1) / (Wc * C);
   if (nb * groups >= (1ll << 31) || nb * M * N >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
   kb.k.workgroup_size = W;
   kb.k.workgroups = std::max<int64_t>(1, nb * groups);
   const bool staged = R * K * 4 <= 8192;
+  // the split's partial sums ([slice][row][column]: S x R x Wc) reuse the staged operand's space
+  const int64_t parts = S > 1 ? S * R * Wc : 0;
+  if (staged || parts > 0) kb.add_shared("sm", t, std::max(staged ? R * K : 0, parts));
   Block b = kb.body();
   const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
   const Ex bt = b.let(bin("/", wg, lit_i(groups))), g = b.let(bin("%", wg, lit_i(groups)));
@@ -58,15 +83,20 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   auto small = [&](Block& in, const Ex& r, const Ex& k) { return rows ? at(in, A, r, k) : at(in, B, k, r); };
   auto large = [&](Block& in, const Ex& k, const Ex& l) { return rows ? at(in, B, k, l) : at(in, A, l, k); };
   if (staged) {
-    kb.add_shared("sm", t, R * K);
     b.loop("s", lid, lit_i(R * K), lit_i(W), [&](Block& in, const Ex& si) {
       in.shared_store("sm", si, small(in, in.let(bin("/", si, lit_i(K))), in.let(bin("%", si, lit_i(K)))));
     });
     b.barrier();
   }
+  // this invocation's column within the workgroup's Wc, and its slice of K (steps [s0, s1))
+  const Ex lc = S > 1 ? b.let(bin("%", lid, lit_i(Wc)), "lc") : lid;
+  const Ex slice = S > 1 ? b.let(bin("/", lid, lit_i(Wc)), "slice") : lit_i(0);
+  const int64_t per_slice = (steps + S - 1) / S;
+  const Ex s0 = S > 1 ? b.let(mul(slice, lit_i(per_slice)), "s0") : lit_i(0);
+  const Ex s1 = S > 1 ? b.let(call("min", Ty::kI32, {add(s0, lit_i(per_slice)), lit_i(steps)}), "s1") : lit_i(steps);
   std::vector<Ex> col, valid, clamped;
   for (int64_t j = 0; j < C; ++j) {
-    col.push_back(b.let(add(add(mul(g, lit_i(W * C)), lit_i(j * W)), lid), "l"));
+    col.push_back(b.let(add(add(mul(g, lit_i(Wc * C)), lit_i(j * Wc)), lc), "l"));
     valid.push_back(b.let(bin("<", col.back(), lit_i(L))));
     clamped.push_back(b.let(call("min", Ty::kI32, {col.back(), lit_i(L - 1)})));  // every read in bounds
   }
@@ -84,7 +114,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
       }
     }
   };
-  if (rows && grouped_rows(B, batch.size(), K)) {
+  if (grouped) {
     // A grouped weight (Expr::quant; quant::pack_rows, docs/quantization.md) whose large
     // index l is a stored row: each invocation walks its columns' rows a group at a time, the
     // group's header (float16 scale and bias) read once per 64 weights, each word of values
@@ -109,7 +139,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
       row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
     }
     const Ex mask = lit_u((1u << bits) - 1u);
-    b.loop("g", lit_i(0), lit_i(K / quant::kGroup), lit_i(1), [&](Block& gl, const Ex& gi) {
+    b.loop("g", s0, s1, lit_i(1), [&](Block& gl, const Ex& gi) {
       std::vector<Ex> gw, scale, bias;
       for (int64_t j = 0; j < C; ++j) {
         gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(gi, lit_i(group_words))), "gw"));
@@ -140,11 +170,30 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
       });
     });
   } else {
-    b.loop("k", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& k) {
+    b.loop("k", s0, s1, lit_i(1), [&](Block& in, const Ex& k) {
       std::vector<Ex> lv;
       for (int64_t j = 0; j < C; ++j) lv.push_back(in.let(large(in, k, clamped[static_cast<size_t>(j)])));
       accumulate(in, k, lv);
     });
+  }
+  if (S > 1) {
+    // Every slice's partial sums to workgroup memory; then the slice r % S adds row r's S
+    // partials in slice order and stores the total (one barrier; the rows' sums in parallel).
+    if (staged) b.barrier();  // every slice is done reading the staged operand
+    const Ex at = b.let(add(mul(slice, lit_i(R * Wc)), lc), "pi");
+    for (int64_t r = 0; r < R; ++r) b.shared_store("sm", add(at, lit_i(r * Wc)), acc[static_cast<size_t>(r)][0]);
+    b.barrier();
+    for (int64_t r = 0; r < R; ++r) {
+      b.if_(bin("&&", bin("==", slice, lit_i(r % S)), valid[0]), [&](Block& in) {
+        Ex v = in.let(load_array(Space::kShared, "sm", t, add(lit_i(r * Wc), lc)));
+        for (int64_t q = 1; q < S; ++q) v = in.let(add(v, load_array(Space::kShared, "sm", t, add(lit_i((q * R + r) * Wc), lc))));
+        std::vector<Ex> c = bc;
+        c.push_back(rows ? lit_i(r) : col[0]);
+        c.push_back(rows ? col[0] : lit_i(r));
+        kb.store_result(in, lk, c, v);
+      });
+    }
+    return;
   }
   for (int64_t j = 0; j < C; ++j) {
     b.if_(valid[static_cast<size_t>(j)], [&](Block& in) {
