@@ -689,3 +689,47 @@ def test_few_row_products_split_k_over_the_workgroup(tmp_path, target):
     if target == "webgpu":
         _node_check_package(str(tmp_path / "m"))
 
+
+def _scans(x, xi, y):
+    """Scans of long rows (templates.cpp t_scan: one workgroup per row from 64 elements) and
+    short ones, along the last axis and another."""
+    return (torch.cumsum(x, -1), torch.cumprod(1 + x / 64, -1), torch.cummax(x, -1)[0], torch.cummin(x.t(), 0)[0],
+            torch.logcumsumexp(y, -1), torch.cumsum(xi, -1), torch.logcumsumexp(y[:, :40], -1),
+            torch.cumsum(x[:, :64], -1))
+
+
+@pytest.mark.parametrize("target", ["webgpu", *TARGETS])
+def test_scans_of_long_rows_run_a_workgroup_per_row(tmp_path, target):
+    """cumsum, cumprod, cummax, cummin (along axis 0) and logcumsumexp over rows of 1,000 (250
+    chunks of 4 for 256 invocations, the last 6 empty) and of 64: one workgroup per row,
+    against PyTorch in float64 (sums and products in another order than PyTorch's sequential
+    one: within 1e-5 of the prefix), integers exactly. logcumsumexp with equal neighbours
+    (log 2 apart) and infinities, in the long and the short form."""
+    torch.manual_seed(0)
+    x = randn(3, 1000)
+    xi = torch.randint(-1000, 1000, (3, 1000), dtype=torch.int32)
+    y = torch.randn(2, 1000)
+    y[:, 10:20] = 0.5  # equal neighbours: log(2 e^0.5), ...
+    y[0, 30], y[1, 500], y[1, 501] = float("-inf"), float("inf"), float("inf")
+    y[:, 0] = float("-inf")  # a row that starts at -inf
+    prog = _compile(_scans, (x, xi, y), tmp_path, target=target)
+    want = _scans(x.double(), xi, y.double())
+    runs = [prog] + _native(tmp_path / "m", target)
+    if target != "webgpu":
+        runs.append(chroma.load(str(tmp_path / "m"), emulate=True, reverse=True))
+    for p in runs:
+        got = p(x.numpy(), xi.numpy(), y.numpy())
+        for i, (g, w) in enumerate(zip(got, want)):
+            w = w.numpy()
+            if w.dtype == np.int32:
+                np.testing.assert_array_equal(g, w)
+                continue
+            scale = np.maximum.accumulate(np.abs(np.nan_to_num(w, posinf=0, neginf=0)), axis=-1 if i != 3 else 0)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale.max(), err_msg=f"output {i}")
+    pkg = prog.package
+    scans = [(pkg.manifest["kernels"][d["kernel"]]["workgroup_size"][0], d["grid"][0])
+             for d in pkg.entries[0].dispatches if d["label"].startswith("Scan")]
+    # a workgroup per row: 5 scans of 3 rows of 1,000, 2 of 1,000, 3 of 64; the short rows
+    # (40): an invocation per row, both in one workgroup
+    want_dispatches = [(256, 3)] * 5 + [(256, 2), (64, 3), (256, 1)]
+    assert sorted(scans) == sorted(want_dispatches), [(d["label"], d["grid"]) for d in pkg.entries[0].dispatches]

@@ -595,8 +595,14 @@ void t_topk(KB& kb, const chroma::Kernel& lk) {
   });
 }
 
-// Inclusive scan along an axis: one invocation per row, in order (cumsum, cumprod, cummax,
-// cummin, logcumsumexp).
+// Inclusive scan along an axis (cumsum, cumprod, cummax, cummin, logcumsumexp). Rows shorter
+// than 64: one invocation per row, in order. Longer rows: one workgroup per row, so that a long
+// row is not one invocation's serial walk (a cumsum over a vocabulary's probabilities): each
+// invocation walks a contiguous chunk of ceil(n / W) elements for its total; the totals'
+// inclusive scan across the workgroup (Hillis-Steele in workgroup memory, log2 W steps) gives
+// each chunk the combination of the chunks before it, from which the invocation walks its
+// chunk again, storing each element. Sums and products are then combined in another order
+// than the CPU's sequential one (a few ulps of the prefix); max and min are exact.
 void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   std::vector<bool> mask(lk.shape.size(), false);
   mask[static_cast<size_t>(lk.attrs.axis)] = true;
@@ -604,24 +610,58 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   const Expr& e = lk.inputs[0];
   const DType ot = p.buffers[static_cast<size_t>(lk.outputs[0])].type.dtype;
   const Ty t = compute_type(ot);
-  kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
-    const Ex acc = b.mut(t, identity(lk.attrs.reduce, t), "acc");
-    b.loop("r", lit_i(0), lit_i(s.extent()), lit_i(1), [&](Block& in, const Ex& r) {
+  if (lk.attrs.log && t != Ty::kF32) throw Unsupported("logcumsumexp of a non-float tensor");
+  // a (+) b, a the combination of the earlier elements
+  auto combine = [&](Block& in, const Ex& a, const Ex& v) -> Ex {
+    if (!lk.attrs.log) return combiner(lk.attrs.reduce, ot)(in, a, v);
+    // log(exp(a) + exp(v)) = max + log1p(exp(min - max)); max itself where it is infinite
+    // (inf - inf would be NaN: +inf absorbs anything, and -inf is the max only of -infs)
+    const Ex m = in.let(map_op(in, EwOp::k_maximum, ot, {ot, ot}, {a, v}, {nullptr, nullptr}));
+    const Ex lo = in.let(map_op(in, EwOp::k_minimum, ot, {ot, ot}, {a, v}, {nullptr, nullptr}));
+    const Ex l1 = map_op(in, EwOp::k_log1p, ot, {ot}, {in.let(call("exp", Ty::kF32, {bin("-", lo, m)}))}, {nullptr});
+    return select(add(m, l1), m, map_op(in, EwOp::k_isinf, ot, {ot}, {m}, {nullptr}));
+  };
+  const int64_t n = s.extent();
+  // walks positions [from, to) of row o from `acc`, or from the first element where `fresh`
+  // (no element before it); stores each step's value when `store`
+  auto walk = [&](Block& b, const Ex& o, const Ex& from, const Ex& to, const Ex& acc, const Ex& fresh, bool store) {
+    b.loop("r", from, to, lit_i(1), [&](Block& in, const Ex& r) {
       const std::vector<Ex> c = merge(in, s, o, r);
       const Ex v = in.let(cast_value(in, kb.eval(in, e, c), e.dtype, ot));
-      if (lk.attrs.log) {  // log(exp(acc) + exp(v)), exact at infinities
-        if (t != Ty::kF32) throw Unsupported("logcumsumexp of a non-float tensor");
-        const Ex m = in.let(map_op(in, EwOp::k_maximum, ot, {ot, ot}, {acc, v}, {nullptr, nullptr}));
-        const Ex lo = in.let(map_op(in, EwOp::k_minimum, ot, {ot, ot}, {acc, v}, {nullptr, nullptr}));
-        const Ex l1 = map_op(in, EwOp::k_log1p, ot, {ot}, {in.let(call("exp", Ty::kF32, {bin("-", lo, m)}))}, {nullptr});
-        const Ex first = bin("==", r, lit_i(0));
-        in.assign(acc, select(select(add(m, l1), m, bin("==", lo, m)), v, first));
-      } else {
-        in.assign(acc, select(combiner(lk.attrs.reduce, ot)(in, acc, v), v, bin("==", r, lit_i(0))));
-      }
-      kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, acc);
+      in.assign(acc, select(combine(in, acc, v), v, bin("&&", fresh, bin("==", r, from))));
+      if (store) kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, acc);
     });
-  });
+  };
+  if (n < 64) {
+    kb.per_element(s.outputs(), [&](Block& b, const Ex& o) {
+      walk(b, o, lit_i(0), lit_i(n), b.mut(t, identity(lk.attrs.reduce, t), "acc"), lit_b(true), true);
+    });
+    return;
+  }
+  const int64_t W = pow2_at_least(n, 32, 256), chunk = (n + W - 1) / W;
+  kb.k.workgroup_size = static_cast<int>(W);
+  kb.k.workgroups = s.outputs();
+  Block b = kb.body();
+  const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+  const Ex from = b.let(call("min", Ty::kI32, {mul(lid, lit_i(chunk)), lit_i(n)}), "lo");
+  const Ex to = b.let(call("min", Ty::kI32, {add(from, lit_i(chunk)), lit_i(n)}), "hi");
+  const Ex tot = b.mut(t, identity(lk.attrs.reduce, t), "tot");
+  walk(b, o, from, to, tot, lit_b(true), false);
+  // the totals' inclusive scan (chunks past the row's end are empty and last: nothing reads
+  // their identity)
+  kb.add_shared("sc", t, W);
+  b.shared_store("sc", lid, tot);
+  b.barrier();
+  for (int64_t d = 1; d < W; d *= 2) {
+    b.if_(bin(">=", lid, lit_i(d)), [&](Block& in) {
+      in.assign(tot, combine(in, in.let(load_array(Space::kShared, "sc", t, bin("-", lid, lit_i(d)))), tot));
+    });
+    b.barrier();
+    b.shared_store("sc", lid, tot);
+    b.barrier();
+  }
+  const Ex acc = b.mut(t, load_array(Space::kShared, "sc", t, call("max", Ty::kI32, {bin("-", lid, lit_i(1)), lit_i(0)})), "acc");
+  walk(b, o, from, to, acc, bin("==", lid, lit_i(0)), true);
 }
 
 
