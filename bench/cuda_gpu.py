@@ -161,8 +161,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results/cuda.json")
     ap.add_argument("--steps", type=int, default=32, help="cached decode steps after the 32-token prompt")
     ap.add_argument("--no-decode", dest="decode", action="store_false", help="skip the decode protocol")
-    ap.add_argument("--weights", default="fp32,bf16,q4",
-                    help="weight formats to compile and time (docs/quantization.md); fp32 is the baseline")
+    ap.add_argument("--weights", default="fp32,fp32-nosplit,bf16,q4",
+                    help="weight formats to compile and time (docs/quantization.md); fp32 is the baseline; "
+                         "a '-nosplit' suffix compiles with CHROMA_GPU_SPLIT_K=off (the few-rows products "
+                         "without their split of K: the A/B of products.cpp's split)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device visible to PyTorch: this benchmark runs on a machine with an NVIDIA GPU")
@@ -178,13 +180,21 @@ def main(argv=None) -> int:
     compile_s = {}
     for w in variants:
         t0 = time.perf_counter()
+        split = os.environ.pop("CHROMA_GPU_SPLIT_K", None)
+        if w.endswith("-nosplit"):
+            os.environ["CHROMA_GPU_SPLIT_K"] = "off"
         try:
             with torch.no_grad():
-                chroma.compile(model, (tokens,), target="cuda", out=os.path.join(work, f"gpt-{w}"), weights=w)
+                chroma.compile(model, (tokens,), target="cuda", out=os.path.join(work, f"gpt-{w}"),
+                               weights=w.removesuffix("-nosplit"))
         except Exception as e:  # noqa: BLE001 - reported; the other variants still run
             compile_s[w] = f"failed: {type(e).__name__}: {e}"
             print(f"compiling weights={w} failed: {type(e).__name__}: {e}")
             continue
+        finally:
+            os.environ.pop("CHROMA_GPU_SPLIT_K", None)
+            if split is not None:
+                os.environ["CHROMA_GPU_SPLIT_K"] = split
         compile_s[w] = time.perf_counter() - t0
     report = {"environment": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "python": platform.python_version(), "compile_seconds": compile_s},
@@ -264,6 +274,16 @@ def main(argv=None) -> int:
             targets.append((f"faster than {k}", ms[k] / best, best < ms[k]))
     # quantized weights read fewer bytes: their call against the float32 artifact's, both graphs
     for w in variants:
+        if w.endswith("-nosplit"):
+            # not a target: the split's effect, the same weights with and without it
+            fmt = w.removesuffix("-nosplit")
+            base = "chroma-graph" if fmt == "fp32" else f"chroma-graph-{fmt}"
+            if ms.get(base) and ms.get(f"chroma-graph-{w}"):
+                r = ms[f"chroma-graph-{w}"] / ms[base]
+                report.setdefault("split_k", {})[fmt] = {"with_ms": ms[base], "without_ms": ms[f"chroma-graph-{w}"],
+                                                         "speedup": r}
+                print(f"  split K ({base}): {r:.2f}x the speed without it")
+            continue
         if w != "fp32" and ms.get(f"chroma-graph-{w}") and ms.get("chroma-graph"):
             r = ms["chroma-graph"] / ms[f"chroma-graph-{w}"]
             targets.append((f"weights={w} faster than float32 weights (CUDA graphs)", r, r > 1))

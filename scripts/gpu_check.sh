@@ -157,17 +157,17 @@ fi
 rc=0
 TO=""; "$PY" -c "import pytest_timeout" 2>/dev/null && TO="--timeout 120"  # one hung test must not hold a worker
 
-step "test_cuda.py: the cases that also run natively (runtime, CUDA graphs, TF32, decoder, cuBLAS, weight formats)"
+step "test_cuda.py: the cases that also run natively (runtime, CUDA graphs, TF32, decoder, cuBLAS, weight formats, split K, scans)"
 # every listed architecture here: the tests check the fatbin holds them all
 run_for 100 gpu_tests.log "$PY" -m pytest tests/python/test_cuda.py -v -n 16 -rfE -p no:cacheprovider $TO \
-  -k "(native_runtime or tf32 or kv_cache or library_gemm or bfloat16_weights or grouped_weights or normalizations) and not metal and not webgpu" || rc=1
+  -k "(native_runtime or tf32 or kv_cache or library_gemm or bfloat16_weights or grouped_weights or normalizations or split_k or scans) and not metal and not webgpu" || rc=1
 
 # Only this GPU's architecture for the fatbins built from here on (CI builds and checks every listed one).
 cc="$("$PY" -c "import torch; a, b = torch.cuda.get_device_capability(); print(f'{a}{b}')" 2>/dev/null || echo 90)"
 export CHROMA_CUDA_ARCHS="$cc"
 
 step "benchmark (bench/cuda_gpu.py)"
-run_for 240 bench.log "$PY" bench/cuda_gpu.py --out "$OUT/cuda.json" --calls 30 --warmup 5 --weights "${BENCH_WEIGHTS:-fp32,bf16,q4}" || rc=1
+run_for 240 bench.log "$PY" bench/cuda_gpu.py --out "$OUT/cuda.json" --calls 30 --warmup 5 --weights "${BENCH_WEIGHTS:-fp32,fp32-nosplit,bf16,q4}" || rc=1
 
 step "the op suite, compiled for CUDA and run natively"
 CHROMA_TEST_TARGET=cuda-native run_for 600 op_suite.log "$PY" -m pytest tests/python -v -n "$JOBS" -p no:cacheprovider \

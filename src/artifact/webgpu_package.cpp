@@ -316,6 +316,7 @@ std::string write_webgpu_package(std::vector<CompiledEntry>& entries, const std:
   } else {
     caps.subgroup_variants = true;  // reductions also with subgroup operations, used where the device has them
   }
+  if (const char* env = std::getenv("CHROMA_GPU_SPLIT_K"); env && std::string(env) == "off") caps.split_k = false;
   // Each entry point: its own arena layout (the status block, its inputs, its outputs, then
   // its planned temporaries; entries run one at a time, so they share one arena buffer) and
   // its own schedule; kernels are shared, each distinct text once across entries.

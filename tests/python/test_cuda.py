@@ -690,6 +690,25 @@ def test_few_row_products_split_k_over_the_workgroup(tmp_path, target):
         _node_check_package(str(tmp_path / "m"))
 
 
+
+def test_split_k_can_be_turned_off_for_the_device_benchmarks_a_b(tmp_path, monkeypatch):
+    """CHROMA_GPU_SPLIT_K=off (bench/cuda_gpu.py's "fp32-nosplit" variant) compiles the few-rows
+    product without the split: one column per invocation over all of K, the same results."""
+    torch.manual_seed(0)
+    m = _SplitK().eval()
+    x, y, z = randn(8, 128), randn(3, 90), randn(40, 256)
+    monkeypatch.setenv("CHROMA_GPU_SPLIT_K", "off")
+    monkeypatch.setenv("CHROMA_NVCC", "off")
+    prog = _compile(m, (x, y, z), tmp_path)
+    with torch.no_grad():
+        want = m(x, y, z)
+    for g, w in zip(prog(x.numpy(), y.numpy(), z.numpy()), want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5 * w.abs().max().item())
+    pkg = prog.package
+    got = [(pkg.manifest["kernels"][d["kernel"]]["workgroup_size"][0], d["grid"][0])
+           for d in pkg.entries[0].dispatches if d["label"].startswith("MatMul")]
+    assert got == [(256, 1), (64, 1), (64, 1), (128, 1)], got
+
 def _scans(x, xi, y):
     """Scans of long rows (templates.cpp t_scan: one workgroup per row from 64 elements) and
     short ones, along the last axis and another."""

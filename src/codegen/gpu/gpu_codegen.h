@@ -31,6 +31,9 @@ struct Capabilities {
   // where their operands are strided matrices (library_gemm_call); the generated kernel stays
   // for the rest (fused operands, few rows or columns).
   bool library_gemm = false;
+  // The few-rows product may split K over its workgroup (products.cpp t_matmul_skinny);
+  // $CHROMA_GPU_SPLIT_K=off turns it off, for the device benchmark's A/B (bench/cuda_gpu.py).
+  bool split_k = true;
 };
 
 // Where a program buffer lives on the device: a word offset in the arena, the state buffer,

@@ -39,6 +39,7 @@ class KB {
   }
 
   Kernel k;
+  bool split_k = true;  // Capabilities::split_k
   std::vector<uint32_t> params;
   std::vector<Placement> slots;
 

@@ -50,7 +50,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   // grouped weight's groups of 64) per slice
   constexpr int64_t kFewInvocations = 16384, kMinSlice = 16;
   const int64_t steps = grouped ? K / quant::kGroup : K, min_slice = grouped ? 1 : kMinSlice;
-  if (nb * ((L + Wc * C - 1) / (Wc * C)) * Wc < kFewInvocations && steps >= 2 * min_slice) {
+  if (kb.split_k && nb * ((L + Wc * C - 1) / (Wc * C)) * Wc < kFewInvocations && steps >= 2 * min_slice) {
     const int64_t wc = pow2_at_least(L, 8, 32);
     int64_t s = 1;
     while (s * 2 * wc <= 256 && steps / (s * 2) >= min_slice) s *= 2;

@@ -756,6 +756,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
       auto make = [&](const char* what) -> KB& {
         parts.emplace_back(p, place, std::string(chroma::kernel_kind(lk.kind)) + what, 256,
                            static_cast<int>(out.dispatches.size() + parts.size()), subgroups);
+        parts.back().split_k = caps.split_k;
         return parts.back();
       };
       if (group.size() > 1) {
