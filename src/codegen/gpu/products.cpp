@@ -180,8 +180,8 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
     // Every slice's partial sums to workgroup memory; then the slice r % S adds row r's S
     // partials in slice order and stores the total (one barrier; the rows' sums in parallel).
     if (staged) b.barrier();  // every slice is done reading the staged operand
-    const Ex at = b.let(add(mul(slice, lit_i(R * Wc)), lc), "pi");
-    for (int64_t r = 0; r < R; ++r) b.shared_store("sm", add(at, lit_i(r * Wc)), acc[static_cast<size_t>(r)][0]);
+    const Ex part_at = b.let(add(mul(slice, lit_i(R * Wc)), lc), "pi");
+    for (int64_t r = 0; r < R; ++r) b.shared_store("sm", add(part_at, lit_i(r * Wc)), acc[static_cast<size_t>(r)][0]);
     b.barrier();
     for (int64_t r = 0; r < R; ++r) {
       b.if_(bin("&&", bin("==", slice, lit_i(r % S)), valid[0]), [&](Block& in) {
