@@ -752,3 +752,46 @@ def test_scans_of_long_rows_run_a_workgroup_per_row(tmp_path, target):
     # (40): an invocation per row, both in one workgroup
     want_dispatches = [(256, 3)] * 5 + [(256, 2), (64, 3), (256, 1)]
     assert sorted(scans) == sorted(want_dispatches), [(d["label"], d["grid"]) for d in pkg.entries[0].dispatches]
+
+
+def _index_adds(base, idx, src, ibase, iidx, isrc, base3, idx3, src3):
+    return (torch.index_add(base, 0, idx, src), torch.index_add(ibase, 0, iidx, isrc),
+            torch.index_add(base3, 1, idx3, src3, alpha=2.0), base.index_put((idx[:20],), src[:20], accumulate=True))
+
+
+@pytest.mark.parametrize("target", ["webgpu", *TARGETS])
+def test_accumulating_index_put_of_many_values_runs_a_workgroup_per_row(tmp_path, target):
+    """index_add and index_put(accumulate=True) with many values (templates.cpp t_index_put):
+    300 values into 100 rows of 70 (W = 128: three chunks, the last of 44), int32 exactly, along
+    axis 1 of a 3-d tensor (100 values into [2, 40, 33]); repeated indices folded in index
+    order, as PyTorch's CPU kernel does (float32: within 1e-6 of it); 20 values take the
+    compare-every-index form. An index out of range names itself and leaves the next call clean."""
+    torch.manual_seed(0)
+    args = (randn(100, 70), torch.randint(0, 100, (300,)), randn(300, 70),
+            torch.randint(-100, 100, (50, 40), dtype=torch.int32), torch.randint(0, 50, (200,)),
+            torch.randint(-100, 100, (200, 40), dtype=torch.int32),
+            randn(2, 40, 33), torch.randint(0, 40, (100,)), randn(2, 100, 33))
+    prog = _compile(_index_adds, args, tmp_path, target=target)
+    want = _index_adds(*args)
+    runs = [prog] + _native(tmp_path / "m", target)
+    if target != "webgpu":
+        runs.append(chroma.load(str(tmp_path / "m"), emulate=True, reverse=True))
+    for p in runs:
+        for g, w in zip(p(*[a.numpy() for a in args]), want):
+            if w.dtype == torch.int32:
+                np.testing.assert_array_equal(g, w.numpy())
+            else:
+                np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)
+    pkg = prog.package
+    got = sorted((pkg.manifest["kernels"][d["kernel"]]["workgroup_size"][0], d["grid"][0])
+                 for d in pkg.entries[0].dispatches if d["label"].startswith("IndexPut"))
+    # a workgroup per destination row: 100 rows of 70 (W 128), 50 of 40 and 2 x 40 of 33 (W 64);
+    # the 20 values: an invocation per destination element (28 x 256); each result's base
+    # first copied by its own dispatch (28, 8, 11 and 28 workgroups of 256)
+    assert got == sorted([(128, 100), (64, 50), (64, 80), (256, 28), (256, 28), (256, 8), (256, 11), (256, 28)]), got
+    bad = [a.numpy().copy() for a in args]
+    bad[1][7] = 100
+    with pytest.raises(IndexError, match="index 100 is out of range for dimension 0 of size 100"):
+        prog(*bad)
+    for g, w in zip(prog(*[a.numpy() for a in args]), want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)

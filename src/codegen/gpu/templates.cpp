@@ -700,6 +700,75 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
   current.dtype = ot;
   current.buffer = lk.outputs[0];
   current.layout = lk.out_layouts[0];
+  // acc combined with the value at `vc`; a float32 destination holding a half tensor's values
+  // (Attrs::dtype): each step rounded
+  auto fold = [&](Block& t, const Ex& acc, const std::vector<Ex>& vc) {
+    const Ex c = comb(t, acc, t.let(cast_value(t, kb.eval(t, vals, vc), vals.dtype, ot)));
+    t.assign(acc, ot == DType::kF32 && is_half(lk.attrs.dtype) ? cast_value(t, c, DType::kF32, lk.attrs.dtype) : c);
+  };
+  const Shape outer_shape(ds.begin(), ds.begin() + static_cast<std::ptrdiff_t>(axis));
+  const Shape inner_shape(ds.begin() + static_cast<std::ptrdiff_t>(axis) + 1, ds.end());
+  const int64_t inner = numel(inner_shape);
+  if (device_element_bytes(ot) == 4 && n >= 64 && inner >= 32) {
+    // Many values into wide rows (an expert's outputs added back with index_add): one workgroup
+    // per destination row, which finds the values whose index names it a chunk of W indices
+    // at a time (a flag each, their positions by a scan across the workgroup, the matches'
+    // value indices listed in order in workgroup memory) and folds only those into the row's
+    // elements, each invocation its own elements (read, combined, written back: one owner,
+    // no atomics, the CPU's order). The other form below compares every index for every
+    // destination element: dim x inner x n steps instead of dim x n + matches x inner.
+    const int64_t W = pow2_at_least(inner, 64, 256), chunks = (n + W - 1) / W;
+    kb.k.workgroup_size = static_cast<int>(W);
+    kb.k.workgroups = numel(outer_shape) * dim;
+    kb.add_shared("hits", Ty::kI32, W);
+    kb.add_shared("js", Ty::kI32, W);
+    Block b = kb.body();
+    const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
+    const Ex row = b.let(bin("%", wg, lit_i(dim)), "row");
+    const std::vector<Ex> oc = KB::coords_of(b, b.let(bin("/", wg, lit_i(dim))), outer_shape);
+    auto coords = [&](Block& in, const Ex& at_axis, const Ex& i) {
+      std::vector<Ex> c = oc;
+      c.push_back(at_axis);
+      for (const Ex& x : KB::coords_of(in, i, inner_shape)) c.push_back(x);
+      return c;
+    };
+    b.loop("c", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& cl, const Ex& ch) {
+      const Ex j = cl.let(add(mul(ch, lit_i(W)), lid), "j");
+      const Ex live = cl.let(bin("<", j, lit_i(n)));
+      const Ex v = cl.let(kb.eval(cl, idx, {call("min", Ty::kI32, {j, lit_i(n - 1)})}), "ix");
+      kb.flag_bad_index(cl, cl.let(bin("&&", live, bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))))), v, dim,
+                        lk.attrs.axis);
+      const Ex match = cl.let(bin("&&", live, bin("==", v, row)), "match");
+      // the matches' inclusive prefix count (Hillis-Steele): a match's place in the list
+      const Ex pos = cl.mut(Ty::kI32, select(lit_i(0), lit_i(1), match), "pos");
+      cl.shared_store("hits", lid, pos);
+      cl.barrier();
+      for (int64_t step = 1; step < W; step *= 2) {
+        cl.if_(bin(">=", lid, lit_i(step)), [&](Block& t) {
+          t.assign(pos, add(pos, load_array(Space::kShared, "hits", Ty::kI32, bin("-", lid, lit_i(step)))));
+        });
+        cl.barrier();
+        cl.shared_store("hits", lid, pos);
+        cl.barrier();
+      }
+      cl.if_(match, [&](Block& t) { t.shared_store("js", bin("-", pos, lit_i(1)), j); });
+      const Ex count = cl.let(load_array(Space::kShared, "hits", Ty::kI32, lit_i(W - 1)), "count");
+      cl.barrier();
+      cl.if_(bin(">", count, lit_i(0)), [&](Block& cb) {
+        cb.loop("i", lid, lit_i(inner), lit_i(W), [&](Block& il, const Ex& i) {
+          const std::vector<Ex> dc = coords(il, row, i);
+          const Ex acc = il.mut(compute_type(ot), kb.eval(il, current, dc), "acc");
+          il.loop("m", lit_i(0), count, lit_i(1), [&](Block& ml, const Ex& m) {
+            fold(ml, acc, coords(ml, ml.let(load_array(Space::kShared, "js", Ty::kI32, m)), i));
+          });
+          kb.store(il, &lk, lk.outputs[0], lk.out_layouts[0], dc, acc);
+        });
+      });
+      // (no barrier needed before the next chunk: it rewrites `hits` only after every count
+      // was read, before the barrier above, and `js` only after its own scan's barriers)
+    });
+    return;
+  }
   kb.per_element(numel(ds), [&](Block& b, const Ex& i) {
     const std::vector<Ex> dc = KB::coords_of(b, i, ds);
     const Ex acc = b.mut(compute_type(ot), kb.eval(b, current, dc), "acc");
@@ -710,9 +779,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       in.if_(bin("==", v, dc[axis]), [&](Block& t) {
         std::vector<Ex> vc = dc;
         vc[axis] = j;
-        const Ex c = comb(t, acc, t.let(cast_value(t, kb.eval(t, vals, vc), vals.dtype, ot)));
-        // A float32 destination holding a half tensor's values (Attrs::dtype): each step rounded.
-        t.assign(acc, ot == DType::kF32 && is_half(lk.attrs.dtype) ? cast_value(t, c, DType::kF32, lk.attrs.dtype) : c);
+        fold(t, acc, vc);
       });
     });
     kb.store(b, &lk, lk.outputs[0], lk.out_layouts[0], dc, acc);
