@@ -402,6 +402,27 @@ class KB {
     return r;
   }
 
+  // Inclusive scan of every invocation's `v` over the workgroup (Hillis-Steele through the
+  // shared array `name`, log2 W steps): in invocation i, combine(earlier, later) over the
+  // invocations 0..i in order; `name` then holds every invocation's result.
+  Ex inclusive_scan(Block& b, const Ex& v, const std::string& name, const std::function<Ex(Block&, Ex, Ex)>& combine) {
+    const int w = k.workgroup_size;
+    const Ex lid = var("lid", Ty::kI32);
+    const Ex x = b.mut(v->ty, v, "scan");
+    add_shared(name, v->ty, w);
+    b.shared_store(name, lid, x);
+    b.barrier();
+    for (int s = 1; s < w; s *= 2) {
+      b.if_(bin(">=", lid, lit_i(s)), [&](Block& t) {
+        t.assign(x, combine(t, t.let(load_array(Space::kShared, name, v->ty, bin("-", lid, lit_i(s)))), x));
+      });
+      b.barrier();
+      b.shared_store(name, lid, x);
+      b.barrier();
+    }
+    return x;
+  }
+
   // A buffer whose element for this invocation's row is held in a register (t_row_group): its
   // loads read `v` (the caller has checked that each such load reads that element).
   void set_resident(int32_t buffer, Ex v) { resident_[buffer] = std::move(v); }

@@ -648,18 +648,8 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   const Ex tot = b.mut(t, identity(lk.attrs.reduce, t), "tot");
   walk(b, o, from, to, tot, lit_b(true), false);
   // the totals' inclusive scan (chunks past the row's end are empty and last: nothing reads
-  // their identity)
-  kb.add_shared("sc", t, W);
-  b.shared_store("sc", lid, tot);
-  b.barrier();
-  for (int64_t d = 1; d < W; d *= 2) {
-    b.if_(bin(">=", lid, lit_i(d)), [&](Block& in) {
-      in.assign(tot, combine(in, in.let(load_array(Space::kShared, "sc", t, bin("-", lid, lit_i(d)))), tot));
-    });
-    b.barrier();
-    b.shared_store("sc", lid, tot);
-    b.barrier();
-  }
+  // their identity); chunk i starts from invocation i - 1's
+  kb.inclusive_scan(b, tot, "sc", combine);
   const Ex acc = b.mut(t, load_array(Space::kShared, "sc", t, call("max", Ty::kI32, {bin("-", lid, lit_i(1)), lit_i(0)})), "acc");
   walk(b, o, from, to, acc, bin("==", lid, lit_i(0)), true);
 }
@@ -720,7 +710,6 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     const int64_t W = pow2_at_least(inner, 64, 256), chunks = (n + W - 1) / W;
     kb.k.workgroup_size = static_cast<int>(W);
     kb.k.workgroups = numel(outer_shape) * dim;
-    kb.add_shared("hits", Ty::kI32, W);
     kb.add_shared("js", Ty::kI32, W);
     Block b = kb.body();
     const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
@@ -739,18 +728,9 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       kb.flag_bad_index(cl, cl.let(bin("&&", live, bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))))), v, dim,
                         lk.attrs.axis);
       const Ex match = cl.let(bin("&&", live, bin("==", v, row)), "match");
-      // the matches' inclusive prefix count (Hillis-Steele): a match's place in the list
-      const Ex pos = cl.mut(Ty::kI32, select(lit_i(0), lit_i(1), match), "pos");
-      cl.shared_store("hits", lid, pos);
-      cl.barrier();
-      for (int64_t step = 1; step < W; step *= 2) {
-        cl.if_(bin(">=", lid, lit_i(step)), [&](Block& t) {
-          t.assign(pos, add(pos, load_array(Space::kShared, "hits", Ty::kI32, bin("-", lid, lit_i(step)))));
-        });
-        cl.barrier();
-        cl.shared_store("hits", lid, pos);
-        cl.barrier();
-      }
+      // the matches' inclusive prefix count: a match's place in the list
+      const Ex pos = kb.inclusive_scan(cl, select(lit_i(0), lit_i(1), match), "hits",
+                                       [](Block&, Ex a, Ex x) { return add(a, x); });
       cl.if_(match, [&](Block& t) { t.shared_store("js", bin("-", pos, lit_i(1)), j); });
       const Ex count = cl.let(load_array(Space::kShared, "hits", Ty::kI32, lit_i(W - 1)), "count");
       cl.barrier();
