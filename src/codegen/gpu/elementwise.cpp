@@ -5,6 +5,8 @@
 // tests (DESIGN.md layer C): WGSL lets an implementation assume no NaN in float comparisons.
 #include "codegen/gpu/elementwise.h"
 
+#include "codegen/gpu/special.h"
+
 #include <cmath>
 #include <limits>
 
@@ -239,6 +241,15 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     }
     case EwOp::k_sigmoid: need_float("sigmoid"); return bin("/", f(1.0), bin("+", f(1.0), fcall("exp", {un("-", a)})));
     case EwOp::k_erf: need_float("erf"); return erf_f32(b, a);
+    case EwOp::k_erfc: need_float("erfc"); return erfc_f32(b, a, erf_f32(b, a));
+    case EwOp::k_erfcx: need_float("erfcx"); return erfcx_f32(b, a);
+    case EwOp::k_erfinv: need_float("erfinv"); return erfinv_f32(b, a);
+    case EwOp::k_ndtri: need_float("ndtri"); return ndtri_f32(b, a);
+    case EwOp::k_lgamma: need_float("lgamma"); return lgamma_f32(b, a);
+    case EwOp::k_digamma: need_float("digamma"); return digamma_f32(b, a);
+    case EwOp::k_frexp_mantissa: need_float("frexp"); return frexp_mantissa_f32(b, a);
+    case EwOp::k_frexp_exponent: need_float("frexp"); return frexp_exponent_f32(b, a);
+    case EwOp::k_nextafter: need_float("nextafter"); return nextafter_f32(b, a, x[1]);
     case EwOp::k_ceil: return fl ? fcall("ceil", {a}) : a;
     case EwOp::k_floor: return fl ? fcall("floor", {a}) : a;
     case EwOp::k_round: return fl ? fcall("round", {a}) : a;

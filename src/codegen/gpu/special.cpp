@@ -1,0 +1,327 @@
+// Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma), the
+// error-function family (erfc, erfcx, erfinv, ndtri) and the bit-level float utilities
+// (nextafter, frexp). The CPU computes these in float64 (chroma/cpu/special.h); a GPU has no
+// float64, so each is written for float32 arithmetic, with its own argument reduction and
+// polynomials fitted to the float64 functions (scripts/fit_gpu_special.py prints them and
+// their measured float32 error). None relies on a dialect builtin's accuracy beyond exp,
+// log and sqrt: sin/cos/tan of pi*x are polynomials on an exactly reduced argument (WGSL
+// allows sin an absolute error of 2^-11), NaN tests are bit tests, and nextafter/frexp work
+// on the bits alone (denormals included, whatever the device's flushing).
+#include "codegen/gpu/special.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <span>
+
+namespace chroma::gpu {
+
+namespace {
+
+Ex bits(const Ex& x) { return bitcast(Ty::kU32, x); }
+Ex from_bits(const Ex& u) { return bitcast(Ty::kF32, u); }
+Ex f(double v) { return lit_f(v); }
+Ex fcall(const char* fn, std::vector<Ex> a) { return call(fn, Ty::kF32, std::move(a)); }
+Ex fma(Ex a, Ex b, Ex c) { return fcall("fma", {std::move(a), std::move(b), std::move(c)}); }
+Ex magnitude(const Ex& x) { return bin("&", bits(x), lit_u(0x7fffffffu)); }
+Ex is_nan(const Ex& x) { return bin(">", magnitude(x), lit_u(0x7f800000u)); }
+Ex is_inf(const Ex& x) { return bin("==", magnitude(x), lit_u(0x7f800000u)); }
+Ex nan() { return f(std::nan("")); }
+
+// The fitted polynomials' coefficients, constant term first, as scripts/fit_gpu_special.py
+// prints them (with each one's float32 error measured there).
+// t = x - 2, lgamma(x) = t P(t): degree 8, float32 relative error 9.37e-08 (the fit's own 2.9e-10)
+constexpr double kLgamma2PlusT[] = {
+    0.422784335, 0.322467013, -0.0673517443, 0.0205748636, -0.00735329038, 0.00278983218,
+    -0.00100034522, 0.000277034972, -4.05187168e-05};
+// t = (x - 2) / (x + 2), erfcx(x) = Q(t) / (1 + 2x): degree 15, float32 relative error 1.01e-07 (the fit's own 5.3e-11)
+constexpr double kErfcxQ[] = {
+    1.27697838, -0.0927638265, -0.166030391, 0.164051274, -0.054220154, -0.00803393528,
+    0.00872393209, 0.00127086436, -0.00146214077, -0.00045290041, 0.000218740676, 0.00014877798,
+    -1.81971719e-05, -3.49791317e-05, -5.88233642e-07, 4.30836666e-06};
+// v = w - 2.5, erfinv(y) = y P(v), w = -log(1 - y^2) < 5: degree 9, float32 relative error 1.09e-07 (the fit's own 6.4e-09)
+constexpr double kErfinvCentral[] = {
+    1.50140936, 0.246640289, -0.00417738976, -0.00125274842, 0.000218346915, -4.95974349e-06,
+    -3.46335617e-06, 4.6542873e-07, 2.32858445e-08, -8.73983097e-09};
+// v = sqrt(w) - 3, erfinv(y) = y P(v), 5 <= w < 16: degree 9, float32 relative error 1.02e-07 (the fit's own 6.6e-09)
+constexpr double kErfinvTail[] = {
+    2.8329768, 1.00167507, 0.00944558564, -0.0076390915, 0.0056839635, -0.00358849413,
+    0.00149385817, -7.37748462e-05, -0.000317152809, 0.000127057218};
+// v = sqrt(w) - 6.75, erfinv(y) = y P(v), 16 <= w <= 90: degree 9, float32 relative error 1.62e-07 (the fit's own 9.9e-09)
+constexpr double kErfinvFarTail[] = {
+    6.61683866, 1.00885269, -0.000514986968, -8.20200058e-07, 8.5708373e-06, -2.21676773e-06,
+    3.67874289e-07, -6.17548849e-08, 2.01051763e-08, -3.37733437e-09};
+
+// c[0] + c[1] x + ... + c[n] x^n, by Horner's rule with fused multiply-adds.
+Ex poly(Block& b, const Ex& x, std::span<const double> c) {
+  const double* p = c.data() + c.size() - 1;
+  Ex acc = f(*p);
+  while (p != c.data()) acc = b.let(fma(acc, x, f(*--p)));
+  return acc;
+}
+Ex poly(Block& b, const Ex& x, std::initializer_list<double> c) { return poly(b, x, std::span<const double>(c.begin(), c.size())); }
+
+// sin(pi r) for |r| <= 1/2: the Taylor series of sin(pi r) to r^17 (its remainder is below
+// 2e-10 there), relative error of an ulp or two, exact at r = 0.
+Ex sinpi_reduced(Block& b, const Ex& r) {
+  const Ex r2 = b.let(bin("*", r, r));
+  const Ex s = poly(b, r2, {3.14159265358979324, -5.16771278004997003, 2.55016403987734549, -0.599264529320792077,
+                            0.0821458866111282288, -0.00737043094571435087, 0.000466302805767612549,
+                            -2.19153534478302168e-05, 7.95205400147551263e-07});
+  return bin("*", s, r);
+}
+
+// r = x - nearest integer (exact for every float32; x must be finite and below 2^23 in
+// magnitude to be non-integral at all).
+Ex reduce_half(Block& b, const Ex& x) { return b.let(bin("-", x, fcall("round", {x}))); }
+
+// cos(pi r) for |r| <= 1/2 as sin(pi (1/2 - |r|)): relative accuracy near its zeros.
+Ex cospi_reduced(Block& b, const Ex& r) {
+  return sinpi_reduced(b, b.let(bin("-", f(0.5), fcall("abs", {r}))));
+}
+
+// x is a non-positive integer (or -inf): lgamma's poles, digamma's NaNs below zero.
+Ex nonpositive_integer(Block& b, const Ex& x) {
+  return b.let(bin("&&", bin("<=", x, f(0.0)), bin("==", x, fcall("floor", {x}))));
+}
+
+}  // namespace
+
+// ---- the gamma family ---------------------------------------------------------------------
+
+// digamma: x < 0 reflects, digamma(x) = digamma(1 - x) - pi cos(pi x) / sin(pi x); the
+// positive argument climbs to 10 (subtracting 1/x per step), then the asymptotic series
+// log y - 1/(2y) - sum B_2k / (2k y^2k) to y^-6. digamma(+-0) = -+inf, negative integers and
+// -inf give NaN, +inf gives +inf (PyTorch's).
+Ex digamma_f32(Block& b, const Ex& x) {
+  const Ex neg = b.let(bin("<", x, f(0.0)));
+  const Ex y = b.mut(Ty::kF32, select(x, bin("-", f(1.0), x), neg), "dy");
+  const Ex acc = b.mut(Ty::kF32, f(0.0), "da");
+  b.loop("di", lit_i(0), lit_i(10), lit_i(1), [&](Block& in, const Ex&) {
+    in.if_(bin("<", y, f(10.0)), [&](Block& t) {
+      t.assign(acc, bin("-", acc, bin("/", f(1.0), y)));
+      t.assign(y, bin("+", y, f(1.0)));
+    });
+  });
+  const Ex z = b.let(bin("/", f(1.0), bin("*", y, y)));
+  const Ex series = bin("*", z, poly(b, z, {1.0 / 12, -1.0 / 120, 1.0 / 252, -1.0 / 240}));
+  const Ex positive = b.let(bin("-", bin("-", bin("+", acc, fcall("log", {y})), bin("/", f(0.5), y)), series));
+  const Ex r = reduce_half(b, x);
+  const Ex reflection = bin("/", bin("*", f(3.14159265358979324), cospi_reduced(b, r)), sinpi_reduced(b, r));
+  Ex out = select(positive, bin("-", positive, reflection), neg);
+  out = select(out, nan(), nonpositive_integer(b, x));
+  // +-0: -+inf (the sign of zero decides)
+  out = select(out, from_bits(bin("^", lit_u(0xff800000u), bin("&", bits(x), lit_u(0x80000000u)))),
+               bin("==", magnitude(x), lit_u(0)));
+  out = select(out, x, bin("==", bits(x), lit_u(0x7f800000u)));
+  return select(out, x, is_nan(x));
+}
+
+// lgamma(2 + t) = t P(t) on 0 <= t < 1 (P fitted; lgamma is 0 at 1 and 2, and this keeps its
+// relative accuracy there).
+Ex lgamma_near_two(Block& b, const Ex& t) {
+  return bin("*", t, poly(b, t, kLgamma2PlusT));
+}
+
+// lgamma: x >= 8 by Stirling's series to x^-5; 0 < x < 8 moved into [2, 3) (the product of
+// the steps taken, whose logarithm is added or subtracted) and the fitted P there; x < 0 by
+// reflection, lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x). Non-positive integers and
+// +-inf give +inf, NaN stays NaN.
+Ex lgamma_f32(Block& b, const Ex& x) {
+  const Ex neg = b.let(bin("<", x, f(0.0)));
+  const Ex y = b.let(select(x, bin("-", f(1.0), x), neg));
+  // Stirling: (y - 1/2) log y - y + log(2 pi)/2 + 1/(12 y) - 1/(360 y^3) + 1/(1260 y^5)
+  const Ex ly = b.let(fcall("log", {y}));
+  const Ex iy = b.let(bin("/", f(1.0), y));
+  const Ex iy2 = b.let(bin("*", iy, iy));
+  const Ex corr = bin("*", iy, poly(b, iy2, {1.0 / 12, -1.0 / 360, 1.0 / 1260}));
+  const Ex big = b.let(bin("+", fma(bin("-", y, f(0.5)), ly, bin("-", f(0.918938533204672742), y)), corr));
+  // below 8: step into [2, 3), multiplying the factors passed
+  const Ex z = b.mut(Ty::kF32, y, "gz");
+  const Ex up = b.mut(Ty::kF32, f(1.0), "gu");    // product of the factors below 2
+  const Ex down = b.mut(Ty::kF32, f(1.0), "gd");  // product of the factors from 3 up
+  b.loop("gi", lit_i(0), lit_i(6), lit_i(1), [&](Block& in, const Ex&) {
+    in.if_(bin("&&", bin(">=", z, f(3.0)), bin("<", z, f(8.0))), [&](Block& t) {
+      t.assign(z, bin("-", z, f(1.0)));
+      t.assign(down, bin("*", down, z));
+    });
+    in.if_(bin("<", z, f(2.0)), [&](Block& t) {
+      t.assign(up, bin("*", up, z));
+      t.assign(z, bin("+", z, f(1.0)));
+    });
+  });
+  const Ex small = b.let(bin("-", bin("+", lgamma_near_two(b, bin("-", z, f(2.0))), fcall("log", {down})),
+                             fcall("log", {up})));
+  const Ex pos = b.let(select(small, big, bin(">=", y, f(8.0))));
+  const Ex r = reduce_half(b, x);
+  const Ex s = fcall("abs", {sinpi_reduced(b, r)});
+  const Ex reflected = bin("-", fcall("log", {bin("/", f(3.14159265358979324), s)}), pos);
+  Ex out = select(pos, reflected, neg);
+  out = select(out, f(INFINITY), bin("||", nonpositive_integer(b, x), is_inf(x)));
+  return select(out, x, is_nan(x));
+}
+
+// ---- the error-function family --------------------------------------------------------------
+
+// erfcx(x) = e^(x^2) erfc(x) for x >= 0 as Q(t) / (1 + 2x), t = (x - 2) / (x + 2) mapping
+// [0, inf) onto [-1, 1) (Q fitted; Q -> 2/sqrt(pi) as x -> inf, so no asymptotic branch).
+Ex erfcx_nonnegative(Block& b, const Ex& x) {
+  const Ex t = b.let(bin("/", bin("-", x, f(2.0)), bin("+", x, f(2.0))));
+  const Ex q = poly(b, t, kErfcxQ);
+  return b.let(bin("/", q, fma(f(2.0), x, f(1.0))));
+}
+
+// e^s for -110 <= s <= 100 to an ulp or two whatever the device's exp (WGSL allows exp an error of
+// 3 + 2|s| ulp, and lavapipe's reaches 100 ulp near s = 70): s = k ln2 + r with ln2 in two
+// parts (k ln2_hi exact), e^r by its Taylor series to r^8 (|r| <= 0.35), then 2^k in two
+// exact halves so that k = 128 and the denormal results stay representable; `tail` is a
+// small correction added to r (the rounding error of s, when the caller has it).
+Ex exp_reduced(Block& b, const Ex& s_in, const Ex& tail) {
+  // clamped (NaN to 0) so that k converts to an integer: callers select their own results
+  // outside [-110, 100]
+  Ex s = select(s_in, f(-110.0), bin("<", s_in, f(-110.0)));
+  s = b.let(select(select(s, f(100.0), bin(">", s, f(100.0))), f(0.0), is_nan(s_in)));
+  const Ex k = b.let(fcall("round", {bin("*", s, f(1.44269504088896341))}));
+  const Ex r = b.let(bin("+", fma(k, f(-1.42860682030941723e-06), fma(k, f(-0.693145751953125), s)), tail));
+  const Ex e = poly(b, r, {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320});
+  const Ex ki = b.let(convert(Ty::kI32, k));
+  const Ex half = b.let(bin("/", ki, lit_i(2)));
+  auto pow2 = [&](const Ex& n) {
+    return from_bits(convert(Ty::kU32, bin("<<", bin("+", n, lit_i(127)), lit_i(23))));
+  };
+  return b.let(bin("*", bin("*", e, pow2(half)), pow2(bin("-", ki, half))));
+}
+
+// e^(+-x^2) with x^2 split into an exact head (x with its low 12 bits cleared, squared: 24
+// bits) and a small tail, so that neither the rounding of x^2 (relative 6e-8, times x^2 in
+// the result) nor the device's exp reaches the result. (Not fma(x, x, -s): WGSL lets fma
+// round twice, and lavapipe's does.)
+Ex exp_square(Block& b, const Ex& x, bool negative) {
+  const Ex hi = b.let(from_bits(bin("&", bits(x), lit_u(0xfffff000u))));
+  const Ex lo = b.let(bin("-", x, hi));
+  const Ex head = b.let(bin("*", hi, hi));
+  const Ex tail = b.let(bin("*", lo, bin("+", bin("*", f(2.0), hi), lo)));
+  return negative ? exp_reduced(b, un("-", head), un("-", tail)) : exp_reduced(b, head, tail);
+}
+
+// erfcx: x < 0 as 2 e^(x^2) - erfcx(-x) (+inf once e^(x^2) overflows, as PyTorch).
+Ex erfcx_f32(Block& b, const Ex& x) {
+  const Ex ax = b.let(fcall("abs", {x}));
+  const Ex pos = erfcx_nonnegative(b, ax);
+  const Ex negative = bin("-", bin("*", f(2.0), exp_square(b, x, false)), pos);
+  Ex out = select(pos, negative, bin("<", x, f(0.0)));
+  out = select(out, f(0.0), bin("==", bits(x), lit_u(0x7f800000u)));
+  out = select(out, f(INFINITY), bin("<", x, f(-9.5)));
+  return select(out, x, is_nan(x));
+}
+
+// erfc: e^(-x^2) erfcx(|x|) for x >= 0.5 (relative accuracy in the tail), 1 - erf(x) below,
+// 2 - erfc(-x) for x < -0.5.
+Ex erfc_f32(Block& b, const Ex& x, const Ex& erf_x) {
+  const Ex ax = b.let(fcall("abs", {x}));
+  const Ex tail = b.let(bin("*", exp_square(b, ax, true), erfcx_nonnegative(b, ax)));
+  Ex out = select(bin("-", f(1.0), erf_x), tail, bin(">=", x, f(0.5)));
+  out = select(out, bin("-", f(2.0), tail), bin("<=", x, f(-0.5)));
+  out = select(out, f(0.0), bin(">", x, f(10.5)));   // below the smallest float32
+  out = select(out, f(2.0), bin("<", x, f(-10.5)));  // (and +-inf, whose tail is NaN)
+  return select(out, x, is_nan(x));
+}
+
+// erfinv from y and 1 - |y| (exact, or computed exactly by the caller): w = -log((1 - |y|)
+// (1 + |y|)); erfinv(y) = y P(w) for w < 5, y P(sqrt w) on [5, 16) and on [16, 90] (90: 1 - |y| = 1e-38).
+Ex erfinv_core(Block& b, const Ex& y, const Ex& one_minus, const Ex& one_plus) {
+  const Ex w = b.let(un("-", fcall("log", {bin("*", one_minus, one_plus)})));
+  const Ex central = poly(b, b.let(bin("-", w, f(2.5))), kErfinvCentral);
+  const Ex s = b.let(fcall("sqrt", {w}));
+  const Ex tail = poly(b, b.let(bin("-", s, f(3.0))), kErfinvTail);
+  const Ex far = poly(b, b.let(bin("-", s, f(6.75))), kErfinvFarTail);
+  return b.let(bin("*", y, select(select(central, tail, bin(">=", w, f(5.0))), far, bin(">=", w, f(16.0)))));
+}
+
+Ex erfinv_f32(Block& b, const Ex& y) {
+  const Ex ay = b.let(fcall("abs", {y}));
+  Ex out = erfinv_core(b, y, b.let(bin("-", f(1.0), ay)), b.let(bin("+", f(1.0), ay)));
+  out = select(out, y, bin("==", ay, f(0.0)));  // +-0
+  out = select(out, from_bits(bin("|", lit_u(0x7f800000u), bin("&", bits(y), lit_u(0x80000000u)))),
+               bin("==", ay, f(1.0)));
+  return select(out, nan(), bin("||", bin(">", ay, f(1.0)), is_nan(y)));
+}
+
+// ndtri(p) = sqrt(2) erfinv(2p - 1), with 1 - |2p - 1| formed exactly: 2p below 1/2, 2 - 2p
+// above, so tiny p (down to 1e-38) keeps its relative accuracy.
+Ex ndtri_f32(Block& b, const Ex& p) {
+  const Ex y = b.let(fma(f(2.0), p, f(-1.0)));
+  const Ex lower = b.let(bin("<", p, f(0.5)));
+  const Ex one_minus = select(bin("-", f(2.0), bin("*", f(2.0), p)), bin("*", f(2.0), p), lower);
+  const Ex one_plus = select(bin("*", f(2.0), p), bin("-", f(2.0), bin("*", f(2.0), p)), lower);
+  Ex out = bin("*", f(1.41421356237309505), erfinv_core(b, y, b.let(one_minus), b.let(one_plus)));
+  out = select(out, f(0.0), bin("==", p, f(0.5)));
+  out = select(out, f(-INFINITY), bin("==", p, f(0.0)));
+  out = select(out, f(INFINITY), bin("==", p, f(1.0)));
+  return select(out, nan(), bin("||", bin("||", bin("<", p, f(0.0)), bin(">", p, f(1.0))), is_nan(p)));
+}
+
+// ---- float utilities (on the bits) -------------------------------------------------------------
+
+// The float's bits as an integer that orders like the values (-0 and +0 both 0).
+namespace {
+Ex ordered(Block& b, const Ex& x) {
+  const Ex m = b.let(convert(Ty::kI32, magnitude(x)));
+  return b.let(select(m, un("-", m), bin("!=", bin("&", bits(x), lit_u(0x80000000u)), lit_u(0))));
+}
+}  // namespace
+
+// nextafter(a, c): the neighbour of a toward c; c when they are equal (so +-0 keeps c's
+// sign), NaN when either is.
+Ex nextafter_f32(Block& b, const Ex& a, const Ex& c) {
+  const Ex ka = ordered(b, a), kc = ordered(b, c);
+  const Ex k = b.let(select(bin("-", ka, lit_i(1)), bin("+", ka, lit_i(1)), bin("<", ka, kc)));
+  // back to bits; from +-0 the first step is the smallest denormal with c's sign, and a
+  // step onto 0 keeps a's sign
+  const Ex magnitude_bits = convert(Ty::kU32, select(k, un("-", k), bin("<", k, lit_i(0))));
+  Ex r = from_bits(bin("|", magnitude_bits, select(lit_u(0), lit_u(0x80000000u), bin("<", k, lit_i(0)))));
+  r = select(r, from_bits(bin("&", bits(a), lit_u(0x80000000u))), bin("==", k, lit_i(0)));
+  r = select(r, c, bin("==", ka, kc));
+  return select(r, bin("+", a, c), bin("||", is_nan(a), is_nan(c)));
+}
+
+// frexp: x = m 2^e with 0.5 <= |m| < 1; 0, +-inf and NaN give m = x, e = 0. Denormals are
+// normalised on the bits (a five-step shift search), not by a multiplication a flushing
+// device would turn into 0.
+namespace {
+struct Frexp {
+  Ex mantissa_bits;  // u32: the fraction bits (the implicit 1 dropped) of the normalised value
+  Ex exponent;       // i32: e
+};
+Frexp frexp_parts(Block& b, const Ex& x) {
+  const Ex u = b.let(bits(x));
+  const Ex biased = b.let(convert(Ty::kI32, bin("&", bin(">>", u, lit_u(23)), lit_u(0xffu))));
+  const Ex frac = b.mut(Ty::kU32, bin("&", u, lit_u(0x7fffffu)), "ff");
+  const Ex shift = b.mut(Ty::kI32, lit_i(0), "fs");
+  b.if_(bin("==", biased, lit_i(0)), [&](Block& t) {  // denormal: move the leading 1 to bit 23
+    for (int step : {16, 8, 4, 2, 1}) {
+      t.if_(bin("==", bin(">>", frac, lit_u(static_cast<uint64_t>(24 - step))), lit_u(0)), [&](Block& s) {
+        s.assign(frac, bin("<<", frac, lit_u(static_cast<uint64_t>(step))));
+        s.assign(shift, bin("+", shift, lit_i(step)));
+      });
+    }
+  });
+  // normal: e = biased - 126; denormal: the leading 1 sat `shift` bits below bit 23, and the
+  // value's exponent is -126 - shift + 1 ... written as 1 - 126 - shift (biased 0 acts as 1)
+  const Ex e = select(bin("-", biased, lit_i(126)), bin("-", lit_i(-125), shift), bin("==", biased, lit_i(0)));
+  return {b.let(bin("&", frac, lit_u(0x7fffffu))), b.let(e)};
+}
+Ex frexp_special(const Ex& x) { return bin("||", bin("==", magnitude(x), lit_u(0)), bin(">=", magnitude(x), lit_u(0x7f800000u))); }
+}  // namespace
+
+Ex frexp_mantissa_f32(Block& b, const Ex& x) {
+  const Frexp p = frexp_parts(b, x);
+  const Ex m = from_bits(bin("|", bin("|", bin("&", bits(x), lit_u(0x80000000u)), lit_u(126u << 23)), p.mantissa_bits));
+  return select(m, x, frexp_special(x));
+}
+
+Ex frexp_exponent_f32(Block& b, const Ex& x) {
+  const Frexp p = frexp_parts(b, x);
+  return select(convert(Ty::kF32, p.exponent), f(0.0), frexp_special(x));
+}
+
+}  // namespace chroma::gpu

@@ -1,0 +1,19 @@
+// Special functions in float32 as kernel-IR arithmetic (special.cpp): the elementwise ops
+// whose CPU versions compute in float64 (chroma/cpu/special.h).
+#pragma once
+
+#include "codegen/gpu/kir.h"
+
+namespace chroma::gpu {
+
+Ex digamma_f32(Block& b, const Ex& x);
+Ex lgamma_f32(Block& b, const Ex& x);
+Ex erfcx_f32(Block& b, const Ex& x);
+Ex erfc_f32(Block& b, const Ex& x, const Ex& erf_x);  // erf_x: erf(x), for |x| < 1/2
+Ex erfinv_f32(Block& b, const Ex& y);
+Ex ndtri_f32(Block& b, const Ex& p);
+Ex nextafter_f32(Block& b, const Ex& a, const Ex& c);
+Ex frexp_mantissa_f32(Block& b, const Ex& x);
+Ex frexp_exponent_f32(Block& b, const Ex& x);
+
+}  // namespace chroma::gpu
