@@ -50,6 +50,70 @@ def erfinv_over_y_of_w(w):
     return sp.erfcinv(one_minus_y) / y
 
 
+def scaled_tail(fn, scale, limit):
+    # sqrt(x) fn(x) at x = scale / t, with its limit at t = 0 (x = inf)
+    def g(t):
+        t = np.asarray(t, dtype=np.float64)
+        out = np.full_like(t, limit)
+        inside = t > 1e-12
+        x = scale / t[inside]
+        out[inside] = np.sqrt(x) * fn(x)
+        return out
+    return g
+
+
+def bessel_pq(nu, which):
+    # P or Q of J_nu = A (P cos xi - Q sin xi), Y_nu = A (P sin xi + Q cos xi), A = sqrt(2 / (pi x)),
+    # xi = x - (2 nu + 1) pi / 4, as a function of t = 8 / x (from SciPy below x = 2000, the
+    # asymptotic series above, where its third term is below 1e-17)
+    j, y = (sp.j0, sp.y0) if nu == 0 else (sp.j1, sp.y1)
+    mu = 4.0 * nu * nu
+
+    def g(t):
+        t = np.asarray(t, dtype=np.float64)
+        out = np.empty_like(t)
+        x = 8.0 / np.maximum(t, 1e-12)
+        near = x <= 2000.0
+        xn = x[near]
+        xi = xn - (2 * nu + 1) * np.pi / 4
+        a = np.sqrt(2.0 / (np.pi * xn))
+        jv, yv = j(xn), y(xn)
+        if which == "P":
+            out[near] = (jv * np.cos(xi) + yv * np.sin(xi)) / a
+        else:
+            out[near] = (yv * np.cos(xi) - jv * np.sin(xi)) / a
+        z = 8.0 * x[~near]
+        if which == "P":
+            out[~near] = 1 - (mu - 1) * (mu - 9) / (2 * z**2) + (mu - 1) * (mu - 9) * (mu - 25) * (mu - 49) / (24 * z**4)
+        else:
+            out[~near] = (mu - 1) / z - (mu - 1) * (mu - 9) * (mu - 25) / (6 * z**3)
+        return out
+    return g
+
+
+def q_over_t(nu):
+    # Q / t at t = v + 1/2, with its limit (mu - 1) / 64 at t = 0
+    def g(v):
+        t = np.asarray(v, dtype=np.float64) + 0.5
+        out = np.full_like(t, (4.0 * nu * nu - 1.0) / 64.0)
+        inside = t > 1e-9
+        out[inside] = bessel_pq(nu, "Q")(t[inside]) / t[inside]
+        return out
+    return g
+
+
+def near_zero(fn, limit):
+    # fn of x = sqrt(32 (u + 1)) for u in [-1, 1] (x in [0, 8]), with its limit at x = 0
+    def g(u):
+        u = np.asarray(u, dtype=np.float64)
+        x = np.sqrt(np.maximum(32.0 * (u + 1.0), 0.0))
+        out = np.full_like(x, limit)
+        inside = x > 1e-4
+        out[inside] = fn(x[inside])
+        return out
+    return g
+
+
 FITS = [
     # name, function of the kernel's variable v, interval of v, degree, what v is in the kernel
     ("kLgamma2PlusT", lgamma_2_plus_t, (0.0, 1.0), 8, "t = x - 2, lgamma(x) = t P(t)"),
@@ -60,6 +124,23 @@ FITS = [
      "v = sqrt(w) - 3, erfinv(y) = y P(v), 5 <= w < 16"),
     ("kErfinvFarTail", lambda v: erfinv_over_y_of_w((v + 6.75) ** 2), (4.0 - 6.75, np.sqrt(90.0) - 6.75), 9,
      "v = sqrt(w) - 6.75, erfinv(y) = y P(v), 16 <= w <= 90"),
+    ("kI0eTail", scaled_tail(sp.i0e, 8.0, 1 / np.sqrt(2 * np.pi)), (0.0, 1.0), 10, "t = 8 / |x|, i0e(x) = P(t) / sqrt|x|"),
+    ("kI1eTail", scaled_tail(sp.i1e, 8.0, 1 / np.sqrt(2 * np.pi)), (0.0, 1.0), 10, "t = 8 / |x|, |i1e(x)| = P(t) / sqrt|x|"),
+    ("kK0eTail", lambda v: scaled_tail(sp.k0e, 1.0, np.sqrt(np.pi / 2))(v + 0.5), (-0.5, 0.5), 14,
+     "v = 1 / x - 1/2, k0e(x) = P(v) / sqrt x"),
+    ("kK1eTail", lambda v: scaled_tail(sp.k1e, 1.0, np.sqrt(np.pi / 2))(v + 0.5), (-0.5, 0.5), 14,
+     "v = 1 / x - 1/2, k1e(x) = P(v) / sqrt x"),
+    ("kJ0Near", near_zero(sp.j0, 1.0), (-1.0, 1.0), 13, "u = x^2/32 - 1, j0(x) = P(u) for |x| <= 8"),
+    ("kJ1Near", near_zero(lambda x: sp.j1(x) / x, 0.5), (-1.0, 1.0), 13, "u = x^2/32 - 1, j1(x) = x P(u)"),
+    ("kY0Near", near_zero(lambda x: sp.y0(x) - 2 / np.pi * np.log(x) * sp.j0(x), 2 / np.pi * (EULER - np.log(2))),
+     (-1.0, 1.0), 13, "u = x^2/32 - 1, y0(x) = 2/pi log(x) j0(x) + P(u) for 0 < x <= 8"),
+    ("kY1Near", near_zero(lambda x: (sp.y1(x) - 2 / np.pi * (np.log(x) * sp.j1(x) - 1 / x)) / x,
+                          (2 * EULER - 2 * np.log(2) - 1) / (2 * np.pi)),
+     (-1.0, 1.0), 13, "u = x^2/32 - 1, y1(x) = 2/pi (log(x) j1(x) - 1/x) + x P(u)"),
+    ("kJ0P", lambda v: bessel_pq(0, "P")(v + 0.5), (-0.5, 0.5), 8, "v = 8/x - 1/2, P0(v) for x > 8"),
+    ("kJ0Q", q_over_t(0), (-0.5, 0.5), 8, "v = 8/x - 1/2, Q0 = (8/x) P(v)"),
+    ("kJ1P", lambda v: bessel_pq(1, "P")(v + 0.5), (-0.5, 0.5), 8, "v = 8/x - 1/2, P1(v)"),
+    ("kJ1Q", q_over_t(1), (-0.5, 0.5), 8, "v = 8/x - 1/2, Q1 = (8/x) P(v)"),
 ]
 
 
@@ -91,9 +172,14 @@ def main():
         v = v.astype(np.float32).astype(np.float64)
         want = fn(v)
         got = horner_f32(mono_v, v).astype(np.float64)
-        err = np.max(np.abs(got - want) / np.abs(want))
-        fit = np.max(np.abs(P.polyval(v, mono_v) - want) / np.abs(want))
-        print(f"// {what}: degree {deg}, float32 relative error {err:.2e} (the fit's own {fit:.1e})")
+        # relative error, or absolute for a function with zeros on its interval (the Bessel
+        # functions near 0, whose results need absolute accuracy there)
+        absolute = np.any(want[:-1] * want[1:] <= 0)
+        den = 1.0 if absolute else np.abs(want)
+        err = np.max(np.abs(got - want) / den)
+        fit = np.max(np.abs(P.polyval(v, mono_v) - want) / den)
+        kind = "absolute" if absolute else "relative"
+        print(f"// {what}: degree {deg}, float32 {kind} error {err:.2e} (the fit's own {fit:.1e})")
         body = textwrap.fill(", ".join(f"{c:.9g}" for c in mono_v), 100, initial_indent="    ",
                              subsequent_indent="    ")
         print(f"constexpr double {name}[] = {{\n{body}}};")

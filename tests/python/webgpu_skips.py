@@ -30,7 +30,6 @@ SKIPS = {
     "test_extra_ops.py::test_integer_linspace_matches_the_cpu_kernel": _F64,
     "test_vision_ops.py::test_avg_pool_and_integer_pooling": _F64,
     ("test_special_ops.py::", "[dtype1]"): _F64 + " (the float64 half of a dtype-parametrized test)",
-    "test_special_ops.py::test_bessel": _SPECIAL,
     "test_special_ops.py::test_airy_ai": _SPECIAL,
     "test_special_ops.py::test_polygamma": _SPECIAL,
     "test_special_ops.py::test_mvlgamma": _F64 + " (the test's float64 reference, multigammaln of x.double())",

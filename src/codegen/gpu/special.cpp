@@ -1,11 +1,13 @@
 // Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma), the
-// error-function family (erfc, erfcx, erfinv, ndtri) and the bit-level float utilities
+// error-function family (erfc, erfcx, erfinv, ndtri), the Bessel functions (j0, j1, y0, y1,
+// i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0) and the bit-level float utilities
 // (nextafter, frexp). The CPU computes these in float64 (chroma/cpu/special.h); a GPU has no
 // float64, so each is written for float32 arithmetic, with its own argument reduction and
 // polynomials fitted to the float64 functions (scripts/fit_gpu_special.py prints them and
 // their measured float32 error). None relies on a dialect builtin's accuracy beyond exp,
 // log and sqrt: sin/cos/tan of pi*x are polynomials on an exactly reduced argument (WGSL
-// allows sin an absolute error of 2^-11), NaN tests are bit tests, and nextafter/frexp work
+// allows sin an absolute error of 2^-11), sin x is reduced by pi/2 in five parts, e^x by
+// ln 2 in two, NaN tests are bit tests, and nextafter/frexp work
 // on the bits alone (denormals included, whatever the device's flushing).
 #include "codegen/gpu/special.h"
 
@@ -50,6 +52,60 @@ constexpr double kErfinvTail[] = {
 constexpr double kErfinvFarTail[] = {
     6.61683866, 1.00885269, -0.000514986968, -8.20200058e-07, 8.5708373e-06, -2.21676773e-06,
     3.67874289e-07, -6.17548849e-08, 2.01051763e-08, -3.37733437e-09};
+// t = 8 / |x|, i0e(x) = P(t) / sqrt|x|: degree 10, float32 relative error 6.58e-08 (the fit's own 5.9e-12)
+constexpr double kI0eTail[] = {
+    0.39894228, 0.00623347366, 0.000438269863, 5.73980133e-05, 8.33937287e-06, 1.44108822e-05,
+    -3.10304167e-05, 5.42646034e-05, -5.4650933e-05, 3.05158027e-05, -6.92889228e-06};
+// t = 8 / |x|, |i1e(x)| = P(t) / sqrt|x|: degree 10, float32 relative error 6.89e-08 (the fit's own 6.7e-12)
+constexpr double kI1eTail[] = {
+    0.39894228, -0.01870042, -0.000730461838, -8.02568208e-05, -1.122404e-05, -1.60515563e-05,
+    3.35746364e-05, -5.86957421e-05, 5.88822597e-05, -3.27667086e-05, 7.40599223e-06};
+// v = 1 / x - 1/2, k0e(x) = P(v) / sqrt x: degree 14, float32 relative error 5.89e-08 (the fit's own 7.1e-11)
+constexpr double kK0eTail[] = {
+    1.19015718, -0.104558025, 0.0322695551, -0.0152669931, 0.00910712108, -0.00632198952,
+    0.00489114197, -0.00391042251, 0.00330909787, -0.00485820936, 0.00583719982, 0.00317771504,
+    -0.00653805813, -0.0171449168, 0.0227224134};
+// v = 1 / x - 1/2, k1e(x) = P(v) / sqrt x: degree 14, float32 relative error 9.71e-08 (the fit's own 8.2e-11)
+constexpr double kK1eTail[] = {
+    1.46155697, 0.375957815, -0.0634114284, 0.0248958011, -0.0135094629, 0.0088436557,
+    -0.00657043154, 0.00512829338, -0.00426344508, 0.00594363704, -0.0069870307, -0.00345838504,
+    0.0073032355, 0.0200114838, -0.026310437};
+// u = x^2/32 - 1, j0(x) = P(u) for |x| <= 8: degree 13, float32 absolute error 2.91e-07 (the fit's own 4.3e-14)
+constexpr double kJ0Near[] = {
+    0.0458296649, 0.930301247, -0.648469283, -0.808088808, 1.03837946, -0.507468046, 0.145988848,
+    -0.0284727186, 0.0040580801, -0.000443545976, 3.8471574e-05, -2.71767941e-06, 1.60741209e-07,
+    -7.96187703e-09};
+// u = x^2/32 - 1, j1(x) = x P(u): degree 13, float32 absolute error 9.50e-08 (the fit's own 1.9e-15)
+constexpr double kJ1Near[] = {
+    -0.058143828, 0.0810586604, 0.151516651, -0.259594865, 0.158583764, -0.0547458182, 0.0124568144,
+    -0.00202903949, 0.00024949462, -2.40457498e-05, 1.86839649e-06, -1.19669081e-07, 6.47200385e-09,
+    -2.95631861e-10};
+// u = x^2/32 - 1, y0(x) = 2/pi log(x) j0(x) + P(u) for 0 < x <= 8: degree 13, float32 absolute error 2.68e-07 (the fit's own 8.9e-14)
+constexpr double kY0Near[] = {
+    -0.382250654, -0.82843589, 1.64709648, 0.144126324, -1.07754773, 0.672177078, -0.21895747,
+    0.0463670476, -0.00702574341, 0.000806158724, -7.27919753e-05, 5.3211655e-06, -3.24353036e-07,
+    1.64924217e-08};
+// u = x^2/32 - 1, y1(x) = 2/pi (log(x) j1(x) - 1/x) + x P(u): degree 13, float32 absolute error 7.41e-08 (the fit's own 1.0e-13)
+constexpr double kY1Near[] = {
+    0.0707598588, -0.243377431, 0.0233675717, 0.235072092, -0.196398399, 0.0785478692,
+    -0.0196287568, 0.00342249079, -0.000443817389, 4.4674246e-05, -3.60091489e-06, 2.38121082e-07,
+    -1.32278461e-08, 5.94679358e-10};
+// v = 8/x - 1/2, P0(v) for x > 8: degree 8, float32 relative error 3.94e-08 (the fit's own 5.2e-13)
+constexpr double kJ0P[] = {
+    0.99972702, -0.001085331, -0.00105946617, 4.98543599e-05, 2.05053707e-05, -4.6186724e-06,
+    -5.68982399e-07, 5.385058e-07, -7.33183845e-08};
+// v = 8/x - 1/2, Q0 = (8/x) P(v): degree 8, float32 relative error 3.04e-08 (the fit's own 1.4e-11)
+constexpr double kJ0Q[] = {
+    -0.0155896582, 0.00013972996, 0.000133357407, -1.20706543e-05, -4.47350711e-06, 1.55983713e-06,
+    9.13921958e-08, -2.14926412e-07, 5.0516186e-08};
+// v = 8/x - 1/2, P1(v): degree 8, float32 relative error 7.53e-08 (the fit's own 6.0e-13)
+constexpr double kJ1P[] = {
+    1.0004556, 0.00181391294, 0.00178050621, -6.4583556e-05, -2.70212337e-05, 5.53787697e-06,
+    7.30873555e-07, -6.25778057e-07, 7.82282136e-08};
+// v = 8/x - 1/2, Q1 = (8/x) P(v): degree 8, float32 relative error 6.62e-08 (the fit's own 5.3e-12)
+constexpr double kJ1Q[] = {
+    0.0468254474, -0.000196202867, -0.000188378011, 1.48667018e-05, 5.61581385e-06, -1.82628507e-06,
+    -1.23251465e-07, 2.4637435e-07, -5.49465807e-08};
 
 // c[0] + c[1] x + ... + c[n] x^n, by Horner's rule with fused multiply-adds.
 Ex poly(Block& b, const Ex& x, std::span<const double> c) {
@@ -59,6 +115,27 @@ Ex poly(Block& b, const Ex& x, std::span<const double> c) {
   return acc;
 }
 Ex poly(Block& b, const Ex& x, std::initializer_list<double> c) { return poly(b, x, std::span<const double>(c.begin(), c.size())); }
+
+// e^s for -110 <= s <= 100 to an ulp or two whatever the device's exp (WGSL allows exp an error of
+// 3 + 2|s| ulp, and lavapipe's reaches 100 ulp near s = 70): s = k ln2 + r with ln2 in two
+// parts (k ln2_hi exact), e^r by its Taylor series to r^8 (|r| <= 0.35), then 2^k in two
+// exact halves so that k = 128 and the denormal results stay representable; `tail` is a
+// small correction added to r (the rounding error of s, when the caller has it).
+Ex exp_reduced(Block& b, const Ex& s_in, const Ex& tail) {
+  // clamped (NaN to 0) so that k converts to an integer: callers select their own results
+  // outside [-110, 100]
+  Ex s = select(s_in, f(-110.0), bin("<", s_in, f(-110.0)));
+  s = b.let(select(select(s, f(100.0), bin(">", s, f(100.0))), f(0.0), is_nan(s_in)));
+  const Ex k = b.let(fcall("round", {bin("*", s, f(1.44269504088896341))}));
+  const Ex r = b.let(bin("+", fma(k, f(-1.42860682030941723e-06), fma(k, f(-0.693145751953125), s)), tail));
+  const Ex e = poly(b, r, {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320});
+  const Ex ki = b.let(convert(Ty::kI32, k));
+  const Ex half = b.let(bin("/", ki, lit_i(2)));
+  auto pow2 = [&](const Ex& n) {
+    return from_bits(convert(Ty::kU32, bin("<<", bin("+", n, lit_i(127)), lit_i(23))));
+  };
+  return b.let(bin("*", bin("*", e, pow2(half)), pow2(bin("-", ki, half))));
+}
 
 // sin(pi r) for |r| <= 1/2: the Taylor series of sin(pi r) to r^17 (its remainder is below
 // 2e-10 there), relative error of an ulp or two, exact at r = 0.
@@ -160,6 +237,180 @@ Ex lgamma_f32(Block& b, const Ex& x) {
   return select(out, x, is_nan(x));
 }
 
+// ---- modified Bessel functions ----------------------------------------------------------------
+
+namespace {
+
+constexpr double kEuler = 0.577215664901532861;
+
+// The power series of I0 and I1 / (x/2) in z = x^2/4: sum z^k / (k! (k + nu)!) to k = 16
+// (below 1e-9 relative for |x| <= 8; every term positive, so no cancellation).
+Ex bessel_i_series(Block& b, const Ex& z, int nu) {
+  std::vector<double> c;
+  double fk = 1.0;
+  for (int k = 0; k <= 16; ++k) {
+    if (k > 0) fk *= k;
+    c.push_back(1.0 / (fk * (nu == 0 ? fk : fk * (k + 1))));
+  }
+  return poly(b, z, c);
+}
+
+// The series parts of K0 and K1 for 0 < x <= 1 beside their logarithm terms:
+// K0 = -(log(x/2) + gamma) I0 + sum_{k>=1} H_k z^k / (k!)^2,
+// K1 = 1/x + log(x/2) I1 - (x/4) sum_{k>=0} (psi(k+1) + psi(k+2)) z^k / (k! (k+1)!).
+Ex bessel_k_series(Block& b, const Ex& z, int nu) {
+  std::vector<double> c;
+  double fk = 1.0, h = 0.0;  // k!, H_k
+  for (int k = 0; k <= 9; ++k) {
+    if (k > 0) {
+      fk *= k;
+      h += 1.0 / k;
+    }
+    if (nu == 0) {
+      c.push_back(h / (fk * fk));
+    } else {
+      const double psi_sum = (h - kEuler) + (h + 1.0 / (k + 1) - kEuler);  // psi(k+1) + psi(k+2)
+      c.push_back(psi_sum / (fk * fk * (k + 1)));
+    }
+  }
+  return poly(b, z, c);
+}
+
+}  // namespace
+
+// i0, i0e, i1, i1e: the power series up to |x| = 8, then e^-|x| I(x) sqrt|x| = P(8/|x|); the
+// unscaled forms multiply by e^|x| and so overflow where it does (float32 i0(89) is inf, as
+// PyTorch's), and at +-inf give NaN (0 times inf, as PyTorch's).
+Ex bessel_i_f32(Block& b, const Ex& x, int nu, bool scaled) {
+  const Ex ax = b.let(fcall("abs", {x}));
+  const Ex z = b.let(bin("*", bin("*", ax, ax), f(0.25)));
+  Ex small = bessel_i_series(b, z, nu);
+  if (nu == 1) small = bin("*", bin("*", x, f(0.5)), small);
+  small = b.let(small);
+  Ex tail = b.let(bin("/", poly(b, b.let(bin("/", f(8.0), ax)), nu == 0 ? std::span<const double>(kI0eTail)
+                                                                          : std::span<const double>(kI1eTail)),
+                     fcall("sqrt", {ax})));
+  if (nu == 1) tail = b.let(select(tail, un("-", tail), bin("<", x, f(0.0))));
+  const Ex near = bin("<=", ax, f(8.0));
+  Ex out = scaled ? select(tail, bin("*", small, exp_reduced(b, un("-", ax), f(0.0))), near)
+                  : select(bin("*", tail, exp_reduced(b, ax, f(0.0))), small, near);
+  if (!scaled) out = select(out, bin("*", tail, f(INFINITY)), is_inf(x));  // 0 * inf: NaN
+  return select(out, x, is_nan(x));
+}
+
+// k0, k0e, k1, k1e: the series with their logarithms up to x = 1, then e^x K(x) sqrt x =
+// P(1/x - 1/2); K(+-0) = inf, x < 0 gives NaN, K(inf) = 0.
+Ex bessel_k_f32(Block& b, const Ex& x, int nu, bool scaled) {
+  const Ex z = b.let(bin("*", bin("*", x, x), f(0.25)));
+  const Ex lh = b.let(fcall("log", {bin("*", x, f(0.5))}));
+  Ex small;
+  if (nu == 0) {
+    small = fma(un("-", bin("+", lh, f(kEuler))), bessel_i_series(b, z, 0), bessel_k_series(b, z, 0));
+  } else {
+    const Ex i1 = bin("*", bin("*", x, f(0.5)), bessel_i_series(b, z, 1));
+    small = bin("-", fma(lh, i1, bin("/", f(1.0), x)), bin("*", bin("*", x, f(0.25)), bessel_k_series(b, z, 1)));
+  }
+  small = b.let(small);
+  const Ex v = b.let(bin("-", bin("/", f(1.0), x), f(0.5)));
+  const Ex tail = b.let(bin("/", poly(b, v, nu == 0 ? std::span<const double>(kK0eTail) : std::span<const double>(kK1eTail)),
+                            fcall("sqrt", {x})));
+  const Ex near = bin("<=", x, f(1.0));
+  Ex out = scaled ? select(tail, bin("*", small, exp_reduced(b, x, f(0.0))), near)
+                  : select(bin("*", tail, exp_reduced(b, un("-", x), f(0.0))), small, near);
+  out = select(out, f(0.0), bin("==", bits(x), lit_u(0x7f800000u)));
+  out = select(out, f(INFINITY), bin("==", magnitude(x), lit_u(0)));
+  return select(out, nan(), bin("||", bin("<", x, f(0.0)), is_nan(x)));
+}
+
+// sin x and cos x for |x| <= 1e5: x - k pi/2 with pi/2 in four 8-bit parts (k pi/2's products
+// exact for k < 2^16) and a fifth, then the Taylor series of sin and cos on |r| <= pi/4, swapped
+// and negated by k mod 4. NaN, +-inf and larger arguments give sin 0, cos 1 (callers select
+// their own results there).
+struct SinCos {
+  Ex s, c;
+};
+SinCos sincos_f32(Block& b, const Ex& x_in) {
+  const Ex x = b.let(select(f(0.0), x_in, bin("<=", fcall("abs", {x_in}), f(1e5))));
+  const Ex k = b.let(fcall("round", {bin("*", x, f(0.636619772367581343))}));
+  Ex r = x;
+  for (double part : {1.5703125, 0.000484466552734375, -6.407499313354492e-07, 9.89530235528946e-10,
+                      2.5633440682570896e-12}) {
+    r = b.let(bin("-", r, bin("*", k, f(part))));
+  }
+  const Ex r2 = b.let(bin("*", r, r));
+  const Ex sr = b.let(bin("*", r, poly(b, r2, {1.0, -1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800,
+                                               1.0 / 6227020800.0})));
+  const Ex cr = b.let(poly(b, r2, {1.0, -1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800, 1.0 / 479001600,
+                                   -1.0 / 87178291200.0}));
+  const Ex q = b.let(bin("&", convert(Ty::kI32, k), lit_i(3)));
+  const Ex odd = b.let(bin("==", bin("&", q, lit_i(1)), lit_i(1)));
+  const Ex sp = b.let(select(sr, cr, odd)), cp = b.let(select(cr, sr, odd));
+  // sin: +sin r, +cos r, -sin r, -cos r; cos: +cos r, -sin r, -cos r, +sin r
+  const Ex s = b.let(select(sp, un("-", sp), bin(">=", q, lit_i(2))));
+  const Ex c = b.let(select(cp, un("-", cp), bin("||", bin("==", q, lit_i(1)), bin("==", q, lit_i(2)))));
+  return {s, c};
+}
+Ex sin_f32(Block& b, const Ex& x) { return sincos_f32(b, x).s; }
+
+// j0, j1, y0, y1: up to |x| = 8 fitted polynomials in u = x^2/32 - 1 (y0 and y1 beside their
+// logarithm terms), beyond the modulus-phase form with P and Q fitted in 8/x:
+// J = (P cos xi - Q sin xi) / sqrt(pi x / 2), Y = (P sin xi + Q cos xi) / sqrt(pi x / 2),
+// xi = x - pi/4 (J0, Y0) or x - 3 pi/4 (J1, Y1), written with sin x and cos x. j0 and j1 are
+// even and odd; y0 and y1 are NaN below 0 and -inf at +-0. At +-inf (and for NaN) all are
+// NaN, as PyTorch's; beyond 1e5 the device's sin and cos.
+Ex bessel_jy_f32(Block& b, const Ex& x, int nu, bool second_kind) {
+  const Ex ax = b.let(fcall("abs", {x}));
+  const Ex u = b.let(fma(bin("*", x, x), f(1.0 / 32), f(-1.0)));
+  Ex near;
+  if (!second_kind) {
+    near = nu == 0 ? poly(b, u, kJ0Near) : bin("*", x, poly(b, u, kJ1Near));
+  } else {
+    const Ex l = b.let(bin("*", fcall("log", {x}), f(0.636619772367581343)));  // 2/pi log x
+    if (nu == 0) {
+      near = fma(l, poly(b, u, kJ0Near), poly(b, u, kY0Near));
+    } else {
+      const Ex j1 = bin("*", x, poly(b, u, kJ1Near));
+      near = bin("+", fma(l, j1, bin("/", f(-0.636619772367581343), x)), bin("*", x, poly(b, u, kY1Near)));
+    }
+  }
+  near = b.let(near);
+  const Ex t = b.let(bin("/", f(8.0), ax));
+  const Ex v = b.let(bin("-", t, f(0.5)));
+  const Ex p = b.let(poly(b, v, nu == 0 ? std::span<const double>(kJ0P) : std::span<const double>(kJ1P)));
+  const Ex q = b.let(bin("*", t, poly(b, v, nu == 0 ? std::span<const double>(kJ0Q) : std::span<const double>(kJ1Q))));
+  const SinCos sc = sincos_f32(b, ax);
+  const Ex big = b.let(bin(">", ax, f(1e5)));
+  const Ex sx = b.let(select(sc.s, fcall("sin", {ax}), big)), cx = b.let(select(sc.c, fcall("cos", {ax}), big));
+  const Ex spc = b.let(bin("+", sx, cx)), smc = b.let(bin("-", sx, cx));
+  // sqrt(2) cos xi and sqrt(2) sin xi: xi = x - pi/4: (c + s, s - c); x - 3 pi/4: (s - c, -(s + c))
+  const Ex cxi = nu == 0 ? spc : smc;
+  const Ex sxi = nu == 0 ? smc : un("-", spc);
+  const Ex m = b.let(fcall("sqrt", {bin("*", ax, f(3.14159265358979324))}));
+  Ex far = second_kind ? bin("+", bin("*", p, sxi), bin("*", q, cxi)) : bin("-", bin("*", p, cxi), bin("*", q, sxi));
+  far = b.let(bin("/", far, m));
+  if (nu == 1 && !second_kind) far = select(far, un("-", far), bin("<", x, f(0.0)));  // odd
+  Ex out = select(far, near, bin("<=", ax, f(8.0)));
+  if (second_kind) {
+    out = select(out, f(-INFINITY), bin("==", magnitude(x), lit_u(0)));
+    out = select(out, nan(), bin("<", x, f(0.0)));
+  }
+  out = select(out, nan(), is_inf(x));
+  return select(out, x, is_nan(x));
+}
+
+// spherical_bessel_j0 = sin x / x: its Taylor series below 1/2, the reduced sin to 1e5, the
+// device's sin beyond (where |sin x / x| <= 1e-5 whatever its error), 0 at +-inf.
+Ex spherical_j0_f32(Block& b, const Ex& x) {
+  const Ex ax = b.let(fcall("abs", {x}));
+  const Ex x2 = b.let(bin("*", x, x));
+  const Ex near = poly(b, x2, {1.0, -1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880});
+  const Ex mid = bin("/", sin_f32(b, x), x);
+  Ex out = select(mid, near, bin("<", ax, f(0.5)));
+  out = select(out, bin("/", fcall("sin", {x}), x), bin(">", ax, f(1e5)));
+  out = select(out, f(0.0), is_inf(x));
+  return select(out, x, is_nan(x));
+}
+
 // ---- the error-function family --------------------------------------------------------------
 
 // erfcx(x) = e^(x^2) erfc(x) for x >= 0 as Q(t) / (1 + 2x), t = (x - 2) / (x + 2) mapping
@@ -168,27 +419,6 @@ Ex erfcx_nonnegative(Block& b, const Ex& x) {
   const Ex t = b.let(bin("/", bin("-", x, f(2.0)), bin("+", x, f(2.0))));
   const Ex q = poly(b, t, kErfcxQ);
   return b.let(bin("/", q, fma(f(2.0), x, f(1.0))));
-}
-
-// e^s for -110 <= s <= 100 to an ulp or two whatever the device's exp (WGSL allows exp an error of
-// 3 + 2|s| ulp, and lavapipe's reaches 100 ulp near s = 70): s = k ln2 + r with ln2 in two
-// parts (k ln2_hi exact), e^r by its Taylor series to r^8 (|r| <= 0.35), then 2^k in two
-// exact halves so that k = 128 and the denormal results stay representable; `tail` is a
-// small correction added to r (the rounding error of s, when the caller has it).
-Ex exp_reduced(Block& b, const Ex& s_in, const Ex& tail) {
-  // clamped (NaN to 0) so that k converts to an integer: callers select their own results
-  // outside [-110, 100]
-  Ex s = select(s_in, f(-110.0), bin("<", s_in, f(-110.0)));
-  s = b.let(select(select(s, f(100.0), bin(">", s, f(100.0))), f(0.0), is_nan(s_in)));
-  const Ex k = b.let(fcall("round", {bin("*", s, f(1.44269504088896341))}));
-  const Ex r = b.let(bin("+", fma(k, f(-1.42860682030941723e-06), fma(k, f(-0.693145751953125), s)), tail));
-  const Ex e = poly(b, r, {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320});
-  const Ex ki = b.let(convert(Ty::kI32, k));
-  const Ex half = b.let(bin("/", ki, lit_i(2)));
-  auto pow2 = [&](const Ex& n) {
-    return from_bits(convert(Ty::kU32, bin("<<", bin("+", n, lit_i(127)), lit_i(23))));
-  };
-  return b.let(bin("*", bin("*", e, pow2(half)), pow2(bin("-", ki, half))));
 }
 
 // e^(+-x^2) with x^2 split into an exact head (x with its low 12 bits cleared, squared: 24

@@ -12,6 +12,10 @@ Ex erfcx_f32(Block& b, const Ex& x);
 Ex erfc_f32(Block& b, const Ex& x, const Ex& erf_x);  // erf_x: erf(x), for |x| < 1/2
 Ex erfinv_f32(Block& b, const Ex& y);
 Ex ndtri_f32(Block& b, const Ex& p);
+Ex bessel_i_f32(Block& b, const Ex& x, int nu, bool scaled);  // i0, i0e, i1, i1e
+Ex bessel_k_f32(Block& b, const Ex& x, int nu, bool scaled);  // k0, k0e, k1, k1e
+Ex bessel_jy_f32(Block& b, const Ex& x, int nu, bool second_kind);  // j0, j1, y0, y1
+Ex spherical_j0_f32(Block& b, const Ex& x);
 Ex nextafter_f32(Block& b, const Ex& a, const Ex& c);
 Ex frexp_mantissa_f32(Block& b, const Ex& x);
 Ex frexp_exponent_f32(Block& b, const Ex& x);
