@@ -2,8 +2,9 @@
 digamma, erfc, erfcx, erfinv, ndtri, log_ndtr through erfcx and log1p, j0, j1, y0, y1, i0,
 i1, k0, k1 and their scaled forms, spherical_bessel_j0, nextafter, frexp) on
 WebGPU (lavapipe) and on the CUDA and Metal dialects under the emulator, against PyTorch in
-float64 over dense grids (the MSL also type-checked, the CUDA text compiled by nvcc where
-installed, as every CUDA compile), at the OpInfo float32 tolerances (rtol 1.3e-6, atol 1e-5) rather
+float64 over dense grids (the MSL also type-checked, the WGSL also compiled by Tint and run
+by the JS runtime, the CUDA text compiled by nvcc where installed, as every CUDA compile), at
+the OpInfo float32 tolerances (rtol 1.3e-6, atol 1e-5) rather
 than the op suite's looser GPU tolerance; nextafter and frexp exactly, denormals included.
 
 Run: CHROMA_CACHE_DIR=build/cache .venv/bin/python -m pytest tests/python/test_gpu_special.py -q -p no:logging
@@ -22,6 +23,7 @@ import chroma
 sys.path.insert(0, os.path.dirname(__file__))
 
 from test_msl_check import msl_check  # noqa: E402
+from test_webgpu import _node_check  # noqa: E402
 
 S = torch.special
 TARGETS = ["webgpu", "cuda", "metal"]
@@ -73,6 +75,8 @@ def test_special_functions_in_float32_match_float64(tmp_path, target):
     if target == "metal":  # the MSL type-checks with Metal's address spaces (the CUDA text: nvcc at compile time)
         r = msl_check(tmp_path / "m" / "kernels.metal")
         assert r.returncode == 0, r.stderr[-3000:]
+    if target == "webgpu":  # Tint compiles the WGSL too (the JS runtime on Dawn, SwiftShader) and the package runs
+        _node_check(str(tmp_path / "m.chroma-web"))
     got = prog(*[x.numpy() for x in inputs])
     cases = [(name, fn, x) for (name, fn), x in zip(FUNCTIONS.items(), inputs)]
     cases += [(f.__name__.replace("special_", ""), f, x) for x, fs in zip(inputs[len(FUNCTIONS):], BESSEL.values())
