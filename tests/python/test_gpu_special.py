@@ -120,3 +120,33 @@ def test_nextafter_and_frexp_are_exact_on_the_bits(tmp_path, target):
         if w.dtype.kind == "f":
             np.testing.assert_array_equal(np.isnan(g), nan, err_msg=f"{target} output {i}")
         np.testing.assert_array_equal(g.view(np.int32)[~nan], w.view(np.int32)[~nan], err_msg=f"{target} output {i}")
+
+
+def _zetas(s, q, x):
+    return (S.zeta(s, q),) + tuple(torch.polygamma(n, x) for n in range(1, 5))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_zeta_and_polygamma(tmp_path, target):
+    """Hurwitz zeta by Euler-Maclaurin (a compensated direct sum: for q < 0 its terms cancel)
+    and polygamma of orders 2-4 through it, against float64 at rtol 1e-5: float32 powers of
+    terms that cancel leave a few 1e-6 (4.3e-6 measured, polygamma(2, -5.502)); WebGPU at 1e-4
+    (lavapipe's pow: 3.7e-5 measured). trigamma follows PyTorch's float32 evaluation (its
+    poles through sin of the rounded pi x, so trigamma(-1) is large but finite, as PyTorch's):
+    against PyTorch in float32 at the OpInfo tolerance."""
+    s_vals = torch.tensor([1.0, 1.5, 2.0, 3.0, 4.5, 10.0, 30.0, 0.5, INF, NAN])
+    q_vals = torch.cat([torch.linspace(0.05, 50, 400), torch.tensor([-0.5, -2.3, -7.5, 0.0, -1.0, 1e4, 1e-5, INF])])
+    s, q = (t.contiguous() for t in torch.meshgrid(s_vals, q_vals, indexing="ij"))
+    x = torch.cat([torch.linspace(-6.3, 30, 4001), torch.tensor([-1.0, -1.5, 0.0, 0.25, 100.0, 1e4, NAN])])
+    prog = chroma.compile(_zetas, (s, q, x), target=target, out=str(tmp_path / "m"))
+    got = prog(s.numpy(), q.numpy(), x.numpy())
+    want64 = _zetas(s.double(), q.double(), x.double())
+    rtol = 1e-4 if target == "webgpu" else 1e-5
+    for i, (g, w) in enumerate(zip(got, want64)):
+        if i == 1:  # trigamma: PyTorch's float32 evaluation
+            w = torch.polygamma(1, x)
+            np.testing.assert_allclose(g, w.numpy(), rtol=1.3e-6, atol=1e-5, err_msg=f"{target} trigamma")
+            continue
+        w = w.float().double().numpy()
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=rtol, atol=1e-5, err_msg=f"{target} output {i}")
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"{target} output {i} NaNs")

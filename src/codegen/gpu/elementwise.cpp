@@ -258,6 +258,12 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     case EwOp::k_bessel_y0: need_float("bessel_y0"); return bessel_jy_f32(b, a, 0, true);
     case EwOp::k_bessel_y1: need_float("bessel_y1"); return bessel_jy_f32(b, a, 1, true);
     case EwOp::k_spherical_bessel_j0: need_float("spherical_bessel_j0"); return spherical_j0_f32(b, a);
+    case EwOp::k_zeta: need_float("zeta"); return zeta_f32(b, a, x[1]);
+    case EwOp::k_polygamma: {
+      need_float("polygamma");
+      if (operands[0]->kind != Expr::kLiteral) throw Unsupported("polygamma with a tensor order n");
+      return polygamma_f32(b, static_cast<int64_t>(operands[0]->literal.as_double()), x[1]);
+    }
     case EwOp::k_lgamma: need_float("lgamma"); return lgamma_f32(b, a);
     case EwOp::k_digamma: need_float("digamma"); return digamma_f32(b, a);
     case EwOp::k_frexp_mantissa: need_float("frexp"); return frexp_mantissa_f32(b, a);

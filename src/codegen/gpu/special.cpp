@@ -1,4 +1,5 @@
-// Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma), the
+// Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma, trigamma,
+// polygamma) and Hurwitz zeta, the
 // error-function family (erfc, erfcx, erfinv, ndtri), the Bessel functions (j0, j1, y0, y1,
 // i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0) and the bit-level float utilities
 // (nextafter, frexp). The CPU computes these in float64 (chroma/cpu/special.h); a GPU has no
@@ -409,6 +410,88 @@ Ex spherical_j0_f32(Block& b, const Ex& x) {
   out = select(out, bin("/", fcall("sin", {x}), x), bin(">", ax, f(1e5)));
   out = select(out, f(0.0), is_inf(x));
   return select(out, x, is_nan(x));
+}
+
+// trigamma with PyTorch's float32 evaluation, so that its poles agree: reflection below 1/2
+// through sin of the rounded product pi x (sin(-pi) is not 0 in float32: trigamma(-1) is large
+// but finite, trigamma(0) inf), six recurrence steps, a short asymptotic series.
+Ex trigamma_f32(Block& b, const Ex& x) {
+  const Ex reflect = b.let(bin("<", x, f(0.5)));
+  const Ex px = b.let(bin("*", f(3.14159265358979324), x));
+  const Ex sn = b.let(select(fcall("sin", {px}), sin_f32(b, px), bin("<=", fcall("abs", {px}), f(1e5))));
+  const Ex result = b.mut(Ty::kF32, select(f(0.0), un("-", bin("/", f(9.86960440108935862), bin("*", sn, sn))), reflect), "tr");
+  const Ex y = b.mut(Ty::kF32, select(x, bin("-", f(1.0), x), reflect), "ty");
+  b.loop("ti", lit_i(0), lit_i(6), lit_i(1), [&](Block& in, const Ex&) {
+    in.assign(result, bin("+", result, bin("/", f(1.0), bin("*", y, y))));
+    in.assign(y, bin("+", y, f(1.0)));
+  });
+  const Ex ixx = b.let(bin("/", f(1.0), bin("*", y, y)));
+  const Ex series = bin("+", bin("+", f(1.0), bin("/", f(1.0), bin("*", f(2.0), y))),
+                        bin("*", ixx, poly(b, ixx, {1.0 / 6, -1.0 / 30, 1.0 / 42})));
+  const Ex r = b.let(bin("+", result, bin("/", series, y)));
+  return select(r, un("-", r), reflect);
+}
+
+// Hurwitz zeta(s, q) = sum_k (q + k)^-s by Euler-Maclaurin, as the CPU's (special.h): the
+// direct sum up to q + N >= 10 (N >= 10), the tail's integral, half its first term and ten
+// Bernoulli corrections; PyTorch's edge values checked in its order. q < 0 (integer s) sums
+// term by term up to 10 as PyTorch does; below -65536 the result is NaN (the CPU's limit is
+// -2^24: a GPU invocation must not walk millions of terms).
+Ex zeta_f32(Block& b, const Ex& s, const Ex& q) {
+  const Ex terms = b.let(select(lit_i(10), convert(Ty::kI32, fcall("ceil", {bin("-", f(10.0), q)})),
+                                bin("&&", bin("<", q, f(0.0)), bin(">=", q, f(-65536.0)))));
+  const Ex odd_s = b.let(bin("==", bin("%", s, f(2.0)), f(1.0)));
+  // Neumaier's compensated sum: terms of both signs (q < 0) cancel, (-1/2)^-5 against
+  // (1/2)^-5, and would leave the float32 rounding of the largest partial sum
+  const Ex sum = b.mut(Ty::kF32, f(0.0), "zs");
+  const Ex comp = b.mut(Ty::kF32, f(0.0), "zc");
+  const Ex a = b.mut(Ty::kF32, q, "za");
+  b.loop("zi", lit_i(0), terms, lit_i(1), [&](Block& in, const Ex&) {
+    // (a)^-s, a negative base only with an integer s (the edge cases below take the rest)
+    const Ex p0 = in.let(fcall("pow", {fcall("abs", {a}), un("-", s)}));
+    const Ex p = in.let(select(p0, un("-", p0), bin("&&", bin("<", a, f(0.0)), odd_s)));
+    const Ex t = in.let(bin("+", sum, p));
+    const Ex lost = select(bin("+", bin("-", p, t), sum), bin("+", bin("-", sum, t), p),
+                           bin(">=", fcall("abs", {sum}), fcall("abs", {p})));
+    in.assign(comp, bin("+", comp, select(lost, f(0.0), is_inf(t))));  // (an infinite sum stays so)
+    in.assign(sum, t);
+    in.assign(a, bin("+", a, f(1.0)));
+  });
+  b.assign(sum, bin("+", sum, comp));
+  const Ex as = b.let(fcall("pow", {a, un("-", s)}));
+  const Ex total = b.mut(Ty::kF32, bin("+", sum, fma(bin("/", a, bin("-", s, f(1.0))), as, bin("*", f(0.5), as))), "zt");
+  const Ex rising = b.mut(Ty::kF32, s, "zr");
+  const Ex pw = b.mut(Ty::kF32, bin("/", as, a), "zp");
+  static constexpr double kB2jOverFact[] = {
+      1.0 / 12, -1.0 / 720, 1.0 / 30240, -1.0 / 1209600, 1.0 / 47900160, -691.0 / 1307674368000.0,
+      1.0 / 74724249600.0, -3617.0 / 10670622842880000.0, 43867.0 / 5109094217170944000.0,
+      -174611.0 / 802857662698291200000.0};
+  for (int j = 0; j < 10; ++j) {
+    b.assign(total, fma(bin("*", f(kB2jOverFact[j]), rising), pw, total));
+    b.assign(rising, bin("*", rising, bin("*", bin("+", s, f(2.0 * j + 1)), bin("+", s, f(2.0 * j + 2)))));
+    b.assign(pw, bin("/", pw, bin("*", a, a)));
+  }
+  Ex out = b.let(total);
+  // PyTorch's order: q = inf, s = inf, q beyond the walk, NaN, then q <= 0, s < 1, s == 1
+  out = select(out, select(select(nan(), f(INFINITY), bin("<", q, f(1.0))), f(1.0), bin("==", q, f(1.0))),
+               bin("==", bits(s), lit_u(0x7f800000u)));
+  out = select(out, nan(), bin("||", is_inf(q), bin("<", q, f(-65536.0))));
+  out = select(out, nan(), bin("||", is_nan(s), is_nan(q)));
+  const Ex q_nonpositive = bin("<=", q, f(0.0));
+  out = select(out, nan(), bin("&&", q_nonpositive, bin("!=", s, fcall("floor", {s}))));
+  out = select(out, f(INFINITY), bin("&&", q_nonpositive, bin("==", q, fcall("floor", {q}))));
+  out = select(out, nan(), bin("<", s, f(1.0)));
+  return select(out, f(INFINITY), bin("==", s, f(1.0)));
+}
+
+// polygamma(n, x) for a literal n >= 0: digamma, trigamma, else (-1)^(n+1) n! zeta(n+1, x).
+Ex polygamma_f32(Block& b, int64_t n, const Ex& x) {
+  if (n == 0) return digamma_f32(b, x);
+  if (n == 1) return trigamma_f32(b, x);
+  double factorial = 1.0;
+  for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
+  const double sign = n % 2 == 0 ? -1.0 : 1.0;
+  return bin("*", f(sign * factorial), zeta_f32(b, f(static_cast<double>(n + 1)), x));
 }
 
 // ---- the error-function family --------------------------------------------------------------
