@@ -1,15 +1,15 @@
 // Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma, trigamma,
-// polygamma) and Hurwitz zeta, the
-// error-function family (erfc, erfcx, erfinv, ndtri), the Bessel functions (j0, j1, y0, y1,
-// i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0) and the bit-level float utilities
-// (nextafter, frexp). The CPU computes these in float64 (chroma/cpu/special.h); a GPU has no
-// float64, so each is written for float32 arithmetic, with its own argument reduction and
-// polynomials fitted to the float64 functions (scripts/fit_gpu_special.py prints them and
-// their measured float32 error). None relies on a dialect builtin's accuracy beyond exp,
-// log and sqrt: sin/cos/tan of pi*x are polynomials on an exactly reduced argument (WGSL
-// allows sin an absolute error of 2^-11), sin x is reduced by pi/2 in five parts, e^x by
-// ln 2 in two, NaN tests are bit tests, and nextafter/frexp work
-// on the bits alone (denormals included, whatever the device's flushing).
+// polygamma), Hurwitz zeta, the error-function family (erfc, erfcx, erfinv, ndtri), the
+// Bessel functions (j0, j1, y0, y1, i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0)
+// and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
+// (chroma/cpu/special.h); a GPU has no float64, so each is written for float32 arithmetic,
+// with its own argument reduction and polynomials fitted to the float64 functions
+// (scripts/fit_gpu_special.py prints them and their measured float32 error). None relies on a
+// dialect builtin's accuracy beyond log, sqrt and pow (zeta's terms): sin/cos/tan of pi*x are
+// polynomials on an exactly reduced argument (WGSL allows sin an absolute error of 2^-11),
+// sin x and cos x are reduced by pi/2 in five parts (to |x| = 1e5), e^x by ln 2 in two, NaN
+// tests are bit tests, and nextafter/frexp work on the bits alone (denormals included,
+// whatever the device's flushing).
 #include "codegen/gpu/special.h"
 
 #include <cmath>
