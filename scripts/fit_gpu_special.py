@@ -130,6 +130,8 @@ FITS = [
      "v = 1 / x - 1/2, k0e(x) = P(v) / sqrt x"),
     ("kK1eTail", lambda v: scaled_tail(sp.k1e, 1.0, np.sqrt(np.pi / 2))(v + 0.5), (-0.5, 0.5), 14,
      "v = 1 / x - 1/2, k1e(x) = P(v) / sqrt x"),
+    ("kAsinOverZ", lambda v: np.where(v > 0, np.arcsin(np.sqrt(np.maximum(v, 1e-300))) / np.sqrt(np.maximum(v, 1e-300)), 1.0),
+     (0.0, 0.25), 6, "v = z^2, asin(z) = z P(v) for |z| <= 1/2"),
     ("kJ0Near", near_zero(sp.j0, 1.0), (-1.0, 1.0), 13, "u = x^2/32 - 1, j0(x) = P(u) for |x| <= 8"),
     ("kJ1Near", near_zero(lambda x: sp.j1(x) / x, 0.5), (-1.0, 1.0), 13, "u = x^2/32 - 1, j1(x) = x P(u)"),
     ("kY0Near", near_zero(lambda x: sp.y0(x) - 2 / np.pi * np.log(x) * sp.j0(x), 2 / np.pi * (EULER - np.log(2))),

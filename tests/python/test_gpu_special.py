@@ -1,6 +1,7 @@
 """The GPU generator's float32 special functions (src/codegen/gpu/special.cpp: lgamma,
 digamma, erfc, erfcx, erfinv, ndtri, log_ndtr through erfcx and log1p, j0, j1, y0, y1, i0,
-i1, k0, k1 and their scaled forms, spherical_bessel_j0, nextafter, frexp) on
+i1, k0, k1 and their scaled forms, spherical_bessel_j0, zeta, polygamma, the orthogonal
+polynomials, nextafter, frexp) on
 WebGPU (lavapipe) and on the CUDA and Metal dialects under the emulator, against PyTorch in
 float64 over dense grids (the MSL also type-checked, the WGSL also compiled by Tint and run
 by the JS runtime, the CUDA text compiled by nvcc where installed, as every CUDA compile), at
@@ -150,3 +151,57 @@ def test_zeta_and_polygamma(tmp_path, target):
         w = w.float().double().numpy()
         np.testing.assert_allclose(g.astype(np.float64), w, rtol=rtol, atol=1e-5, err_msg=f"{target} output {i}")
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"{target} output {i} NaNs")
+
+
+POLYNOMIALS = [S.chebyshev_polynomial_t, S.chebyshev_polynomial_u, S.chebyshev_polynomial_v,
+               S.chebyshev_polynomial_w, S.shifted_chebyshev_polynomial_t, S.shifted_chebyshev_polynomial_u,
+               S.shifted_chebyshev_polynomial_v, S.shifted_chebyshev_polynomial_w, S.hermite_polynomial_h,
+               S.hermite_polynomial_he, S.laguerre_polynomial_l, S.legendre_polynomial_p]
+
+
+def _polynomials(x, n, big):
+    return tuple(f(x, n) for f in POLYNOMIALS) + tuple(f(x[:, :1], big) for f in POLYNOMIALS)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_orthogonal_polynomials_follow_pytorch_and_bound_their_walk(tmp_path, target):
+    """The twelve polynomials as PyTorch evaluates them in float32 (closed forms in acos x for
+    |x| < 1 above a small degree, else the recurrence with fused multiply-adds), against
+    PyTorch in float32 at rtol 1e-5 where the recurrence runs, against float64 at 2e-4 where
+    the (ill-conditioned) closed forms do. Degrees beyond 65536 do not walk: NaN where the recurrence would
+    still be finite (the CPU walks on, as PyTorch), NaN as well where it overflows (as
+    PyTorch's, whose walk ends in inf - inf); the closed forms have no walk. NaN degrees, negative
+    and infinite ones give 0."""
+    xs = torch.tensor(np.linspace(-3, 3, 49).tolist() + [-1.0, 1.0, 0.0, 0.5, 0.999, -0.999, 1.001, 7.0, INF, NAN])
+    ns = torch.tensor([-3.0, -0.5, 0.0, 0.7, 1.0, 2.0, 3.0, 5.0, 6.0, 6.5, 7.0, 9.0, 12.0, 20.0, 33.0, NAN, INF])
+    x, n = (t.contiguous() for t in torch.meshgrid(xs, ns, indexing="ij"))
+    big = torch.full((xs.shape[0], 1), 1e6)
+    prog = chroma.compile(_polynomials, (x, n, big), target=target, out=str(tmp_path / "m"))
+    got = prog(x.numpy(), n.numpy(), big.numpy())
+    want32 = _polynomials(x, n, big)
+    want64 = _polynomials(x.double(), n.double(), big.double())
+    nt = np.trunc(np.nan_to_num(n.numpy(), nan=-1.0, posinf=-1.0))
+    for i, (f, g) in enumerate(zip(POLYNOMIALS, got[: len(POLYNOMIALS)])):
+        name = f.__name__
+        y = 2 * x.numpy() - 1 if "shifted" in name else x.numpy()
+        limit = (4 if name.endswith("_w") else 6) if "shifted" in name else (6 if name.endswith("_t") else 8)
+        closed = ("chebyshev" in name) & (nt > limit) & (np.abs(y) < 1)
+        # the recurrences: PyTorch's float32 evaluation, step for step
+        np.testing.assert_allclose(g[~closed], want32[i].numpy()[~closed], rtol=1e-5, atol=1e-5, err_msg=f"{target} {name}")
+        # the closed forms cos((n + 1/2) t) / cos(t/2) and the like are ill-conditioned in
+        # float32 (V_12(-0.875): PyTorch 5.5e-5 off, Chroma 5.7e-5): against float64
+        np.testing.assert_allclose(g[closed], want64[i].numpy()[closed], rtol=2e-4, atol=1e-5, err_msg=f"{target} {name}")
+    for f, g in zip(POLYNOMIALS, got[len(POLYNOMIALS):]):
+        v = xs.numpy()
+        # the closed forms (Chebyshev kinds, |x| < 1; shifted: |2x - 1| < 1) have no walk; |x| == 1
+        # (Chebyshev, Legendre) and Laguerre at 0 are exact
+        y = 2 * v - 1 if "shifted" in f.__name__ else v
+        closed = ("chebyshev" in f.__name__) & (np.abs(y) < 1)
+        at_one = (np.abs(y) == 1) & ("chebyshev" in f.__name__ or "legendre" in f.__name__)
+        special = at_one | (("laguerre" in f.__name__) & (v == 0))
+        want = f(xs[:, None], big).numpy()[:, 0]
+        np.testing.assert_allclose(g[special, 0], want[special], rtol=1e-6, atol=0, err_msg=f.__name__)
+        # cos(1e6 acos x) in float32: any value in range (PyTorch's, as Chroma's, is the cosine
+        # of a product rounded by 0.06), but one
+        assert (np.abs(g[closed & ~at_one, 0]) <= (1.0 if f.__name__.endswith("_t") else 2e6 + 1)).all(), f.__name__
+        assert np.isnan(g[~special & ~closed, 0]).all(), (f.__name__, v[~special & ~closed], g[~special & ~closed, 0])

@@ -258,6 +258,20 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     case EwOp::k_bessel_y0: need_float("bessel_y0"); return bessel_jy_f32(b, a, 0, true);
     case EwOp::k_bessel_y1: need_float("bessel_y1"); return bessel_jy_f32(b, a, 1, true);
     case EwOp::k_spherical_bessel_j0: need_float("spherical_bessel_j0"); return spherical_j0_f32(b, a);
+    case EwOp::k_chebyshev_polynomial_t:
+    case EwOp::k_chebyshev_polynomial_u:
+    case EwOp::k_chebyshev_polynomial_v:
+    case EwOp::k_chebyshev_polynomial_w:
+    case EwOp::k_shifted_chebyshev_polynomial_t:
+    case EwOp::k_shifted_chebyshev_polynomial_u:
+    case EwOp::k_shifted_chebyshev_polynomial_v:
+    case EwOp::k_shifted_chebyshev_polynomial_w:
+    case EwOp::k_hermite_polynomial_h:
+    case EwOp::k_hermite_polynomial_he:
+    case EwOp::k_laguerre_polynomial_l:
+    case EwOp::k_legendre_polynomial_p:
+      need_float("an orthogonal polynomial");
+      return orthogonal_polynomial_f32(b, op, a, x[1]);
     case EwOp::k_zeta: need_float("zeta"); return zeta_f32(b, a, x[1]);
     case EwOp::k_polygamma: {
       need_float("polygamma");

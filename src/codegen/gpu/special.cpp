@@ -1,7 +1,7 @@
 // Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma, trigamma,
 // polygamma), Hurwitz zeta, the error-function family (erfc, erfcx, erfinv, ndtri), the
-// Bessel functions (j0, j1, y0, y1, i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0)
-// and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
+// Bessel functions (j0, j1, y0, y1, i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0),
+// the orthogonal polynomials and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
 // (chroma/cpu/special.h); a GPU has no float64, so each is written for float32 arithmetic,
 // with its own argument reduction and polynomials fitted to the float64 functions
 // (scripts/fit_gpu_special.py prints them and their measured float32 error). None relies on a
@@ -14,7 +14,9 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <functional>
 #include <span>
+#include <stdexcept>
 
 namespace chroma::gpu {
 
@@ -71,6 +73,9 @@ constexpr double kK1eTail[] = {
     1.46155697, 0.375957815, -0.0634114284, 0.0248958011, -0.0135094629, 0.0088436557,
     -0.00657043154, 0.00512829338, -0.00426344508, 0.00594363704, -0.0069870307, -0.00345838504,
     0.0073032355, 0.0200114838, -0.026310437};
+// v = z^2, asin(z) = z P(v) for |z| <= 1/2: degree 6, float32 relative error 6.01e-08 (the fit's own 2.6e-10)
+constexpr double kAsinOverZ[] = {
+    1, 0.166666572, 0.075005915, 0.044505242, 0.031884143, 0.014198828, 0.0378063615};
 // u = x^2/32 - 1, j0(x) = P(u) for |x| <= 8: degree 13, float32 absolute error 2.91e-07 (the fit's own 4.3e-14)
 constexpr double kJ0Near[] = {
     0.0458296649, 0.930301247, -0.648469283, -0.808088808, 1.03837946, -0.507468046, 0.145988848,
@@ -492,6 +497,175 @@ Ex polygamma_f32(Block& b, int64_t n, const Ex& x) {
   for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
   const double sign = n % 2 == 0 ? -1.0 : 1.0;
   return bin("*", f(sign * factorial), zeta_f32(b, f(static_cast<double>(n + 1)), x));
+}
+
+// ---- orthogonal polynomials ------------------------------------------------------------------
+//
+// As the CPU's (special.h, PyTorch's evaluation in the operand type): the degree truncated
+// toward 0 (NaN, infinite or negative: the result is 0), the special values at |x| = 1, the
+// closed forms in t = acos(x) for |x| < 1 above a small degree (Chebyshev kinds), else the
+// three-term recurrence with fused multiply-adds. A GPU invocation walks at most 65536 steps:
+// a degree beyond that whose recurrence has not already ended in NaN (the CPU's early exit,
+// reached once the values overflow) gives NaN rather than a walk of millions of steps.
+
+namespace {
+
+constexpr int kMaxRecurrence = 65536;
+
+struct Degree {
+  Ex valid;  // a finite degree that is not negative
+  Ex n;      // f32, truncated
+  Ex odd;    // bool
+};
+
+Degree degree_of(Block& b, const Ex& nt) {
+  const Ex finite = bin("&&", bin(">", nt, f(-9.2e18)), bin("<", nt, f(9.2e18)));
+  const Ex n = b.let(select(f(-1.0), fcall("trunc", {nt}), finite));
+  const Ex ni = b.let(convert(Ty::kI32, select(n, f(1073741824.0), bin(">", n, f(1073741824.0)))));
+  return {b.let(bin(">=", n, f(0.0))), n, b.let(bin("==", bin("&", ni, lit_i(1)), lit_i(1)))};
+}
+
+// The recurrence r = step(k, p, q) for k = first .. last - 1 from (p0, q0), when `run`
+// (at most kMaxRecurrence steps; NaN past that unless already NaN). Returns q.
+template <class Step>
+Ex recurrence(Block& b, const Ex& run, const Ex& first, const Ex& last_f, const Ex& p0, const Ex& q0, Step step) {
+  const Ex count_f = b.let(bin("-", last_f, convert(Ty::kF32, first)));
+  const Ex over = b.let(bin("&&", run, bin(">", count_f, f(kMaxRecurrence))));
+  const Ex count = b.let(select(lit_i(0), convert(Ty::kI32, select(count_f, f(kMaxRecurrence), over)),
+                                bin("&&", run, bin(">", count_f, f(0.0)))));
+  const Ex p = b.mut(Ty::kF32, p0, "op"), q = b.mut(Ty::kF32, q0, "oq");
+  b.loop("oi", lit_i(0), count, lit_i(1), [&](Block& in, const Ex& i) {
+    in.if_(un("!", is_nan(q)), [&](Block& t) {  // NaN stays NaN (the CPU's early exit)
+      const Ex k = t.let(convert(Ty::kF32, bin("+", first, i)));
+      const Ex r = t.let(step(t, k, p, q));
+      t.assign(p, q);
+      t.assign(q, r);
+    });
+  });
+  return select(q, nan(), bin("&&", over, un("!", is_nan(q))));
+}
+
+// (-1)^n v
+Ex odd_neg(const Degree& d, const Ex& v) { return select(v, un("-", v), d.odd); }
+
+// cos(a) and sin(a) of a float32 argument, reduced exactly to 1e5, the device's beyond
+SinCos sincos_any(Block& b, const Ex& a) {
+  const SinCos sc = sincos_f32(b, a);
+  const Ex big = b.let(bin(">", fcall("abs", {a}), f(1e5)));
+  return {b.let(select(sc.s, fcall("sin", {a}), big)), b.let(select(sc.c, fcall("cos", {a}), big))};
+}
+
+// acos x as 2 asin(sqrt((1 - |x|) / 2)) above 1/2 (1 - |x| exact there), pi/2 - asin(x)
+// below, asin(z) = z P(z^2) fitted: not the device's acos (lavapipe's is 5e-4 off).
+Ex acos_f32(Block& b, const Ex& x) {
+  const Ex ax = b.let(fcall("abs", {x}));
+  const Ex z = b.let(fcall("sqrt", {bin("*", bin("-", f(1.0), ax), f(0.5))}));
+  const Ex half = b.let(bin("*", f(2.0), bin("*", z, poly(b, b.let(bin("*", z, z)), kAsinOverZ))));
+  const Ex outer = select(half, bin("-", f(3.14159265358979324), half), bin("<", x, f(0.0)));
+  const Ex inner = bin("-", f(1.57079632679489662), bin("*", x, poly(b, b.let(bin("*", x, x)), kAsinOverZ)));
+  return b.let(select(select(outer, inner, bin("<=", ax, f(0.5))), nan(), bin(">", ax, f(1.0))));
+}
+
+// Chebyshev of kind 0..3 (T, U, V, W) at y with degree d; `limit`: the closed forms above it.
+Ex chebyshev(Block& b, int kind, const Ex& y, const Degree& d, double limit) {
+  const Ex n = d.n;
+  const Ex ay = b.let(fcall("abs", {y}));
+  const Ex one = b.let(bin("==", ay, f(1.0)));
+  const Ex pos = bin(">", y, f(0.0));
+  Ex at_one;
+  switch (kind) {
+    case 0: at_one = select(f(-1.0), f(1.0), bin("||", pos, un("!", d.odd))); break;
+    case 1: at_one = select(odd_neg(d, bin("+", n, f(1.0))), bin("+", n, f(1.0)), pos); break;
+    case 2: at_one = select(odd_neg(d, fma(f(2.0), n, f(1.0))), f(1.0), pos); break;
+    default: at_one = select(odd_neg(d, f(1.0)), fma(f(2.0), n, f(1.0)), pos); break;
+  }
+  const Ex closed_ok = b.let(bin("&&", bin(">", n, f(limit)), bin("<", ay, f(1.0))));
+  const Ex t = acos_f32(b, b.let(select(f(0.0), y, closed_ok)));
+  Ex closed;
+  switch (kind) {
+    case 0: closed = sincos_any(b, b.let(bin("*", n, t))).c; break;
+    case 1: closed = bin("/", sincos_any(b, b.let(bin("*", bin("+", n, f(1.0)), t))).s, sincos_any(b, t).s); break;
+    case 2:
+      closed = bin("/", sincos_any(b, b.let(bin("*", bin("+", n, f(0.5)), t))).c,
+                   sincos_any(b, b.let(bin("/", t, f(2.0)))).c);
+      break;
+    default:
+      closed = bin("/", sincos_any(b, b.let(bin("*", bin("+", n, f(0.5)), t))).s,
+                   sincos_any(b, b.let(bin("/", t, f(2.0)))).s);
+      break;
+  }
+  const Ex m = b.let(bin("+", y, y));
+  const Ex q1 = b.let(kind == 0 ? y : kind == 1 ? m : kind == 2 ? bin("-", m, f(1.0)) : bin("+", m, f(1.0)));
+  const Ex run = b.let(bin("&&", bin("&&", d.valid, un("!", one)), bin("&&", un("!", closed_ok), bin(">=", n, f(2.0)))));
+  const Ex rec = recurrence(b, run, lit_i(2), bin("+", n, f(1.0)), f(1.0), q1,
+                            [&](Block&, const Ex&, const Ex& p, const Ex& q) { return fma(m, q, un("-", p)); });
+  Ex out = select(rec, q1, bin("==", n, f(1.0)));
+  out = select(out, f(1.0), bin("==", n, f(0.0)));
+  out = select(out, closed, closed_ok);
+  out = select(out, at_one, one);
+  return select(f(0.0), out, d.valid);
+}
+
+}  // namespace
+
+Ex orthogonal_polynomial_f32(Block& b, EwOp op, const Ex& x, const Ex& nt) {
+  const Degree d = degree_of(b, nt);
+  const Ex n = d.n;
+  switch (op) {
+    case EwOp::k_chebyshev_polynomial_t: return chebyshev(b, 0, x, d, 6);
+    case EwOp::k_chebyshev_polynomial_u: return chebyshev(b, 1, x, d, 8);
+    case EwOp::k_chebyshev_polynomial_v: return chebyshev(b, 2, x, d, 8);
+    case EwOp::k_chebyshev_polynomial_w: return chebyshev(b, 3, x, d, 8);
+    case EwOp::k_shifted_chebyshev_polynomial_t:
+    case EwOp::k_shifted_chebyshev_polynomial_u:
+    case EwOp::k_shifted_chebyshev_polynomial_v:
+    case EwOp::k_shifted_chebyshev_polynomial_w: {
+      const int kind = static_cast<int>(op) - static_cast<int>(EwOp::k_shifted_chebyshev_polynomial_t);
+      // in y = 2x - 1, with PyTorch's thresholds for the closed forms (T, U, V: 6; W: 4); at
+      // or below them the unshifted function's (whose own thresholds then do not apply)
+      return chebyshev(b, kind, b.let(bin("-", bin("+", x, x), f(1.0))), d, kind == 3 ? 4 : 6);
+    }
+    default: break;
+  }
+  Ex q0, fallback = f(1.0), special = lit_b(false), special_value = f(0.0);
+  std::function<Ex(Block&, const Ex&, const Ex&, const Ex&)> step;
+  const Ex x2 = b.let(bin("+", x, x));
+  switch (op) {
+    case EwOp::k_hermite_polynomial_h:
+      q0 = x2;
+      step = [&](Block&, const Ex& k, const Ex& p, const Ex& q) { return fma(x2, q, un("-", bin("*", bin("+", k, k), p))); };
+      break;
+    case EwOp::k_hermite_polynomial_he:
+      q0 = x;
+      step = [&](Block&, const Ex& k, const Ex& p, const Ex& q) { return fma(x, q, un("-", bin("*", k, p))); };
+      break;
+    case EwOp::k_laguerre_polynomial_l:
+      q0 = bin("-", f(1.0), x);
+      special = bin("==", x, f(0.0));
+      special_value = f(1.0);
+      step = [&](Block&, const Ex& k, const Ex& p, const Ex& q) {
+        const Ex k1 = bin("+", k, f(1.0));
+        return bin("/", fma(bin("+", k, bin("-", k1, x)), q, un("-", bin("*", k, p))), k1);
+      };
+      break;
+    case EwOp::k_legendre_polynomial_p:
+      q0 = x;
+      special = bin("==", fcall("abs", {x}), f(1.0));
+      special_value = select(odd_neg(d, f(1.0)), f(1.0), bin("||", bin(">", x, f(0.0)), bin("==", n, f(0.0))));
+      step = [&](Block&, const Ex& k, const Ex& p, const Ex& q) {
+        return bin("/", fma(bin("*", fma(f(2.0), k, f(1.0)), x), q, un("-", bin("*", k, p))), bin("+", k, f(1.0)));
+      };
+      break;
+    default: throw std::logic_error("orthogonal_polynomial_f32: not a polynomial");
+  }
+  const Ex sp = b.let(special);
+  const Ex run = b.let(bin("&&", bin("&&", d.valid, un("!", sp)), bin(">=", n, f(2.0))));
+  const Ex q1 = b.let(q0);
+  const Ex rec = recurrence(b, run, lit_i(1), n, f(1.0), q1, step);
+  Ex out = select(rec, q1, bin("==", n, f(1.0)));
+  out = select(out, fallback, bin("==", n, f(0.0)));
+  out = select(out, special_value, sp);
+  return select(f(0.0), out, d.valid);
 }
 
 // ---- the error-function family --------------------------------------------------------------
