@@ -1,12 +1,12 @@
 """The GPU generator's float32 special functions (src/codegen/gpu/special.cpp: lgamma,
 digamma, erfc, erfcx, erfinv, ndtri, log_ndtr through erfcx and log1p, j0, j1, y0, y1, i0,
 i1, k0, k1 and their scaled forms, spherical_bessel_j0, zeta, polygamma, the orthogonal
-polynomials, nextafter, frexp) on
-WebGPU (lavapipe) and on the CUDA and Metal dialects under the emulator, against PyTorch in
-float64 over dense grids (the MSL also type-checked, the WGSL also compiled by Tint and run
-by the JS runtime, the CUDA text compiled by nvcc where installed, as every CUDA compile), at
-the OpInfo float32 tolerances (rtol 1.3e-6, atol 1e-5) rather
-than the op suite's looser GPU tolerance; nextafter and frexp exactly, denormals included.
+polynomials, nextafter, frexp) on WebGPU (lavapipe) and on the CUDA and Metal dialects under
+the emulator. Each test states its reference and tolerance: mostly PyTorch in float64 over
+dense grids at the OpInfo float32 tolerances (rtol 1.3e-6, atol 1e-5) rather than the op
+suite's looser GPU tolerance; nextafter and frexp exactly, denormals included. The MSL is
+also type-checked, the WGSL compiled by Tint and run by the JS runtime, the CUDA text
+compiled by nvcc where installed (as every CUDA compile).
 
 Run: CHROMA_CACHE_DIR=build/cache .venv/bin/python -m pytest tests/python/test_gpu_special.py -q -p no:logging
 """
