@@ -143,12 +143,12 @@ def test_loading_without_a_gpu_says_so(tmp_path, monkeypatch):
 
 def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):
     def f(x):
-        return torch.special.bessel_j0(x) + torch.special.zeta(x, 2.0)
+        return torch.special.airy_ai(x) + torch.igamma(x, 2.0 * x)
 
     with pytest.raises(chroma.CompileError) as e:
         chroma.compile(f, (randn(4).abs() + 1,), target="cuda", out=str(tmp_path / "u"))
     msg = str(e.value)
-    assert "bessel_j0" in msg and "zeta" in msg and "test_cuda.py" in msg, msg
+    assert "airy_ai" in msg and "igamma" in msg and "test_cuda.py" in msg, msg
 
 
 def test_a_corrupt_package_or_library_is_rejected(tmp_path):
