@@ -32,7 +32,6 @@ SKIPS = {
     ("test_special_ops.py::", "[dtype1]"): _F64 + " (the float64 half of a dtype-parametrized test)",
     "test_special_ops.py::test_airy_ai": _SPECIAL,
     "test_special_ops.py::test_mvlgamma": _F64 + " (the test's float64 reference, multigammaln of x.double())",
-    "test_special_ops.py::test_igamma_igammac": _SPECIAL,
     "test_special_ops.py::test_round_decimals": _F64 + " (the test's float64 outputs)",
     "test_special_ops.py::test_signbit_angle": _F64 + " (the test's float64 outputs)",
 }

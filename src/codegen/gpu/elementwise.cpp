@@ -272,6 +272,8 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
     case EwOp::k_legendre_polynomial_p:
       need_float("an orthogonal polynomial");
       return orthogonal_polynomial_f32(b, op, a, x[1]);
+    case EwOp::k_igamma: need_float("igamma"); return igamma_f32(b, a, x[1], false);
+    case EwOp::k_igammac: need_float("igammac"); return igamma_f32(b, a, x[1], true);
     case EwOp::k_zeta: need_float("zeta"); return zeta_f32(b, a, x[1]);
     case EwOp::k_polygamma: {
       need_float("polygamma");

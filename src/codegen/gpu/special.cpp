@@ -1,7 +1,7 @@
 // Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma, trigamma,
 // polygamma), Hurwitz zeta, the error-function family (erfc, erfcx, erfinv, ndtri), the
 // Bessel functions (j0, j1, y0, y1, i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0),
-// the orthogonal polynomials and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
+// the incomplete gamma functions, the orthogonal polynomials and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
 // (chroma/cpu/special.h); a GPU has no float64, so each is written for float32 arithmetic,
 // with its own argument reduction and polynomials fitted to the float64 functions
 // (scripts/fit_gpu_special.py prints them and their measured float32 error). None relies on a
@@ -521,7 +521,8 @@ struct Degree {
 Degree degree_of(Block& b, const Ex& nt) {
   const Ex finite = bin("&&", bin(">", nt, f(-9.2e18)), bin("<", nt, f(9.2e18)));
   const Ex n = b.let(select(f(-1.0), fcall("trunc", {nt}), finite));
-  const Ex ni = b.let(convert(Ty::kI32, select(n, f(1073741824.0), bin(">", n, f(1073741824.0)))));
+  const Ex ni = b.let(convert(Ty::kI32, select(select(n, f(1073741824.0), bin(">", n, f(1073741824.0))), f(-1.0),
+                                               bin("<", n, f(0.0)))));
   return {b.let(bin(">=", n, f(0.0))), n, b.let(bin("==", bin("&", ni, lit_i(1)), lit_i(1)))};
 }
 
@@ -666,6 +667,76 @@ Ex orthogonal_polynomial_f32(Block& b, EwOp op, const Ex& x, const Ex& nt) {
   out = select(out, fallback, bin("==", n, f(0.0)));
   out = select(out, special_value, sp);
   return select(f(0.0), out, d.valid);
+}
+
+// Regularized incomplete gamma P(a, x) (upper: Q = 1 - P) as the CPU's: the series for
+// x < a + 1, the continued fraction (modified Lentz) beyond, times x^a e^-x / Gamma(a). That
+// factor's logarithm is formed without the float32 cancellation of a log x - x - lgamma(a)
+// (6900 - 1100 - 5900 at a = 1000): above a = 10 as a (log(1 + t) - t) + log(a)/2 -
+// log(2 pi)/2 - (Stirling's correction of lgamma(a)), t = (x - a)/a, log(1 + t) - t by its
+// series for |t| < 1/2. Walks at most 8 sqrt(max(a, x)) + 32 steps (a term decays like
+// e^(-k^2 / 2a) where x ~ a), capped at 16384. PyTorch's edge values in its order.
+Ex igamma_f32(Block& b, const Ex& a, const Ex& x, bool upper) {
+  // log(x^a e^-x / Gamma(a))
+  const Ex t = b.let(bin("/", bin("-", x, a), a));
+  const Ex t2 = b.let(bin("*", t, t));
+  std::vector<double> c;  // log(1 + t) - t = t^2 (-1/2 + t/3 - t^2/4 ...), to t^24
+  for (int k = 2; k <= 24; ++k) c.push_back((k % 2 == 0 ? -1.0 : 1.0) / k);
+  const Ex series = bin("*", t2, poly(b, t, c));
+  const Ex direct = bin("-", fcall("log", {bin("+", f(1.0), t)}), t);
+  const Ex l1pmx = b.let(select(direct, series, bin("<", fcall("abs", {t}), f(0.5))));
+  const Ex ia = b.let(bin("/", f(1.0), a));
+  const Ex ia2 = b.let(bin("*", ia, ia));
+  const Ex corr = bin("*", ia, poly(b, ia2, {1.0 / 12, -1.0 / 360, 1.0 / 1260}));
+  const Ex large = bin("-", fma(a, l1pmx, fma(f(0.5), fcall("log", {a}), f(-0.918938533204672742))), corr);
+  const Ex small = bin("-", bin("-", bin("*", a, fcall("log", {x})), x), lgamma_f32(b, a));
+  const Ex factor = b.let(exp_reduced(b, b.let(select(small, large, bin(">", a, f(10.0)))), f(0.0)));
+  // (NaN: 0, so that the conversion is defined; the edge values below take those)
+  const Ex larger = b.let(select(fcall("max", {a, x}), f(0.0), bin("||", is_nan(a), is_nan(x))));
+  const Ex steps = fma(f(8.0), fcall("sqrt", {larger}), f(32.0));
+  const Ex limit = b.let(convert(Ty::kI32, select(steps, f(16384.0), bin(">", steps, f(16384.0)))));
+  const Ex use_series = b.let(bin("<", x, bin("+", a, f(1.0))));
+  // the series: sum_k x^k / (a (a+1) ... (a+k))
+  const Ex term = b.mut(Ty::kF32, ia, "gt"), sum = b.mut(Ty::kF32, ia, "gs");
+  b.loop("gk", lit_i(1), select(lit_i(0), limit, use_series), lit_i(1), [&](Block& in, const Ex& k) {
+    in.if_(bin(">=", term, bin("*", sum, f(3e-8))), [&](Block& tb) {
+      tb.assign(term, bin("*", term, bin("/", x, bin("+", a, convert(Ty::kF32, k)))));
+      tb.assign(sum, bin("+", sum, term));
+    });
+  });
+  // the continued fraction for Q (modified Lentz)
+  const double tiny = 1e-30;
+  const Ex bb = b.mut(Ty::kF32, bin("-", bin("+", x, f(1.0)), a), "gb");
+  const Ex cc = b.mut(Ty::kF32, f(1.0 / tiny), "gc");
+  const Ex dd = b.mut(Ty::kF32, bin("/", f(1.0), bb), "gd");
+  const Ex h = b.mut(Ty::kF32, dd, "gh");
+  const Ex done = b.mut(Ty::kBool, lit_b(false), "gz");
+  b.loop("gi", lit_i(1), select(limit, lit_i(0), use_series), lit_i(1), [&](Block& in, const Ex& i) {
+    in.if_(un("!", done), [&](Block& tb) {
+      const Ex fi = tb.let(convert(Ty::kF32, i));
+      const Ex an = tb.let(un("-", bin("*", fi, bin("-", fi, a))));
+      tb.assign(bb, bin("+", bb, f(2.0)));
+      const Ex d1 = tb.let(fma(an, dd, bb));
+      const Ex d2 = tb.let(select(d1, f(tiny), bin("<", fcall("abs", {d1}), f(tiny))));
+      const Ex c1 = tb.let(bin("+", bb, bin("/", an, cc)));
+      tb.assign(cc, select(c1, f(tiny), bin("<", fcall("abs", {c1}), f(tiny))));
+      tb.assign(dd, bin("/", f(1.0), d2));
+      const Ex del = tb.let(bin("*", dd, cc));
+      tb.assign(h, bin("*", h, del));
+      tb.assign(done, bin("<", fcall("abs", {bin("-", del, f(1.0))}), f(3e-8)));
+    });
+  });
+  const Ex p_series = b.let(bin("*", factor, sum));
+  const Ex q_fraction = b.let(bin("*", factor, h));
+  Ex out = upper ? select(q_fraction, bin("-", f(1.0), p_series), use_series)
+                 : select(bin("-", f(1.0), q_fraction), p_series, use_series);
+  // PyTorch's edge values, the first that applies wins (so reversed here)
+  out = select(out, nan(), bin("||", is_nan(a), is_nan(x)));
+  out = select(out, f(upper ? 0.0 : 1.0), is_inf(x));
+  out = select(out, select(f(upper ? 1.0 : 0.0), nan(), is_inf(x)), is_inf(a));
+  out = select(out, f(upper ? 1.0 : 0.0), bin("==", x, f(0.0)));
+  out = select(out, select(nan(), f(upper ? 0.0 : 1.0), bin(">", x, f(0.0))), bin("==", a, f(0.0)));
+  return select(out, nan(), bin("||", bin("<", a, f(0.0)), bin("<", x, f(0.0))));
 }
 
 // ---- the error-function family --------------------------------------------------------------

@@ -14,6 +14,7 @@ Ex lgamma_f32(Block& b, const Ex& x);
 Ex trigamma_f32(Block& b, const Ex& x);
 Ex zeta_f32(Block& b, const Ex& s, const Ex& q);
 Ex polygamma_f32(Block& b, int64_t n, const Ex& x);  // n: the op's literal order
+Ex igamma_f32(Block& b, const Ex& a, const Ex& x, bool upper);  // igamma (P), igammac (Q)
 Ex erfcx_f32(Block& b, const Ex& x);
 Ex erfc_f32(Block& b, const Ex& x, const Ex& erf_x);  // erf_x: erf(x), for |x| < 1/2
 Ex erfinv_f32(Block& b, const Ex& y);
