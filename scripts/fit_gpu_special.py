@@ -114,6 +114,55 @@ def near_zero(fn, limit):
     return g
 
 
+def airy_near(v):
+    # Ai(x) at x = 2.25 v - 0.25 (x in [-2.5, 2])
+    return sp.airy(2.25 * np.asarray(v, dtype=np.float64) - 0.25)[0]
+
+
+ZETA_2 = 2.0 / 3.0 * 2.0 ** 1.5      # zeta at x = 2
+ZETA_25 = 2.0 / 3.0 * 2.5 ** 1.5     # zeta at x = -2.5
+
+
+def airy_right(v):
+    # Ai(x) e^zeta x^(1/4) at zeta = ZETA_2 / t, t = v + 1/2 (x >= 2); its limit 1 / (2 sqrt(pi))
+    t = np.asarray(v, dtype=np.float64) + 0.5
+    out = np.full_like(t, 0.5 / np.sqrt(np.pi))
+    inside = t > 1e-9
+    zeta = ZETA_2 / t[inside]
+    x = (1.5 * zeta) ** (2.0 / 3.0)
+    out[inside] = sp.airye(x)[0] * x ** 0.25  # airye: Ai(x) e^zeta
+    return out
+
+
+def airy_left(which):
+    # Ai(-y) = y^(-1/4) (P sin theta - Q cos theta), Bi(-y) = y^(-1/4) (P cos theta + Q sin theta),
+    # theta = zeta + pi/4, at zeta = ZETA_25 / t, t = v + 1/2 (y >= 2.5): P, or Q / t; from
+    # SciPy below y = 200, the asymptotic series above
+    def g(v):
+        t = np.asarray(v, dtype=np.float64) + 0.5
+        out = np.empty_like(t)
+        zeta = ZETA_25 / np.maximum(t, 1e-12)
+        y = (1.5 * zeta) ** (2.0 / 3.0)
+        near = y <= 200.0
+        ai, _, bi, _ = sp.airy(-y[near])
+        th = zeta[near] + np.pi / 4
+        amp = y[near] ** -0.25
+        if which == "P":
+            out[near] = (ai * np.sin(th) + bi * np.cos(th)) / amp
+        else:
+            out[near] = (bi * np.sin(th) - ai * np.cos(th)) / amp / t[near]
+        z = zeta[~near]
+        # u_k of the asymptotic series: 1, 5/72, 385/10368, 85085/2239488
+        u1, u2, u3 = 5.0 / 72, 385.0 / 10368, 85085.0 / 2239488
+        if which == "P":
+            out[~near] = (1 - u2 / z**2) / np.sqrt(np.pi)
+        else:
+            tt = t[~near]  # (u1 / zeta - u3 / zeta^3) / t, zeta = ZETA_25 / t
+            out[~near] = (u1 / ZETA_25 - u3 * tt**2 / ZETA_25**3) / np.sqrt(np.pi)
+        return out
+    return g
+
+
 FITS = [
     # name, function of the kernel's variable v, interval of v, degree, what v is in the kernel
     ("kLgamma2PlusT", lgamma_2_plus_t, (0.0, 1.0), 8, "t = x - 2, lgamma(x) = t P(t)"),
@@ -132,6 +181,10 @@ FITS = [
      "v = 1 / x - 1/2, k1e(x) = P(v) / sqrt x"),
     ("kAsinOverZ", lambda v: np.where(v > 0, np.arcsin(np.sqrt(np.maximum(v, 1e-300))) / np.sqrt(np.maximum(v, 1e-300)), 1.0),
      (0.0, 0.25), 6, "v = z^2, asin(z) = z P(v) for |z| <= 1/2"),
+    ("kAiryNear", airy_near, (-1.0, 1.0), 20, "v = (x + 1/4) / 2.25, Ai(x) = P(v) on [-2.5, 2]"),
+    ("kAiryRight", airy_right, (-0.5, 0.5), 12, "v = zeta(2) / zeta - 1/2, Ai(x) = e^-zeta x^(-1/4) P(v) for x > 2"),
+    ("kAiryLeftP", airy_left("P"), (-0.5, 0.5), 12, "v = zeta(2.5) / zeta - 1/2, P(v) for x < -2.5"),
+    ("kAiryLeftQ", airy_left("Q"), (-0.5, 0.5), 12, "v as above, Q = t R(v), t = zeta(2.5) / zeta"),
     ("kJ0Near", near_zero(sp.j0, 1.0), (-1.0, 1.0), 13, "u = x^2/32 - 1, j0(x) = P(u) for |x| <= 8"),
     ("kJ1Near", near_zero(lambda x: sp.j1(x) / x, 0.5), (-1.0, 1.0), 13, "u = x^2/32 - 1, j1(x) = x P(u)"),
     ("kY0Near", near_zero(lambda x: sp.y0(x) - 2 / np.pi * np.log(x) * sp.j0(x), 2 / np.pi * (EULER - np.log(2))),

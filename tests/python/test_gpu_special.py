@@ -1,12 +1,12 @@
 """The GPU generator's float32 special functions (src/codegen/gpu/special.cpp: lgamma,
 digamma, erfc, erfcx, erfinv, ndtri, log_ndtr through erfcx and log1p, j0, j1, y0, y1, i0,
-i1, k0, k1 and their scaled forms, spherical_bessel_j0, zeta, polygamma, the orthogonal
-polynomials, nextafter, frexp) on WebGPU (lavapipe) and on the CUDA and Metal dialects under
-the emulator. Each test states its reference and tolerance: mostly PyTorch in float64 over
-dense grids at the OpInfo float32 tolerances (rtol 1.3e-6, atol 1e-5) rather than the op
-suite's looser GPU tolerance; nextafter and frexp exactly, denormals included. The MSL is
-also type-checked, the WGSL compiled by Tint and run by the JS runtime, the CUDA text
-compiled by nvcc where installed (as every CUDA compile).
+i1, k0, k1 and their scaled forms, spherical_bessel_j0, airy_ai, zeta, polygamma, igamma,
+igammac, the orthogonal polynomials, nextafter, frexp) on WebGPU (lavapipe) and on the CUDA
+and Metal dialects under the emulator. Each test states its reference and tolerance: mostly
+PyTorch in float64 over dense grids at the OpInfo float32 tolerances (rtol 1.3e-6, atol
+1e-5) rather than the op suite's looser GPU tolerance; nextafter and frexp exactly,
+denormals included. The MSL is also type-checked, the WGSL compiled by Tint and run by the JS
+runtime, the CUDA text compiled by nvcc where installed (as every CUDA compile).
 
 Run: CHROMA_CACHE_DIR=build/cache .venv/bin/python -m pytest tests/python/test_gpu_special.py -q -p no:logging
 """
@@ -48,6 +48,9 @@ def _grids():
         # the zeros, the switch at 8, far out (the reduction of sin and cos by pi/2 to 1e5)
         "bessel_jy": torch.cat([lin(-120, 120, 4801), torch.logspace(-30, 4.95, 301),
                                 torch.tensor([-0.0, 7.99, 8.01, -1e4, 1e30, INF, -INF, NAN])]),
+        # the three forms' switches at -2.5 and 2, the phase reduced to -2800, the underflow
+        "airy": torch.cat([lin(-200, 30, 4601), torch.tensor([-2.5, -2.49, 2.0, 2.01, -1000.0, -2800.0, 105.0, 1e30,
+                                                              -0.0, INF, -INF, NAN])]),
         "spherical_j0": torch.cat([lin(-120, 120, 4801), torch.logspace(-30, 4.9, 301), torch.tensor([-0.0, 2e5, INF])]),
     }
 
@@ -58,14 +61,15 @@ BESSEL = {"bessel_i": (torch.i0, S.i0e, S.i1, S.i1e),
           "bessel_k": (S.modified_bessel_k0, S.scaled_modified_bessel_k0, S.modified_bessel_k1,
                        S.scaled_modified_bessel_k1),
           "bessel_jy": (S.bessel_j0, S.bessel_j1, S.bessel_y0, S.bessel_y1),
+          "airy": (S.airy_ai,),
           "spherical_j0": (S.spherical_bessel_j0,)}
 # the functions whose result carries a factor e^(+-x^2) or e^(+-x) of a large argument
 EXPONENTIAL = {"erfcx", "erfc", "i0", "i1", "modified_bessel_k0", "modified_bessel_k1"}
 
 
-def _specials(lg, dg, ei, nd, ex, ec, ln, bi, bk, bjy, sj):
+def _specials(lg, dg, ei, nd, ex, ec, ln, bi, bk, bjy, ai, sj):
     return (torch.lgamma(lg), torch.digamma(dg), torch.erfinv(ei), S.ndtri(nd), S.erfcx(ex), torch.erfc(ec),
-            S.log_ndtr(ln)) + tuple(f(x) for x, fs in zip((bi, bk, bjy, sj), BESSEL.values()) for f in fs)
+            S.log_ndtr(ln)) + tuple(f(x) for x, fs in zip((bi, bk, bjy, ai, sj), BESSEL.values()) for f in fs)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -9,8 +9,6 @@ _INT64 = ("int64 values beyond the int32 range: the GPU target computes integers
           "(docs/webgpu_package.md, 'Storage'); the runtimes refuse such inputs with a clear error")
 _CPU = "inspects a CPU lowering choice (pre-packed panels, BLAS, the CPU manifest), not the op's result"
 _F64 = "float64 tensors (or a decomposition that computes in float64): WGSL has no f64; refused at compile time"
-_SPECIAL = ("special function without a GPU implementation yet (the CPU's are chroma/cpu/special.h); "
-            "refused at compile time naming the op")
 
 SKIPS = {
     "test_ops.py::test_int64_exact_beyond_float_precision": _INT64,
@@ -30,7 +28,6 @@ SKIPS = {
     "test_extra_ops.py::test_integer_linspace_matches_the_cpu_kernel": _F64,
     "test_vision_ops.py::test_avg_pool_and_integer_pooling": _F64,
     ("test_special_ops.py::", "[dtype1]"): _F64 + " (the float64 half of a dtype-parametrized test)",
-    "test_special_ops.py::test_airy_ai": _SPECIAL,
     "test_special_ops.py::test_mvlgamma": _F64 + " (the test's float64 reference, multigammaln of x.double())",
     "test_special_ops.py::test_round_decimals": _F64 + " (the test's float64 outputs)",
     "test_special_ops.py::test_signbit_angle": _F64 + " (the test's float64 outputs)",

@@ -274,6 +274,7 @@ Ex map_op(Block& b, EwOp op, DType result, const std::vector<DType>& operand_typ
       return orthogonal_polynomial_f32(b, op, a, x[1]);
     case EwOp::k_igamma: need_float("igamma"); return igamma_f32(b, a, x[1], false);
     case EwOp::k_igammac: need_float("igammac"); return igamma_f32(b, a, x[1], true);
+    case EwOp::k_airy_ai: need_float("airy_ai"); return airy_ai_f32(b, a);
     case EwOp::k_zeta: need_float("zeta"); return zeta_f32(b, a, x[1]);
     case EwOp::k_polygamma: {
       need_float("polygamma");

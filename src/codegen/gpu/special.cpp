@@ -1,7 +1,7 @@
 // Special functions in float32 for GPU kernels: the gamma family (lgamma, digamma, trigamma,
 // polygamma), Hurwitz zeta, the error-function family (erfc, erfcx, erfinv, ndtri), the
 // Bessel functions (j0, j1, y0, y1, i0, i1, k0, k1 and the scaled forms, spherical_bessel_j0),
-// the incomplete gamma functions, the orthogonal polynomials and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
+// airy_ai, the incomplete gamma functions, the orthogonal polynomials and the bit-level float utilities (nextafter, frexp). The CPU computes these in float64
 // (chroma/cpu/special.h); a GPU has no float64, so each is written for float32 arithmetic,
 // with its own argument reduction and polynomials fitted to the float64 functions
 // (scripts/fit_gpu_special.py prints them and their measured float32 error). None relies on a
@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <functional>
 #include <span>
+#include <utility>
 #include <stdexcept>
 
 namespace chroma::gpu {
@@ -76,6 +77,27 @@ constexpr double kK1eTail[] = {
 // v = z^2, asin(z) = z P(v) for |z| <= 1/2: degree 6, float32 relative error 6.01e-08 (the fit's own 2.6e-10)
 constexpr double kAsinOverZ[] = {
     1, 0.166666572, 0.075005915, 0.044505242, 0.031884143, 0.014198828, 0.0378063615};
+// v = (x + 1/4) / 2.25, Ai(x) = P(v) on [-2.5, 2]: degree 20, float32 absolute error 1.53e-07 (the fit's own 2.2e-13)
+constexpr double kAiryNear[] = {
+    0.418724614, -0.554375677, -0.26497417, 0.91186113, -0.498277293, -0.20861479, 0.367243346,
+    -0.128849016, -0.0507329522, 0.0603635762, -0.0155940116, -0.00594668014, 0.00535842012,
+    -0.00109308058, -0.000409392335, 0.000300802778, -4.97750028e-05, -2.14710612e-05,
+    1.14427866e-05, -1.94508702e-07, -6.97965826e-07};
+// v = zeta(2) / zeta - 1/2, Ai(x) = e^-zeta x^(-1/4) P(v) for x > 2: degree 12, float32 relative error 8.34e-08 (the fit's own 3.8e-12)
+constexpr double kAiryRight[] = {
+    0.277490802, -0.00824476117, 0.00159462703, -0.000514209482, 0.000218744697, -0.000111458502,
+    6.46685516e-05, -4.24101614e-05, 3.00177274e-05, -1.61691369e-05, 1.05627236e-05,
+    -2.80245073e-05, 2.68273376e-05};
+// v = zeta(2.5) / zeta - 1/2, P(v) for x < -2.5: degree 12, float32 relative error 5.71e-08 (the fit's own 3.0e-12)
+constexpr double kAiryLeftP[] = {
+    0.563471732, -0.0027440144, -0.00229217294, 0.000715213288, 1.42059007e-05, -0.000171321429,
+    0.000124351317, -4.29053487e-05, -1.76979217e-05, 5.77656016e-05, -5.92335549e-05,
+    -1.62194666e-06, 3.32460775e-05};
+// v as above, Q = t R(v), t = zeta(2.5) / zeta: degree 12, float32 relative error 5.17e-08 (the fit's own 3.6e-08)
+constexpr double kAiryLeftQ[] = {
+    0.014600955, -0.000980531509, -0.000688611161, 0.000416912711, -6.99442122e-05, -9.25287609e-05,
+    0.000114261339, -7.27791698e-05, 1.65046002e-05, 5.30104641e-05, -9.20500353e-05, 1.7663145e-05,
+    4.43028201e-05};
 // u = x^2/32 - 1, j0(x) = P(u) for |x| <= 8: degree 13, float32 absolute error 2.91e-07 (the fit's own 4.3e-14)
 constexpr double kJ0Near[] = {
     0.0458296649, 0.930301247, -0.648469283, -0.808088808, 1.03837946, -0.507468046, 0.145988848,
@@ -335,6 +357,27 @@ Ex bessel_k_f32(Block& b, const Ex& x, int nu, bool scaled) {
 struct SinCos {
   Ex s, c;
 };
+// sin r and cos r for |r| <= pi/4 (a little beyond is fine): Taylor to r^13 and r^14.
+SinCos sincos_poly(Block& b, const Ex& r) {
+  const Ex r2 = b.let(bin("*", r, r));
+  const Ex sr = b.let(bin("*", r, poly(b, r2, {1.0, -1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800,
+                                               1.0 / 6227020800.0})));
+  const Ex cr = b.let(poly(b, r2, {1.0, -1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800, 1.0 / 479001600,
+                                   -1.0 / 87178291200.0}));
+  return {sr, cr};
+}
+
+// sin and cos of k pi/2 + r from those of r (k an integral float).
+SinCos rotate_quadrants(Block& b, const Ex& k, const SinCos& r) {
+  const Ex q = b.let(bin("&", convert(Ty::kI32, k), lit_i(3)));
+  const Ex odd = b.let(bin("==", bin("&", q, lit_i(1)), lit_i(1)));
+  const Ex sp = b.let(select(r.s, r.c, odd)), cp = b.let(select(r.c, r.s, odd));
+  // sin: +sin r, +cos r, -sin r, -cos r; cos: +cos r, -sin r, -cos r, +sin r
+  const Ex s = b.let(select(sp, un("-", sp), bin(">=", q, lit_i(2))));
+  const Ex c = b.let(select(cp, un("-", cp), bin("||", bin("==", q, lit_i(1)), bin("==", q, lit_i(2)))));
+  return {s, c};
+}
+
 SinCos sincos_f32(Block& b, const Ex& x_in) {
   const Ex x = b.let(select(f(0.0), x_in, bin("<=", fcall("abs", {x_in}), f(1e5))));
   const Ex k = b.let(fcall("round", {bin("*", x, f(0.636619772367581343))}));
@@ -343,18 +386,7 @@ SinCos sincos_f32(Block& b, const Ex& x_in) {
                       2.5633440682570896e-12}) {
     r = b.let(bin("-", r, bin("*", k, f(part))));
   }
-  const Ex r2 = b.let(bin("*", r, r));
-  const Ex sr = b.let(bin("*", r, poly(b, r2, {1.0, -1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800,
-                                               1.0 / 6227020800.0})));
-  const Ex cr = b.let(poly(b, r2, {1.0, -1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800, 1.0 / 479001600,
-                                   -1.0 / 87178291200.0}));
-  const Ex q = b.let(bin("&", convert(Ty::kI32, k), lit_i(3)));
-  const Ex odd = b.let(bin("==", bin("&", q, lit_i(1)), lit_i(1)));
-  const Ex sp = b.let(select(sr, cr, odd)), cp = b.let(select(cr, sr, odd));
-  // sin: +sin r, +cos r, -sin r, -cos r; cos: +cos r, -sin r, -cos r, +sin r
-  const Ex s = b.let(select(sp, un("-", sp), bin(">=", q, lit_i(2))));
-  const Ex c = b.let(select(cp, un("-", cp), bin("||", bin("==", q, lit_i(1)), bin("==", q, lit_i(2)))));
-  return {s, c};
+  return rotate_quadrants(b, k, sincos_poly(b, r));
 }
 Ex sin_f32(Block& b, const Ex& x) { return sincos_f32(b, x).s; }
 
@@ -737,6 +769,66 @@ Ex igamma_f32(Block& b, const Ex& a, const Ex& x, bool upper) {
   out = select(out, f(upper ? 1.0 : 0.0), bin("==", x, f(0.0)));
   out = select(out, select(nan(), f(upper ? 0.0 : 1.0), bin(">", x, f(0.0))), bin("==", a, f(0.0)));
   return select(out, nan(), bin("||", bin("<", a, f(0.0)), bin("<", x, f(0.0))));
+}
+
+// Ai(x): a fitted polynomial on [-2.5, 2]; beyond 2, e^-zeta x^(-1/4) F(zeta(2)/zeta) with F
+// fitted (zeta = 2/3 x^(3/2); the reduced e^-zeta underflows to 0 from x = 26.5); below -2.5,
+// y^(-1/4) (P sin theta - Q cos theta) with theta = zeta + pi/4, y = -x, P and Q fitted in
+// zeta(2.5)/zeta. theta is reduced exactly: y^(3/2) as a float pair (the rounding errors of
+// sqrt y and of y sqrt y recovered by splitting into 12-bit halves, whose products are exact),
+// then 2 y^(3/2) - k 3pi/2 with 3pi/2 in five parts, divided by 3 (so to y = 2800, where k
+// reaches 2^16; the device's sin and cos beyond, where |Ai| <= 0.08). NaN and +-inf give NaN,
+// as PyTorch's.
+Ex airy_ai_f32(Block& b, const Ex& x) {
+  const Ex near = poly(b, b.let(bin("/", bin("+", x, f(0.25)), f(2.25))), kAiryNear);
+  constexpr double kZeta2 = 1.88561808316412674, kZeta25 = 2.63523138347365150;
+  // x > 2
+  const Ex xr = b.let(select(f(2.0), x, bin(">", x, f(2.0))));
+  const Ex sr = b.let(fcall("sqrt", {xr}));
+  const Ex zr = b.let(bin("*", f(2.0 / 3.0), bin("*", xr, sr)));
+  const Ex right = bin("/", bin("*", exp_reduced(b, un("-", zr), f(0.0)),
+                                poly(b, b.let(bin("-", bin("/", f(kZeta2), zr), f(0.5))), kAiryRight)),
+                       fcall("sqrt", {sr}));
+  // x < -2.5: y^(3/2) = hi + lo
+  const Ex y = b.let(select(f(2.5), un("-", x), bin("<", x, f(-2.5))));
+  auto split = [&](const Ex& v) {
+    const Ex hi = b.let(from_bits(bin("&", bits(v), lit_u(0xfffff000u))));
+    return std::pair<Ex, Ex>{hi, b.let(bin("-", v, hi))};
+  };
+  const Ex s = b.let(fcall("sqrt", {y}));
+  const auto [s_hi, s_lo] = split(s);
+  const auto [y_hi, y_lo] = split(y);
+  // y - s^2 (exact: each product of halves is), then sqrt y = s + (y - s^2) / 2s
+  const Ex rem = b.let(bin("-", bin("-", bin("-", y, bin("*", s_hi, s_hi)), bin("*", f(2.0), bin("*", s_hi, s_lo))),
+                           bin("*", s_lo, s_lo)));
+  const Ex hi = b.let(bin("*", y, s));
+  Ex lo = bin("+", bin("+", bin("+", bin("-", bin("*", y_hi, s_hi), hi), bin("*", y_hi, s_lo)), bin("*", y_lo, s_hi)),
+               bin("*", y_lo, s_lo));
+  lo = b.let(bin("+", lo, bin("*", y, bin("/", rem, bin("*", f(2.0), s)))));
+  // theta - pi/4 = 2/3 (hi + lo) = k pi/2 + r, r = (2 hi - k 3pi/2 + 2 lo) / 3
+  const Ex in_range = b.let(bin("<", hi, f(1.5e5)));
+  const Ex k = b.let(fcall("round", {bin("*", select(f(0.0), hi, in_range), f(0.42441317439079285))}));
+  Ex r3 = bin("*", f(2.0), hi);
+  for (double part : {4.71875, -0.00634765625, -1.33514404296875e-05, -1.1932570487260818e-08,
+                      7.690032638452138e-12}) {
+    r3 = b.let(bin("-", r3, bin("*", k, f(part))));
+  }
+  const Ex r = b.let(bin("/", bin("+", r3, bin("*", f(2.0), lo)), f(3.0)));
+  const SinCos sc = sincos_poly(b, r);
+  // r + pi/4
+  const SinCos shifted{b.let(bin("*", bin("+", sc.s, sc.c), f(0.707106781186547524))),
+                       b.let(bin("*", bin("-", sc.c, sc.s), f(0.707106781186547524)))};
+  const SinCos th = rotate_quadrants(b, k, shifted);
+  const Ex zl = b.let(bin("*", f(2.0 / 3.0), hi));
+  const Ex theta_f = b.let(bin("+", zl, f(0.785398163397448310)));
+  const Ex sin_t = b.let(select(fcall("sin", {theta_f}), th.s, in_range));
+  const Ex cos_t = b.let(select(fcall("cos", {theta_f}), th.c, in_range));
+  const Ex t = b.let(bin("/", f(kZeta25), zl));
+  const Ex v = b.let(bin("-", t, f(0.5)));
+  const Ex left = bin("/", bin("-", bin("*", poly(b, v, kAiryLeftP), sin_t), bin("*", bin("*", t, poly(b, v, kAiryLeftQ)), cos_t)),
+                      fcall("sqrt", {s}));
+  Ex out = select(select(near, left, bin("<", x, f(-2.5))), right, bin(">", x, f(2.0)));
+  return select(out, nan(), bin("||", is_nan(x), is_inf(x)));
 }
 
 // ---- the error-function family --------------------------------------------------------------

@@ -22,6 +22,7 @@ Ex ndtri_f32(Block& b, const Ex& p);
 Ex bessel_i_f32(Block& b, const Ex& x, int nu, bool scaled);  // i0, i0e, i1, i1e
 Ex bessel_k_f32(Block& b, const Ex& x, int nu, bool scaled);  // k0, k0e, k1, k1e
 Ex bessel_jy_f32(Block& b, const Ex& x, int nu, bool second_kind);  // j0, j1, y0, y1
+Ex airy_ai_f32(Block& b, const Ex& x);
 Ex spherical_j0_f32(Block& b, const Ex& x);
 Ex orthogonal_polynomial_f32(Block& b, EwOp op, const Ex& x, const Ex& n);  // the 12 polynomial ops
 Ex nextafter_f32(Block& b, const Ex& a, const Ex& c);
