@@ -3,7 +3,8 @@ run by scripts/gpu_check.sh).
 
     python3 bench/cuda_gpu.py --out $OUT/cuda.json          # on a machine with an NVIDIA GPU
 
-The reference model (chroma.models.gpt_oss.build(), 8 tokens, DESIGN.md's protocol) through:
+The reference model (chroma.models.gpt_oss.build(), 8 tokens; the protocol of docs/models.md,
+"Benchmark protocol") through:
   chroma        the CUDA artifact (chroma.compile(..., target="cuda")), one launch per dispatch
   chroma-graph  the same artifact replaying each call as one CUDA graph (cuda_graph=True)
   eager         PyTorch eager on the GPU
@@ -95,11 +96,11 @@ def kernel_profile(prog, tok: np.ndarray, kernels: list, calls: int = 3, top: in
 
 
 def decode(a, model, work: str, report: dict, save) -> None:
-    """DESIGN.md's decode protocol on the GPU: a 256-row KV cache, a 32-token prompt, then
-    --steps cached steps (chroma.compile_decoder: prefill and step share the weights and the
-    cache on the device), per dispatch and as one CUDA graph per call; against the uncached
-    step, the full 256-token window recomputed in one call (the float32 artifact for 256
-    tokens, as one CUDA graph), and eager PyTorch on that window."""
+    """The decode protocol (docs/models.md, "Benchmark protocol") on the GPU: a 256-row KV
+    cache, a 32-token prompt, then --steps cached steps (chroma.compile_decoder: prefill and
+    step share the weights and the cache on the device), per dispatch and as one CUDA graph per
+    call; against the uncached step, the full 256-token window recomputed in one call (the
+    float32 artifact for 256 tokens, as one CUDA graph), and eager PyTorch on that window."""
     from chroma.decoder import Decoder
 
     rep = report["decode"] = {"cache_size": 256, "prompt_len": 32, "steps": a.steps}

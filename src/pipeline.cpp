@@ -40,10 +40,10 @@ Graph route_experts_pass(const Graph& g) {
 // The products the last route_experts_pass found, taken (none are left behind).
 std::map<int32_t, RoutedProduct> take_routed_products() { return std::exchange(routed_products, {}); }
 
-// The target's lowering choices: GPU targets fuse to depth 24 (DESIGN.md part 3), keep
-// products as plain matrix products (pre-packed panels and gathered expert panels are CPU
-// kernels) and activations row-major (channels-last serves oneDNN); the arena holds tensors
-// as the device stores them (device_storage_bytes), aligned to 256 bytes (WebGPU's
+// The target's lowering choices: GPU targets fuse to depth 24 (docs/architecture.md, "Fusion"),
+// keep products as plain matrix products (pre-packed panels and gathered expert panels are CPU
+// kernels) and activations row-major (channels-last serves oneDNN); the arena holds tensors as the
+// device stores them (device_storage_bytes), aligned to 256 bytes (WebGPU's
 // minStorageBufferOffsetAlignment).
 LowerOptions lower_options(const CompileOptions& opts) {
   LowerOptions lo;

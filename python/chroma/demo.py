@@ -3,7 +3,7 @@ against PyTorch.
 
     python -m chroma.demo [--out build/demo] [--tokens 8] [--threads 1] [--small] [--weights q4]
 
-Seeded random weights and tokens, the benchmark configuration of DESIGN.md (59,079,408
+Seeded random weights and tokens, the benchmark configuration of docs/models.md (59,079,408
 parameters): prints the agreement of the logits (max abs and relative error), both
 timings (medians), the kernel count and the arena against the total size of the
 temporaries. --small uses a 2-layer, 1000-token-vocabulary variant (seconds to compile).

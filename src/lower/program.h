@@ -175,7 +175,7 @@ struct LowerOptions {
   std::map<int32_t, RoutedProduct> routed;
 };
 
-// Lowers an optimized graph: decides what is materialized (DESIGN.md part 3), builds
+// Lowers an optimized graph: decides what is materialized (docs/architecture.md, "Fusion"), builds
 // kernels with fused expressions, and plans the arena.
 Program lower(const Graph& g, const LowerOptions& opts = {});
 

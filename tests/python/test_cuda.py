@@ -1,10 +1,10 @@
-"""The CUDA and Metal targets end to end (DESIGN.md "The GPU generator", "Testing without a
-GPU"): the GPU generator's kernels in its CUDA and MSL dialects, one translation unit per model
-(kernels.cu, kernels.metal), run here on the CPU SIMT emulator (include/chroma/simt;
-chroma.load(..., emulate=True)) against PyTorch, in both invocation orders (the reverse order
-exposes a missing barrier); the CUDA text also compiled by nvcc for every listed architecture
-with spill warnings as errors. Metal's text has no compiler on Linux: it runs on the emulator
-only (docs/cuda.md).
+"""The CUDA and Metal targets end to end (docs/architecture.md, "The GPU generator";
+docs/cuda.md, "The emulator" and "Tests"): the GPU generator's kernels in its CUDA and MSL
+dialects, one translation unit per model (kernels.cu, kernels.metal), run here on the CPU SIMT
+emulator (include/chroma/simt; chroma.load(..., emulate=True)) against PyTorch, in both
+invocation orders (the reverse order exposes a missing barrier); the CUDA text also compiled by
+nvcc for every listed architecture with spill warnings as errors. Metal's text has no compiler
+on Linux: it runs on the emulator only (docs/cuda.md).
 
 The op families themselves run on these targets through the shared suite
 (CHROMA_TEST_TARGET=cuda or metal, conftest.py; skips with reasons in cuda_skips.py and

@@ -1,5 +1,5 @@
-// chroma::simt: a CPU SIMT emulator for the generated CUDA and Metal kernels (DESIGN.md,
-// "Testing without a GPU"). The emitted kernel text compiles as C++ against a small header of
+// chroma::simt: a CPU SIMT emulator for the generated CUDA and Metal kernels (docs/cuda.md,
+// "The emulator"). The emitted kernel text compiles as C++ against a small header of
 // builtins (simt/cuda.h; simt/metal.h for MSL) and runs here: each workgroup's invocations are
 // fibers on the calling thread, run one after another until they reach a rendezvous point:
 //

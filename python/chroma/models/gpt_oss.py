@@ -1,4 +1,4 @@
-"""gpt-oss at a small size: Chroma's reference model (docs/models.md, DESIGN.md).
+"""gpt-oss at a small size: Chroma's reference model (docs/models.md, "gpt-oss at small size").
 
 The architecture follows the published gpt-oss reference implementation:
 

@@ -313,11 +313,12 @@ class KB {
     return c;
   }
 
-  // Stores elements [0, n) of a packed output that lie contiguously from `l.offset` (row-major
-  // in its layout) with each invocation owning whole words (DESIGN.md, layer C): invocation w
-  // computes the elements of word w, `value_at(block, linear index)` each, and writes the word
-  // once; a word the output shares with other data (its first and last) keeps those bits with a
-  // plain read-modify-write, which no other invocation of the dispatch touches. No atomics.
+  // Stores elements [0, n) of a packed output that lie contiguously from `l.offset` (row-major in
+  // its layout) with each invocation owning whole words (docs/architecture.md, "The GPU generator",
+  // layers A and C): invocation w computes the elements of word w, `value_at(block, linear index)`
+  // each, and writes the word once; a word the output shares with other data (its first and last)
+  // keeps those bits with a plain read-modify-write, which no other invocation of the dispatch
+  // touches. No atomics.
   template <class F> void per_owned_word(const void* site, int32_t buf, const Layout& l, int64_t n, F value_at) {
     const DType t = buffer(buf).type.dtype;
     const int eb = device_element_bytes(t), per = 4 / eb;

@@ -1,5 +1,6 @@
-// Legalization (DESIGN.md "The GPU generator", layer C): rewrites and checks a kernel against
-// the device's capability record before it is printed. Never a test of which dialect prints.
+// Legalization (docs/architecture.md, "The GPU generator", layer C): rewrites and checks a
+// kernel against the device's capability record before it is printed. Never a test of which
+// dialect prints.
 #include <set>
 #include <string>
 

@@ -1,6 +1,6 @@
-// The GPU templates of matrix products and convolutions (DESIGN.md "The GPU generator", layer
-// B): a memory-bound kernel for products with few rows or columns, one workgroup-tiled product
-// (tiled_gemm) that matrix products and im2col convolutions share, and direct convolutions.
+// The GPU templates of matrix products and convolutions (docs/architecture.md, "The GPU generator",
+// layer B): a memory-bound kernel for products with few rows or columns, one workgroup-tiled
+// product (tiled_gemm) that matrix products and im2col convolutions share, and direct convolutions.
 #include <algorithm>
 #include <functional>
 #include <numeric>

@@ -67,7 +67,7 @@ struct Activations {
 
 #if defined(CHROMA_QUANT_INT8_KERNELS) || defined(CHROMA_QUANT_INT8_AVX2)
 
-// Activations for the int8 path (q4 and q6 weights, DESIGN.md's vpdpbusd option): per row and
+// Activations for the int8 path (q4 and q6 weights; docs/quantization.md, "Kernels"): per row and
 // group of 64 along K, the values quantized symmetrically to int8 with the group's own scale
 // (scale = max|x| / 127, x' = rint(x / scale) half to even, so |x - scale * x'| <= scale / 2),
 // four consecutive values of K a 32-bit word, each group padded with zeros to 16 words; per
