@@ -439,7 +439,12 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                and the CPU SIMT emulator's library (with nvcc: also the fatbin and the host
                library, chroma.load(out) on a GPU); returns a chroma.simt.EmulatedProgram; "metal": the same with MSL
                kernels (`<out>.chroma-metal`, `<out>/kernels.metal`), emulated
-    blas:      FP32 matrix products through OpenBLAS (False: Chroma's portable kernels)
+    blas:      the CPU performance libraries (CPU target): float32 matrix products on
+               oneDNN's sgemm and float32 convolutions on oneDNN when Chroma was built with
+               oneDNN's headers (otherwise products on OpenBLAS's cblas_sgemm and convolutions
+               on Chroma's own kernels; CHROMA_SGEMM=openblas also keeps the products on
+               OpenBLAS), float64 products on OpenBLAS, linear-algebra factorizations on
+               LAPACK. False: Chroma's portable kernels, and factorizations are refused
     jobs:      parallel compiler processes (0: one per core)
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it). Besides
                compiled objects it keeps finished artifacts under a fingerprint of the model

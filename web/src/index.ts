@@ -1,4 +1,5 @@
-// chroma-web: the runtime of Chroma's WebGPU packages (.chroma-web, format version 1).
+// chroma-web: the runtime of Chroma's WebGPU packages (.chroma-web, format version 2, specified
+// in docs/webgpu_package.md; FORMAT_VERSION in format.ts).
 // One ES module for the browser and Node; nothing runs at import time.
 //
 //   const model = await loadPackage(url or bytes, { gpu });   // navigator.gpu, or Dawn's create([])

@@ -52,7 +52,7 @@ function readHeader(bytes: Uint8Array): Header {
   }
   const headerSize = view.getUint32(12, true);
   if (headerSize !== HEADER_SIZE) {
-    throw new PackageError(`header size is ${headerSize}, expected ${HEADER_SIZE} in format version 1`);
+    throw new PackageError(`header size is ${headerSize}, expected ${HEADER_SIZE} in format version ${FORMAT_VERSION}`);
   }
   const u64 = (at: number, field: string): number => {
     const v = view.getBigUint64(at, true);
