@@ -2,17 +2,17 @@
 
 OpenBLAS picks its kernels when the library loads, from the CPU it recognizes. Debian 12's
 OpenBLAS 0.3.21 does not recognize CPUs newer than it (Sapphire Rapids among them) and falls
-back to its generic Prescott (SSE3) kernels, 2-3x slower, without a word. Its AVX-512 and
-AVX2 kernels (the "SkylakeX" and "Haswell" cores; newer cores reuse them for float32) run on
-any CPU with those instruction sets, so before OpenBLAS can load, `configure_blas()` sets
-OPENBLAS_CORETYPE from the CPU's features, unless the user set it. `info()` reports what is
-in use: CPU features, the BLAS and its core, oneDNN's ISA.
+back to its generic Prescott (SSE3) kernels, much slower (bench/results/README.md), without a
+word. Its AVX-512 and AVX2 kernels (the "SkylakeX" and "Haswell" cores; newer cores reuse them
+for float32) run on any CPU with those instruction sets, so before OpenBLAS can load,
+`configure_blas()` sets OPENBLAS_CORETYPE from the CPU's features, unless the user set it.
+`info()` reports what is in use: CPU features, the BLAS and its core, oneDNN's ISA.
 
-`configure_blas()` also sets OMP_WAIT_POLICY=PASSIVE unless it is set: oneDNN's OpenMP
-workers otherwise spin after every convolution and take a core from Chroma's own pool, which
-runs the next kernel (measured, mobilenet_v2 on 2 cores: 20.0 ms at 2 threads against 17.5 ms
-at 1 with the default policy; 14.7-16.5 ms at 2 threads with PASSIVE). It applies to OpenMP
-runtimes that start after `import chroma` (a torch imported earlier keeps its own setting).
+`configure_blas()` also sets OMP_WAIT_POLICY=PASSIVE unless it is set: oneDNN's OpenMP workers
+otherwise spin after every convolution and take a core from Chroma's own pool, which runs the
+next kernel (with the default policy mobilenet_v2 ran slower at 2 threads than at 1; figures in
+bench/results/README.md). It applies to OpenMP runtimes that start after `import chroma` (a
+torch imported earlier keeps its own setting).
 """
 
 from __future__ import annotations

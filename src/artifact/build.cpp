@@ -122,12 +122,12 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   std::string cxx = opts.compiler;
   if (const char* env = std::getenv("CXX"); env && *env && opts.compiler == "c++") cxx = env;
   // -fvect-cost-model=cheap: -O2's default ("very cheap") leaves fused loops with a strided
-  // operand scalar (a SwiGLU over interleaved halves ran 5.7x slower). It changes no result:
-  // float reductions are never reassociated without -ffast-math.
+  // operand scalar (a SwiGLU over interleaved halves, for one: bench/results/README.md). It changes
+  // no result: float reductions are never reassociated without -ffast-math.
   // -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
-  // keeps a select whose one side divides (erf, tanh, log1p in chroma/cpu/scalar.h) as a
-  // branch, which leaves the loop scalar (10 ns per element instead of about 1). It changes
-  // no value: no reassociation, no contraction.
+  // keeps a select whose one side divides (erf, tanh, log1p in chroma/cpu/scalar.h) as a branch,
+  // which leaves the loop scalar (bench/results/README.md). It changes no value: no reassociation,
+  // no contraction.
   std::vector<std::string> flags = {"-std=c++20",       "-O2", "-fvect-cost-model=cheap", "-fPIC", "-fvisibility=hidden",
                                     "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-march=native", "-w",
                                     "-I" + opts.include_dir};

@@ -67,16 +67,15 @@ class Lowerer {
   // ---- channels-last activations -------------------------------------------------------
   //
   // With LowerOptions::channels_last, a float32 convolution reads and writes its activations
-  // channels-last (the channel innermost, NHWC for images), the layout in which oneDNN's
-  // direct kernels run without reordering them into and out of their blocked layouts around
-  // each convolution (mobilenet_v2 spent 4.2 of 10.2 ms in those reorders). The layout then
-  // spreads to what lies between convolutions: an Assign (bias, activation, residual add) or
-  // a Concat whose operands include a channels-last buffer of its own shape is written
-  // channels-last too, and the elementwise loops run in the destination's memory order
-  // (codegen/cpu/emit.cpp), so both are contiguous passes. Everything else reads a
-  // channels-last buffer through its layout like any strided view; a consumer that needs
-  // row-major memory (a BLAS operand, a reshape the layout cannot express, a graph output)
-  // gets a row-major copy, made once per value.
+  // channels-last (the channel innermost, NHWC for images), the layout in which oneDNN's direct
+  // kernels run without reordering them into and out of their blocked layouts around each
+  // convolution (a large share of mobilenet_v2's time: bench/results/README.md). The layout then
+  // spreads to what lies between convolutions: an Assign (bias, activation, residual add) or a
+  // Concat whose operands include a channels-last buffer of its own shape is written channels-last
+  // too, and the elementwise loops run in the destination's memory order (codegen/cpu/emit.cpp), so
+  // both are contiguous passes. Everything else reads a channels-last buffer through its layout
+  // like any strided view; a consumer that needs row-major memory (a BLAS operand, a reshape the
+  // layout cannot express, a graph output) gets a row-major copy, made once per value.
 
   // Some operand of e is a channels-last buffer seen over a shape of `shape`'s rank.
   bool prefers_channels_last(const Expr& e, const Shape& shape) const;

@@ -32,7 +32,7 @@ class Folder {
       // A half constant's conversion to float32 that only products read: a bfloat16 one stays a
       // Cast (the products' bf16 kernels read it as it is); a float16 one is folded whatever its
       // size (the products pack float32 panels of it; converting it at every call instead cost
-      // 4 ns a weight).
+      // time on every call: bench/results/README.md).
       const bool half_cast = n.op == Op::kCast && is_half(g_.type(n.inputs[0]).dtype);
       const bool for_products = half_cast && !keep_half_ && only_products_read(id);
       const bool half_weight = half_cast && (keep_half_ || (for_products && g_.type(n.inputs[0]).dtype == DType::kBF16));

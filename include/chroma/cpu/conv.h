@@ -60,7 +60,7 @@ struct ConvEpilogue {
 // [i0, i0 + n) (C channels each). With GCC its vectors are 512 bits wide where the CPU has
 // AVX-512 (GCC's default for -march=native there is 256): an epilogue is a long chain of
 // arithmetic on each element of a block that is still in cache, and a bfloat16 model's
-// roundings make it longer (mobilenet_v2: 0.52 -> 0.38 ns per element).
+// roundings make it longer (the figure: bench/results/README.md).
 #if defined(__GNUC__) && !defined(__clang__)
 #define CHROMA_WIDE_VECTORS [[gnu::target("prefer-vector-width=512"), gnu::noinline]]
 #else

@@ -21,7 +21,7 @@
 // which only its reference kernel takes). oneDNN's own OpenMP workers would otherwise spin
 // after every convolution on the cores the pool's workers need for the next kernel (with
 // PyTorch loaded first, its libgomp is the one used and it was initialised with spinning
-// waits): mobilenet_v2 ran 4x slower at two threads than at one.
+// waits): mobilenet_v2 ran slower at two threads than at one (bench/results/README.md).
 //
 // bfloat16 (ConvGeom::bf16: a bfloat16 model's convolution, whose input and weights hold
 // bfloat16 values): on a CPU with bfloat16 dot products (AVX512-BF16, AMX) the primitive takes
@@ -141,8 +141,8 @@ inline dnnl::memory::desc dense_desc(const dnnl::memory::dims& dims, dnnl::memor
 
 // A 1x1 convolution with a stride above 1 and no padding reads one input pixel per output
 // pixel: the same as a unit-stride one on those pixels alone. oneDNN 2.6 has no 1x1 kernel
-// for strided channels-last input on AVX2 (its general direct kernel runs it at a quarter of
-// the speed: resnet50's three downsampling convolutions took 17 of its 110 ms on Zen 2), so
+// for strided channels-last input on AVX2 (its general direct kernel runs it several times
+// more slowly: bench/results/README.md), so
 // make() gathers the pixels into a dense copy and runs the unit-stride 1x1 kernel when that
 // is what oneDNN offers for the copy and not for the strided original.
 inline bool unit_stride_candidate(const ConvGeom& g) {
@@ -288,8 +288,8 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
     }
     // oneDNN's im2col kernel (gemm) on channels-last memory: what oneDNN picks for layouts
     // of its own, reorders included, is preferred unless that is its reference kernel
-    // (ResNeXt's 32 groups of 4 channels, 56 x 56, on AVX2: 3.3 ms channels-last, 1.4 ms
-    // with its own layout).
+    // (ResNeXt's 32 groups of 4 channels on AVX2 ran faster in oneDNN's own layout:
+    // bench/results/README.md).
     bool gemm_cl = false;
     if (!direct) {  // float32
       try {

@@ -37,8 +37,8 @@
 // (noinline: inlined into the generated kernel function, the caller's tuning would apply.)
 // Always noinline: the loops are compiled as functions of their own, with the destination and
 // the expression as by-value parameters. Inlined into the pool's job (a lambda reached through
-// a void*), GCC could no longer analyse the loads and left the loop scalar (erf-form GELU
-// 8x slower).
+// a void*), GCC could no longer analyse the loads and left the loop scalar (an erf-form
+// GELU, for one: bench/results/README.md).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
 #define CHROMA_ET_LOOP_ATTR __attribute__((target("prefer-vector-width=512"), noinline))
 #elif defined(__GNUC__)
@@ -141,8 +141,8 @@ template <class F, class T, class... E> struct Map {
   std::tuple<E...> e;
   // The per-element call chain is always inlined (no std::apply, no lambda): in a kernel file
   // of hundreds of kernels GCC's unit-growth limit otherwise leaves some of it as calls, and
-  // a call stops the loop from vectorizing (later kernels of a file ran 3-8x slower than the
-  // same kernel placed first).
+  // a call stops the loop from vectorizing (later kernels of a file ran several times slower
+  // than the same kernel placed first: bench/results/README.md).
   template <class... R> struct Row {
     // A float32 -> bfloat16 conversion (what a rounding's outer cast back to float32 looks for).
     static constexpr bool kToBf16FromFloat =
@@ -431,7 +431,7 @@ CHROMA_ET_LOOP_ATTR inline void softmax_rows(int64_t r0, int64_t r1, D d, E e) {
         if constexpr (ws == 1) {
           // The 8 lanes in one register (a vector of 8 in GCC's extension: the same adds,
           // lane by lane): an array here stays in memory, and each block's adds wait on
-          // the last block's stores (on a Zen 2 core, 8 rows of 257: 3.6 us, now 2.7).
+          // the last block's stores (the figure: bench/results/README.md).
           typedef T lanes_v __attribute__((vector_size(8 * sizeof(T))));
           lanes_v acc = {};
           for (; j + 8 <= n; j += 8) {

@@ -26,15 +26,14 @@ namespace chroma::et {
 
 inline constexpr int64_t kPanel = 16;
 
-// Streamed weights. A product whose constant operand is this large (1 MB and more, beyond
-// a core's L2) and is read once per call (one block of rows: no later block reads it
-// again) prefetches it non-temporally (PREFETCHNTA): the lines come to L1 without taking
-// the place, in L2 and (through L2's evictions) L3, of what the rest of the program reads
-// again every call: activations, caches, the small weights of a decoder's layers. On a Zen 2
-// core the reference model's q4 decode step streams a 14.5 MB unembedding; prefetched for
-// keeps it pushed out everything else, and the step's other kernels took 0.31-0.32 ms
-// against 0.24-0.26 streamed (docs/architecture.md, "Streamed weights"). Only a hint: the
-// same values are read either way.
+// Streamed weights. A product whose constant operand is this large (1 MB and more, beyond a core's
+// L2) and is read once per call (one block of rows: no later block reads it again) prefetches it
+// non-temporally (PREFETCHNTA): the lines come to L1 without taking the place, in L2 and (through
+// L2's evictions) L3, of what the rest of the program reads again every call: activations, caches,
+// the small weights of a decoder's layers. The reference model's q4 decode step streams a 14.5 MB
+// unembedding; prefetched for keeps it pushed out everything else, and the step's other kernels
+// were slower than with it streamed (docs/architecture.md, "Streamed weights"; figures:
+// bench/results/README.md). Only a hint: the same values are read either way.
 inline constexpr int64_t kStreamBytes = int64_t{1} << 20;
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 // The software prefetch of weights: non-temporal when they are streamed.
@@ -47,13 +46,12 @@ template <bool kStream> __attribute__((always_inline)) inline void prefetch_weig
 // given (T0), else on this thread, streamed when the product's `batches` matrices of
 // `matrix` bytes each are kStreamBytes or more, all distinct (a gathered product's jobs, or
 // a broadcast B, may read one matrix several times: streamed, every job after the first read
-// it from memory again, and a mixture of experts' gathered products took 5.7 ms instead of
-// 3.6), and each panel is read by one block of rows. A product split over threads keeps T0:
-// there a core's own misses bound how fast it reads (PREFETCHNTA fills L1 alone; T0 lets
-// L2's prefetchers have more lines in flight), and on a Zen 2 core pair the reference
-// model's q4 unembedding took 0.47-0.52 ms streamed against 0.37-0.44 (one thread: 0.82-0.86
-// against 0.78-0.82, a loss the rest of a decode step more than makes up: 1.07-1.14 ms
-// against 1.15-1.30).
+// it from memory again, and a mixture of experts' gathered products got slower), and each
+// panel is read by one block of rows. A product split over threads keeps T0: there a core's
+// own misses bound how fast it reads (PREFETCHNTA fills L1 alone; T0 lets L2's prefetchers
+// have more lines in flight), and on two cores the reference model's q4 unembedding was
+// slower streamed. On one thread streaming costs the product itself a little, a loss the rest
+// of a decode step more than makes up. Figures: bench/results/README.md.
 template <int64_t BATCH, int64_t matrix, bool one_block, class Range>
 inline void run_streamed(Range&& range, int64_t work, const int64_t* b_off, int64_t batches, rt::ThreadPool* split) {
   if (split) {
@@ -88,8 +86,8 @@ __attribute__((always_inline)) inline void tile(const float* A, int64_t sar, int
   const int64_t pstride = K * kPanel;
   // Software prefetch: the same row of the next group of NP panels when that is at most
   // 32 KB ahead, else 8 KB ahead inside the panel. (A fixed distance that lands in the panel
-  // another stream of this tile is reading right now wastes the prefetch: measured 1.4x
-  // slower.) Past the end of the panels it is harmless.
+  // another stream of this tile is reading right now wastes the prefetch: measured slower,
+  // bench/results/README.md.) Past the end of the panels it is harmless.
   const int64_t ahead = NP * pstride <= 8192 ? NP * pstride : 2048;
   for (int64_t k = 0; k < K; ++k) {
     __m512 b[NP];
@@ -200,8 +198,8 @@ inline void tile(const float* A, int64_t sar, int64_t sac, const float* Bp, int6
 template <int MR, bool kStream = false>
 inline void rows(const float* A, int64_t sar, int64_t sac, const float* Bp, float* C, int64_t ldc, int64_t N, int64_t K,
                  int64_t p0, int64_t p1) {
-  // Two or more panel streams at once: more lines in flight per core (measured: about
-  // 15-20% faster than one stream at 8 rows); at most 16 accumulators (AVX-512), 8 (AVX2).
+  // Two or more panel streams at once: more lines in flight per core (measured faster than
+  // one stream at 8 rows: bench/results/README.md); at most 16 accumulators (AVX-512), 8 (AVX2).
 #if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__))
   constexpr int NP = MR >= 5 ? 2 : 4;
 #else

@@ -81,12 +81,11 @@ inline void exact_panels(const float* A, int64_t sar, int64_t sac, const uint8_t
 
 // Work items [w0, w1) of a product's panels (item w: panel w % P of batch w / P), each over rows
 // [0, M) in blocks of 8 and one holding what is left: kernel(std::integral_constant<int, MR>,
-// batch, panel, first row). So the register kernels (bf16_panel, int8_panel) take any number
-// of rows, each panel's weights decoded again per block from the cache. Against the exact
-// path's float32 tiles (near this CPU's float32 peak) on one Zen 4 core, K = N = 2880: q4 (int8)
-// 4.4x faster at 16 rows, 2.6x at 256; bf16 weights 2.8x and 2.2x; q8 1.9x and 1.7x; and at
-// K = 1024, N = 4096, 1024 rows: q4 3.1x, bf16 2.2x (vpdpbusd and vdpbf16ps do 4 and 2
-// multiply-adds a lane to an FMA's 1).
+// batch, panel, first row). So the register kernels (bf16_panel, int8_panel) take any number of
+// rows, each panel's weights decoded again per block from the cache. They stay ahead of the exact
+// path's float32 tiles at many rows too, compute-bound as those are, because vpdpbusd and vdpbf16ps
+// do 4 and 2 multiply-adds a lane to an FMA's 1 (measured up to 1024 rows:
+// bench/results/README.md).
 template <int64_t M, int64_t P, int RB = 8, class Kernel>
 __attribute__((always_inline)) inline void panel_blocks(int64_t w0, int64_t w1, Kernel&& kernel) {
   constexpr int64_t kFull = M / RB, kRest = M % RB;
@@ -188,9 +187,9 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
 #endif
 #if defined(CHROMA_QUANT_INT8_AVX2)
         // q6 with more than two blocks of rows: each panel decoded once, every block reading
-        // that (on a Zen 2 core, K = 384: 45 -> 51-54 GMAC/s from 16 rows on; at 8 rows, and
-        // for q4 whose steps take 3 instructions to decode, no faster or slower: the decoding
-        // the kernel does runs beside its multiplies, the panel's own pass does not).
+        // that (faster from 16 rows on; at 8 rows, and for q4 whose steps take 3 instructions
+        // to decode, no gain: the decoding the kernel does runs beside its multiplies, the
+        // panel's own pass does not; figures: bench/results/README.md).
         if constexpr (F == kQ6 && M > 2 * kBlock) {
           run([&](int64_t w0, int64_t w1) {
             thread_local std::vector<uint8_t> dec;
@@ -255,10 +254,8 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
   // (q8 and bf16 weights at any setting, q4 and q6 where it is "fp32" or no int8 kernel
   // runs), each block of 4 rows decoding the panel again from the cache; more rows: each
   // panel decoded once into the buffer serves every row. Where the two cross depends on
-  // what a step costs to decode (bfloat16: a shift; q6: two loads and six shifts). On a
-  // Zen 2 core, K = 128 and N = 201088, registers against the buffer: bf16 5.7 vs 8.5 ms at
-  // 8 rows, 12.1 vs 13.4 at 16, 20.5 vs 16.8 at 24; q8 6.4 vs 7.7 at 8, 13.1 vs 13.8 at 16;
-  // q4 7.5 vs 9.1 at 8, 15.5 vs 13.0 at 16; q6 8.8 vs 8.7 at 8.
+  // what a step costs to decode (bfloat16: a shift; q6: two loads and six shifts); kRegRows
+  // is where they crossed when measured (bench/results/README.md).
   constexpr int64_t kRegRows = (F == kBF16 || F == kQ8) ? 16 : (F == kQ4 ? 8 : 4);
   if constexpr (M <= kRegRows) {
     auto range = [&](auto stream, int64_t w0, int64_t w1) {

@@ -92,7 +92,7 @@ inline void run(Part& p, const float* A, int64_t lda, float* C, int64_t ldc) {
 }  // namespace mm_detail
 
 // Rows at which the lowering sends a bfloat16 model's product here (at 16 rows Chroma's own
-// kernels ran 2x faster than oneDNN's; at 64, 1.5x slower: bench in docs/architecture.md).
+// kernels were faster than oneDNN's, at 64 slower: bench/results/README.md).
 inline constexpr int64_t kDnnlBf16Rows = 32;
 
 struct MatmulCache {

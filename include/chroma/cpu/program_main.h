@@ -133,8 +133,8 @@ inline chroma_program* open_program(const char* dir, int threads, std::string* w
     p->weights_len = static_cast<size_t>(st.st_size);
     // Large weights are read into 2 MiB-aligned private memory backed by transparent huge
     // pages: streaming them (every call reads them all) then misses the TLB 512x less often
-    // and the prefetchers run further (measured: the memory-bound products 1.3-1.5x faster
-    // than from the 4 KiB-page file mapping). Each of the program's threads reads 16 MiB
+    // and the prefetchers run further (the memory-bound products ran faster than from the
+    // 4 KiB-page file mapping: bench/results/README.md). Each of the program's threads reads 16 MiB
     // chunks and hashes each one as soon as it is in (sha256-tree-16MiB: the digest is
     // checked on the copy, while the bytes are still in cache). Smaller weights, or
     // CHROMA_WEIGHTS_MMAP=1, keep the shared page-cache mapping and are hashed in place.

@@ -103,11 +103,12 @@ CHROMA_ALWAYS_INLINE float exp_core(float x) {
 }
 
 CHROMA_ALWAYS_INLINE float exp_f32(float x) {
-  // Clamp so that n stays at most 128; beyond, the scaling below overflows to inf by itself.
-  // Below -104 the result is 0 (exp(-103.97) is half the smallest subnormal): it is selected,
-  // and the arithmetic runs on a harmless 0 instead, because scaling down to a subnormal or
-  // zero costs a microcode assist per element on x86 (a causal mask's -inf half of every
-  // softmax row ran 19x slower than PyTorch). NaN passes through the selects and the arithmetic.
+  // Clamp so that n stays at most 128; beyond, the scaling below overflows to inf by itself. Below
+  // -104 the result is 0 (exp(-103.97) is half the smallest subnormal): it is selected, and the
+  // arithmetic runs on a harmless 0 instead, because scaling down to a subnormal or zero costs a
+  // microcode assist per element on x86 (a causal mask's -inf half of every softmax row ran many
+  // times slower than PyTorch: bench/results/README.md). NaN passes through the selects and the
+  // arithmetic.
   const bool zero = x < -104.0f;
   float xc = x > 89.0f ? 89.0f : x;
   xc = zero ? 0.0f : xc;
@@ -332,10 +333,10 @@ template <class T> CHROMA_ALWAYS_INLINE T pow_(T a, T b) {
     return r;
   }
 }
-// NaN propagates: a NaN operand is returned (b's when both are). maximum(-0, +0) returns a.
-// Written as two selects, each on one comparison, so that both max/min reductions and
-// elementwise trees of them vectorize: with the condition `a < b || b != b` GCC 12 turned a
-// tree of 8 maximums (a 3x3 max pool) into branches, and the pool ran scalar at 7x the time.
+// NaN propagates: a NaN operand is returned (b's when both are). maximum(-0, +0) returns a. Written
+// as two selects, each on one comparison, so that both max/min reductions and elementwise trees of
+// them vectorize: with the condition `a < b || b != b` GCC 12 turned a tree of 8 maximums (a 3x3
+// max pool) into branches, and the pool ran scalar (bench/results/README.md).
 template <class T> CHROMA_ALWAYS_INLINE T maximum(T a, T b) {
   if constexpr (kIsFloat<T>) {
     const T a2 = b != b ? b : a;

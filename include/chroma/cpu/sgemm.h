@@ -1,13 +1,12 @@
 // chroma::et::sgemm: the float32 matrix products of generated code (matmul kernels and the
 // GEMMs of convolutions) on oneDNN's sgemm, threaded by the program's own pool.
 //
-// Why oneDNN and not OpenBLAS: on the shapes models bring (linear layers of 49-3136 rows,
-// 1x1 convolutions, attention blocks) Debian's oneDNN 2.6 sgemm ran 5-35% faster than
-// OpenBLAS 0.3.21 at one thread and 10-40% faster at two (bench/gemm.cpp, figures in
-// docs/architecture.md). Why Chroma's pool and not oneDNN's OpenMP threads: oneDNN's workers
-// and the pool's would spin on the same cores between kernels; the pool splits one product
-// into one block of columns (or rows) per thread and every block runs on one thread, so no
-// OpenMP team is ever started by a product.
+// Why oneDNN and not OpenBLAS: on the shapes models bring (linear layers of 49-3136 rows, 1x1
+// convolutions, attention blocks) Debian's oneDNN 2.6 sgemm ran faster than OpenBLAS 0.3.21 at one
+// thread and at two (bench/gemm.cpp; figures in bench/results/README.md). Why Chroma's pool and not
+// oneDNN's OpenMP threads: oneDNN's workers and the pool's would spin on the same cores between
+// kernels; the pool splits one product into one block of columns (or rows) per thread and every
+// block runs on one thread, so no OpenMP team is ever started by a product.
 //
 // Only included where oneDNN's headers are present; the generated code calls it only when
 // the artifact links oneDNN (CpuCodegenOptions::dnnl).
@@ -43,9 +42,9 @@ inline constexpr int64_t kAliasPitch = 1024;
 inline void serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
                    int64_t ldb, float* C, int64_t ldc) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  // Wide products in blocks of at most kMaxCols columns (A is packed once per block): on
-  // 197 x 3072 x 768 oneDNN 2.6 ran at 46-56 GFLOP/s in one call and 68-71 in 768-column
-  // blocks, where OpenBLAS ran at 59-70 (bench/gemm.cpp).
+  // Wide products in blocks of at most kMaxCols columns (A is packed once per block): on wide
+  // products oneDNN 2.6 ran faster in 768-column blocks than in one call, where it fell
+  // behind OpenBLAS (bench/gemm.cpp; figures in bench/results/README.md).
   if (n > kMaxCols) {
     const int64_t pieces = (n + kBlockCols - 1) / kBlockCols;
     const int64_t width = ((n + pieces - 1) / pieces + 15) / 16 * 16;
@@ -56,9 +55,9 @@ inline void serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
   }
   // A B read as it lies (not transposed) whose rows lie a multiple of 4 KiB apart sits in the
   // same few cache sets, row after row, and oneDNN 2.6 reads it unpacked for all but large m:
-  // on Zen 2 (AVX2), 64 x 1024 x 256 ran at 29 GFLOP/s against 87 with a pitch of 1040
-  // (every n a multiple of 1024 alike; m = 784 unaffected). Such a B is copied first into rows
-  // of a pitch that is not (copy included: 76 GFLOP/s at m = 64, 52 at m = 16).
+  // such a product ran at a fraction of the rate it reached with a pitch of 1040 (every n a
+  // multiple of 1024 alike; m = 784 unaffected). Such a B is copied first into rows of a
+  // pitch that is not, which is faster even with the copy (figures in bench/results/README.md).
   thread_local std::vector<float> pitched;
   if (!tb && m > 1 && k > 1 && ldb % kAliasPitch == 0) {
     int64_t pitch = (n + 15) / 16 * 16 + 16;

@@ -1,10 +1,10 @@
 // SHA-256 (FIPS 180-4) through OpenSSL's libcrypto, and the chunked digest of weights files.
 //
-// Used by the compiler to fingerprint artifacts and weights, and by the generated runtime code
-// to verify them at load. OpenSSL picks the fastest implementation the CPU has at run time
-// (SHA-NI on these machines: about 1.4 GB/s per core, against 0.23 GB/s for a portable C++
-// one), so anything that includes this header links -lcrypto. Header-only, all `inline`,
-// valid C++17 (generated code includes it).
+// Used by the compiler to fingerprint artifacts and weights, and by the generated runtime code to
+// verify them at load. OpenSSL picks the fastest implementation the CPU has at run time (SHA-NI
+// where the CPU has it, several times faster than a portable C++ one: bench/results/README.md), so
+// anything that includes this header links -lcrypto. Header-only, all `inline`, valid C++17
+// (generated code includes it).
 //
 //   chroma::detail::Sha256 h;
 //   h.update(data, n);                  // any number of times, any chunk sizes

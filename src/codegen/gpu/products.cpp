@@ -224,7 +224,7 @@ struct Gemm {
 
 void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
   // 8-deep slices: SwiftShader's pipeline compile time grows with the workgroup memory
-  // declared (about 0.35 ms per element: 16-deep slices of 64 x 64 tiles took 0.7 s).
+  // declared (the figures: bench/results/README.md).
   constexpr int64_t T = 16, BK = 8;
   const int64_t RM = g.M >= 64 ? 4 : g.M >= 32 ? 2 : 1, RN = g.N >= 64 ? 4 : g.N >= 32 ? 2 : 1;
   const int64_t BM = T * RM, BN = T * RN;

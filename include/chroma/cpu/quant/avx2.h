@@ -237,7 +237,7 @@ __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, c
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_si256();
       // Not unrolled: unrolled, GCC reassociates the 16-bit sums across steps into a tree
-      // whose partial products spill to the stack (measured 2x slower).
+      // whose partial products spill to the stack (measured slower: bench/results/README.md).
 #pragma GCC unroll 1
       for (int t = 0; t < kRun; ++t) {
         const int64_t r = r0 + 4 * t;
@@ -260,9 +260,9 @@ __attribute__((always_inline)) inline void int8_panel_avx2(const uint32_t* xp, c
       }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        // Even words sign-extended by vpmaddwd with (1, 0): one instruction where a shift
-        // pair took two, and not a shift (q6's bits already take four shifts a step): q6
-        // 1.24x faster at 4-8 rows on Zen 2, q4 unchanged. Odd words by an arithmetic shift.
+        // Even words sign-extended by vpmaddwd with (1, 0): one instruction where a shift pair took
+        // two, and not a shift (q6's bits already take four shifts a step): q6 faster at 4-8 rows,
+        // q4 unchanged (bench/results/README.md). Odd words by an arithmetic shift.
         even[i] = _mm256_add_epi32(even[i], _mm256_madd_epi16(acc[i], _mm256_set1_epi32(1)));
         odd[i] = _mm256_add_epi32(odd[i], _mm256_srai_epi32(acc[i], 16));
       }

@@ -236,9 +236,9 @@ __attribute__((always_inline)) inline void int8_panel(const uint32_t* xq, const 
       for (int t = 0; t < kSets; ++t) {
         const int64_t r = r0 + 4 * t;
         if (kSets > 1 && r >= rows) break;
-        // 4 KB ahead (the weights are one stream, panel after panel): the unembedding of the
-        // reference model (K = 128, 201,088 columns, one row) 0.76 -> 0.70 ms against 1 KB
-        // ahead on a Zen 4 core; 16 KB was slower (0.84).
+        // 4 KB ahead (the weights are one stream, panel after panel): the fastest of 1, 4 and
+        // 16 KB on the reference model's unembedding (K = 128, 201,088 columns, one row;
+        // bench/results/README.md).
         _mm_prefetch(reinterpret_cast<const char*>(in + 4096), _MM_HINT_T0);
         __m512i w;
         in = decode_quads<F>(in, &w);
