@@ -29,8 +29,11 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .program import ArtifactError
-from .webgpu import _WORD, STATUS_BYTES, GpuEntry, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram, read_package
+from .errors import ArtifactError, IndexOutOfRange, PackageError, RunError
+from .runtime.artifact import verified_library
+from .runtime.package import STATUS_BYTES, Package, read_package
+from .runtime.package import WORD as _WORD
+from .webgpu import GpuEntry, WebGPUProgram
 
 __all__ = ["CudaProgram", "DeviceArray", "MetalProgram"]
 
@@ -423,12 +426,7 @@ def load_native(directory: str, manifest: dict, mpath: str, package: Package, *,
         raise RunError(f"{directory}: this CUDA artifact was compiled without nvcc ({why}), so it holds no GPU code; "
                        f"compile it where nvcc is installed, or chroma.load(directory, emulate=True) runs its kernels on "
                        f"the CPU SIMT emulator")
-    lib = host.get("library")
-    if not isinstance(lib, str) or os.path.basename(lib) != lib or lib in ("", ".", ".."):
-        raise ArtifactError(f"{mpath}: field '{target}.host.library' ({lib!r}) must name a file in the artifact directory")
-    path = os.path.join(directory, lib)
-    if not os.path.isfile(path):
-        raise ArtifactError(f"{mpath}: the {kind} host library {path} it names is missing")
+    path = verified_library(directory, host, f"{target}.host", mpath, f"{kind} host library")
     if target == "metal":
         if graph:
             raise ValueError("graph=True is CUDA's (a Metal call is one command buffer already)")

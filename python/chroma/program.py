@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import ml_dtypes
 import numpy as np
 
+from .errors import ArtifactError
+
 __all__ = ["Program", "Entry", "load", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
 
 ARTIFACT_VERSION = 3
@@ -25,10 +27,6 @@ _DTYPES = {
     "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_,
     "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,  # NumPy has no bfloat16: ml_dtypes' (PyPI)
 }
-
-
-class ArtifactError(ValueError):
-    """A corrupt, truncated, incomplete or mismatched artifact."""
 
 
 def _sha256(path: str) -> str:
@@ -309,11 +307,9 @@ def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
     """A WebGPU artifact: its manifest names the package beside the directory."""
     from .webgpu import WebGPUProgram
 
-    rel = _field(manifest, "package.file", mpath)
-    path = os.path.normpath(os.path.join(directory, rel))
-    if not os.path.isfile(path):
-        raise ArtifactError(f"{mpath}: the package {path} it names (field package.file) is missing")
-    prog = WebGPUProgram(path)
+    from .runtime.artifact import read_artifact_package
+
+    prog = WebGPUProgram(read_artifact_package(directory, manifest, mpath))
     prog.manifest = manifest  # the artifact's description: the lowered kernels, the plan
     return prog
 

@@ -26,9 +26,10 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from .program import ArtifactError
-from .webgpu import (STATUS_BYTES, GpuEntry, IndexOutOfRange, Package, PackageError, RunError, WebGPUProgram,
-                     read_package)
+from .errors import ArtifactError, IndexOutOfRange, PackageError, RunError
+from .runtime.artifact import package_file, read_artifact_package, verified_library
+from .runtime.package import STATUS_BYTES, Package, read_package
+from .webgpu import GpuEntry, WebGPUProgram
 
 __all__ = ["EmulatedProgram"]
 
@@ -60,8 +61,12 @@ class EmulatedProgram(WebGPUProgram):
         if modules != len(p.kernels):
             raise ArtifactError(f"{library}: holds {modules} kernels, the package {p.where} {len(p.kernels)}")
         # Device memory: word arrays (one spare word so that an empty buffer has an address).
-        self._arena = np.zeros(p.arena_bytes // 4 + 1, np.uint32)
-        self._state = np.zeros(p.state_bytes // 4 + 1, np.uint32)
+        try:
+            self._arena = np.zeros(p.arena_bytes // 4 + 1, np.uint32)
+            self._state = np.zeros(p.state_bytes // 4 + 1, np.uint32)
+        except MemoryError:
+            raise RunError(f"{p.where}: the emulator cannot allocate the package's arena ({p.arena_bytes} bytes) and "
+                           f"state ({p.state_bytes} bytes)") from None
         self._write_state()
         self._shards = [np.frombuffer(p.section(off, nb), np.uint8).copy().view(np.uint32) if nb % 4 == 0 else
                         np.frombuffer(bytes(p.section(off, nb)) + bytes(-nb % 4), np.uint32).copy()
@@ -184,21 +189,12 @@ def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reve
               device: int = 0, graph: bool = False) -> WebGPUProgram:
     """A CUDA or Metal artifact directory: on the emulator when `emulate`; a CUDA artifact
     otherwise on the GPU (chroma.cuda); otherwise a clear error."""
-    pkg = manifest.get("package", {})
-    pfile = pkg.get("file")
-    if not isinstance(pfile, str) or not pfile:
-        raise ArtifactError(f"{mpath}: field 'package.file' is missing")
-    path = os.path.normpath(os.path.join(directory, pfile))
-    if not os.path.isfile(path):
-        raise ArtifactError(f"{mpath}: the package {path} it names is missing")
+    package_file(directory, manifest, mpath)  # named right and present, before anything else
     if not emulate and manifest.get("target") != "metal":
         if not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")):
             raise RunError(f"{directory}: a CUDA artifact, and this machine has no NVIDIA GPU (no /dev/nvidia0); "
                            f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
-    package = read_package(path)  # checks the content digest in its header
-    if package.digest != pkg.get("sha256"):
-        raise ArtifactError(f"{mpath}: field 'package.sha256' is {pkg.get('sha256')!r}, the package {path} is "
-                            f"{package.digest}")
+    package = read_artifact_package(directory, manifest, mpath)
     if not emulate:
         from .cuda import load_native
         try:
@@ -207,15 +203,7 @@ def load_cuda(directory: str, manifest: dict, mpath: str, *, emulate: bool, reve
             if "emulate=True" in str(e):
                 raise
             raise RunError(f"{e}; chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator") from None
-    emu = manifest.get("emulator", {})
-    lib = emu.get("library")
-    if not isinstance(lib, str) or not lib:
-        raise ArtifactError(f"{mpath}: field 'emulator.library' is missing")
-    if os.path.basename(lib) != lib or lib in (".", ".."):
-        raise ArtifactError(f"{mpath}: field 'emulator.library' ({lib!r}) must name a file in the artifact directory")
-    lib = os.path.join(directory, lib)
-    if not os.path.isfile(lib):
-        raise ArtifactError(f"{mpath}: the emulator library {lib} it names is missing")
+    lib = verified_library(directory, manifest.get("emulator"), "emulator", mpath, "emulator's library")
     prog = EmulatedProgram(package, lib, reverse=reverse)
     prog.manifest, prog.directory = manifest, directory
     return prog

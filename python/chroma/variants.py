@@ -1,5 +1,6 @@
 """Artifacts with several weight variants, and the memory-aware choice between them
-(docs/quantization.md, "Several variants"; DESIGN.md after seed 002's `--transformer auto`).
+(docs/quantization.md, "Several variants": the memory-aware choice a text-to-image user makes
+with `--transformer auto`).
 
     prog = chroma.compile(model, (x,), weights=["fp32", "q8", "q4"], out="build/mv")
     prog = chroma.load("build/mv", weights="auto")   # the most accurate variant that fits now
@@ -134,10 +135,36 @@ def _mb(b: int) -> str:
     return f"{b / 1e6:.1f} MB"
 
 
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << 62)
+
+
+def _check_variant(v: Any, where: str) -> None:
+    """One entry of a variants manifest: its name and directory, what it needs in memory (each
+    part a non-negative byte count, the total their sum) and its error (finite, non-negative)."""
+    from .errors import ArtifactError
+
+    if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not _NAME.match(v["name"]) \
+            or v.get("directory") != f"variants/{v['name']}":
+        raise ArtifactError(f"{where} is malformed: expected fields name (letters, digits, _ . -) and directory "
+                            f"'variants/<name>'")
+    need = v.get("need")
+    parts = ("weights", "library", "arena", "state", "margin")
+    if not isinstance(need, dict) or not all(_count(need.get(k)) for k in parts + ("total",)):
+        raise ArtifactError(f"{where} ('{v['name']}'): field 'need' is {need!r}, expected non-negative byte counts "
+                            f"{', '.join(parts)} and total")
+    if need["total"] != sum(need[k] for k in parts):
+        raise ArtifactError(f"{where} ('{v['name']}'): field 'need.total' is {need['total']}, not the sum of its parts "
+                            f"({sum(need[k] for k in parts)})")
+    e = v.get("rel_l2")
+    if not isinstance(e, (int, float)) or isinstance(e, bool) or not (0 <= e < float("inf")):
+        raise ArtifactError(f"{where} ('{v['name']}'): field 'rel_l2' is {e!r}, expected a finite non-negative number")
+
+
 def load_variant(directory: str, manifest: Dict[str, Any], weights: Optional[str], memory_limit: Optional[int],
                  loader, **kwargs):
     """Picks and loads one variant of a variants artifact (see the module's docstring)."""
-    from .program import ArtifactError
+    from .errors import ArtifactError
 
     mpath = os.path.join(directory, "manifest.json")
     if manifest.get("version") != VARIANTS_VERSION:
@@ -147,12 +174,14 @@ def load_variant(directory: str, manifest: Dict[str, Any], weights: Optional[str
     if not isinstance(variants, list) or not variants:
         raise ArtifactError(f"{mpath}: field 'variants' must be a non-empty list")
     for i, v in enumerate(variants):
-        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not _NAME.match(v["name"]) \
-                or v.get("directory") != f"variants/{v['name']}" or not isinstance(v.get("need", {}).get("total"), int) \
-                or not isinstance(v.get("rel_l2"), (int, float)):
-            raise ArtifactError(f"{mpath}: variant {i} is malformed (fields name, directory 'variants/<name>', "
-                                "need.total, rel_l2)")
+        _check_variant(v, f"{mpath}: variant {i}")
     names = [v["name"] for v in variants]
+    if len(set(names)) != len(names):
+        raise ArtifactError(f"{mpath}: field 'variants' names a variant twice ({', '.join(names)})")
+    if memory_limit is not None:
+        if not isinstance(memory_limit, (int, float)) or isinstance(memory_limit, bool) or not 0 <= memory_limit < 2**63:
+            raise TypeError(f"memory_limit={memory_limit!r}: expected a number of bytes (a non-negative number) or None")
+        memory_limit = int(memory_limit)
     if weights not in (None, "auto"):
         if weights not in names:
             raise ValueError(f"weights={weights!r}: this artifact has the variants {', '.join(names)}")

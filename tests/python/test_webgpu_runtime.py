@@ -235,7 +235,7 @@ def test_truncated():
 def test_wrong_magic():
     data = _good()
     data[:8] = b"CHROMAXX"
-    with pytest.raises(PackageError, match="not a Chroma WebGPU package"):
+    with pytest.raises(PackageError, match="not a Chroma WebGPU, CUDA or Metal package"):
         read_package(bytes(data))
     assert issubclass(PackageError, ArtifactError)
 
@@ -379,18 +379,27 @@ def test_close_and_lost_device():
         p(X)
 
 
-def test_grid_larger_than_device_limit():
+def test_grid_larger_than_limit():
     most = ADAPTER.limits["max-compute-workgroups-per-dimension"]
-    data = fx.affine_package(X, W, edit=lambda m: m["dispatches"][1].update(grid=[1, most + 1, 1]))
-    with pytest.raises(RunError, match=rf"dispatch 1 \('Assign <- mul_1, add_1'\) has grid \[1, {most + 1}, 1\], "
-                                       rf"more than the device's maxComputeWorkgroupsPerDimension {most}"):
-        WebGPUProgram(data)
+    # Beyond the package's own limit (WebGPU's default): refused when the package is read.
+    data = fx.affine_package(X, W, edit=lambda m: m["dispatches"][1].update(grid=[1, 65536, 1]))
+    with pytest.raises(PackageError, match=r"'dispatches\[1\]': grid dimension is 65536, more than "
+                                           r"maxComputeWorkgroupsPerDimension 65535"):
+        read_package(data)
+    # Within a limit the package raises beyond the adapter's: refused before a device is made.
+    data = fx.affine_package(X, W, edit=lambda m: (m["requirements"]["limits"].update(
+        maxComputeWorkgroupsPerDimension=most + 1), m["dispatches"][1].update(grid=[1, most + 1, 1])))
+    counting = _CountingAdapter(ADAPTER)
+    with pytest.raises(RunError, match=rf"requires the limit maxComputeWorkgroupsPerDimension = {most + 1}, but the "
+                                       rf"adapter .* offers {most}"):
+        WebGPUProgram(data, adapter=counting)
+    assert counting.devices == 0
 
 
 def test_buffer_larger_than_default_binding_limit():
     most = 128 << 20  # WebGPU's default, which the device gets when the package asks for no more
     data = fx.affine_package(X, W, edit=lambda m: m["arena"].update(bytes=most + 256))
-    with pytest.raises(PackageError, match=rf"'arena.bytes' is {most + 256}, more than the device's "
+    with pytest.raises(PackageError, match=rf"'arena.bytes' is {most + 256}, more than "
                                            rf"maxStorageBufferBindingSize {most} "):
         WebGPUProgram(data)
 
@@ -432,7 +441,8 @@ def test_generated_and_sampled_golden_data():
         return edit
     _edit_rejected(bad(kind="normal"), r"'golden.inputs\[0\]': field 'generate' is .*'normal'.*expected")
     _edit_rejected(bad(seed=-1), r"'golden.inputs\[0\]': field 'generate' is .* a 32-bit unsigned integer")
-    _edit_rejected(bad(low=float("nan")), r"'golden.inputs\[0\]': field 'generate' is ")
+    _edit_rejected(bad(low=float("nan")), r"the manifest is not UTF-8 JSON .*NaN is not JSON")  # NaN is no JSON
+    _edit_rejected(bad(low=1e39), r"'golden.inputs\[0\]': field 'generate' is ")  # beyond float32
     _edit_rejected(lambda m: m["golden"]["outputs"][0].update(stride=0),
                    r"'golden.outputs\[0\]': field 'stride' is 0, expected a positive integer")
     _edit_rejected(lambda m: m["golden"]["outputs"][0].update(stride=2),

@@ -63,7 +63,23 @@ export const DEFAULT_LIMITS: Readonly<Record<string, number>> = {
   maxUniformBuffersPerShaderStage: 12,
   maxBindingsPerBindGroup: 1000,
   maxComputeWorkgroupsPerDimension: 65535,
+  maxComputeInvocationsPerWorkgroup: 256,
 };
+
+/**
+ * The work bound: one dispatch launches at most WORK_FLOOR invocations, or WORK_PER_WORD per
+ * 32-bit word of the arena and the state if that is more (python/chroma/runtime/package.py
+ * applies the same rule). A generated kernel launches about one invocation per element it
+ * writes; a grid far beyond that is a hostile or corrupt package that would hang the device.
+ */
+export const WORK_FLOOR = 2 ** 24;
+export const WORK_PER_WORD = 64;
+/** The deepest nesting of objects and arrays a manifest may have. */
+export const MAX_JSON_DEPTH = 64;
+
+export function workLimit(arenaBytes: number, stateBytes: number): number {
+  return Math.max(WORK_FLOOR, WORK_PER_WORD * Math.floor((arenaBytes + stateBytes) / 4));
+}
 
 export interface Requirements {
   features: string[];

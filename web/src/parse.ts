@@ -3,7 +3,8 @@
 
 import { PackageError } from './errors.js';
 import {
-  ALIGNMENT, DEFAULT_LIMITS, DTYPES, FORMAT_VERSION, HEADER_SIZE, MAGIC, STATUS_BYTES, numel, storageBytes,
+  ALIGNMENT, DEFAULT_LIMITS, DTYPES, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_JSON_DEPTH, STATUS_BYTES, numel, storageBytes,
+  workLimit,
 } from './format.js';
 import type {
   DType, Dispatch, DispatchBinding, GoldenTensor, IOTensor, Kernel, KernelBinding, Manifest,
@@ -138,8 +139,13 @@ function readManifest(bytes: Uint8Array, h: Header, hex: string): Manifest {
   let m: Record<string, unknown>;
   try {
     const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(h.manifestOffset, end));
+    const depth = jsonDepth(text);
+    if (depth > MAX_JSON_DEPTH) {
+      throw new PackageError(`the manifest nests objects and arrays ${depth} deep, more than the ${MAX_JSON_DEPTH} a package may`);
+    }
     m = JSON.parse(text) as Record<string, unknown>;
   } catch (e) {
+    if (e instanceof PackageError) throw e;
     throw new PackageError(`the manifest is not valid UTF-8 JSON: ${(e as Error).message}`);
   }
   const c = new Checker(h.payloadSize);
@@ -152,6 +158,14 @@ function readManifest(bytes: Uint8Array, h: Header, hex: string): Manifest {
       `manifest version ${JSON.stringify(root.version)} is not supported (this runtime reads version ${FORMAT_VERSION})`);
   }
   const compilerVersion = c.str(root.compiler_version, 'compiler_version');
+  if (root.dialect !== undefined && root.dialect !== 'wgsl') {
+    throw new PackageError(`manifest field dialect is ${JSON.stringify(root.dialect)}: a ${String(root.dialect).slice(0, 16)} ` +
+      'package (.chroma-cuda, .chroma-metal), not a WebGPU one; this runtime runs WGSL packages');
+  }
+  if (root.entries !== undefined && root.entries !== null) {
+    const n = Array.isArray(root.entries) ? root.entries.length : -1;
+    if (n !== 1) throw new PackageError(`manifest field entries: a WebGPU package has one entry point, this one lists ${n < 0 ? 'no list' : n}`);
+  }
   if (root.content_hash !== hex) {
     throw new PackageError(`manifest field content_hash ${JSON.stringify(root.content_hash)} is not the header's digest ${hex}`);
   }
@@ -219,6 +233,7 @@ function readManifest(bytes: Uint8Array, h: Header, hex: string): Manifest {
   });
 
   const kernels = c.arr(root.kernels, 'kernels').map((k, i) => c.kernel(k, `kernels[${i}]`, requirements));
+  c.work = workLimit(arena.bytes, stateBytes);
   const dispatches = c.arr(root.dispatches, 'dispatches').map((d, i) =>
     c.dispatch(d, i, kernels, shards.length, stateBytes, params.bytes));
 
@@ -228,6 +243,30 @@ function readManifest(bytes: Uint8Array, h: Header, hex: string): Manifest {
     outputs: c.goldenList(goldenObj.outputs, 'golden.outputs', outputs),
     tolerance: c.tolerance(goldenObj.tolerance),
   };
+  // Golden int64 inputs go to the device as int32 (their storage): a value beyond it is a
+  // package no device can run as stored.
+  const payloadBytes = bytes.subarray(h.payloadOffset, h.payloadOffset + h.payloadSize);
+  golden.inputs.forEach((g, i) => {
+    if (g.dtype !== 'int64' || g.generate) return;
+    const dv = new DataView(payloadBytes.buffer, payloadBytes.byteOffset + g.offset, g.bytes);
+    for (let j = 0; j + 8 <= g.bytes; j += 8) {
+      const v = dv.getBigInt64(j, true);
+      if (v < BigInt(-2147483648) || v > BigInt(2147483647)) {
+        throw new PackageError(`golden.inputs[${i}] (${g.name}): int64 value ${v} does not fit in int32, which the package stores int64 tensors as`);
+      }
+    }
+  });
+  // A WebGPU package has one entry point; an `entries` list, when present, must describe the
+  // top-level schedule (the first entry's) and nothing else.
+  if (root.entries !== undefined && root.entries !== null) {
+    const e = c.obj((root.entries as unknown[])[0], 'entries[0]');
+    const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
+    if (!same(e.inputs, root.inputs) || !same(e.outputs, root.outputs) || !same(e.dispatches, root.dispatches) ||
+        (e.output_structure ?? 'single') !== (root.output_structure ?? 'single')) {
+      throw new PackageError('manifest field entries[0] differs from the top-level inputs, outputs, output_structure and ' +
+        'dispatches, which must be the first entry\'s');
+    }
+  }
   const stats = root.stats === undefined ? undefined : c.obj(root.stats, 'stats') as Record<string, number>;
 
   const manifest: Manifest = {
@@ -245,6 +284,9 @@ function readManifest(bytes: Uint8Array, h: Header, hex: string): Manifest {
 class Checker {
   /** Effective limits: the package's requirements over WebGPU's defaults. */
   limits: Record<string, number> = { ...DEFAULT_LIMITS };
+
+  /** The most invocations one dispatch may launch (workLimit). */
+  work = 0;
 
   constructor(private readonly payloadSize: number) {}
 
@@ -354,6 +396,7 @@ class Checker {
     const name = this.str(o.name, `${p}.name`);
     const wg = this.arr(o.workgroup_size, `${p}.workgroup_size`).map((d, i) => this.int(d, `${p}.workgroup_size[${i}]`));
     if (wg.length !== 3 || wg.some((d) => d === 0)) this.fail(`${p}.workgroup_size`, 'three positive integers', o.workgroup_size);
+    this.limit('maxComputeInvocationsPerWorkgroup', wg[0]! * wg[1]! * wg[2]!, `${p}.workgroup_size (its invocations)`);
     const seen = new Set<number>();
     let uniforms = 0;
     let storages = 0;
@@ -402,6 +445,11 @@ class Checker {
     const grid = this.arr(o.grid, `${p}.grid`).map((d, j) => this.int(d, `${p}.grid[${j}]`));
     if (grid.length !== 3) this.fail(`${p}.grid`, 'three integers', o.grid);
     for (const g of grid) this.limit('maxComputeWorkgroupsPerDimension', g, `dispatch ${i}: grid dimension`);
+    const invocations = grid[0]! * grid[1]! * grid[2]! * kernel.workgroup_size[0] * kernel.workgroup_size[1] * kernel.workgroup_size[2];
+    if (invocations > this.work) {
+      throw new PackageError(`dispatch ${i}: grid [${grid}] launches ${invocations} invocations, more than the ${this.work} ` +
+        'a dispatch of this package may (the work bound: 64 per word of the arena and state, at least 2^24)');
+    }
     const uniform = kernel.bindings.find((b) => b.type === 'uniform');
     let params = 0;
     if (uniform) {
@@ -515,4 +563,28 @@ function indexOf(hay: Uint8Array, needle: Uint8Array): number {
 function quoteBytes(b: Uint8Array): string {
   const ascii = Array.from(b, (x) => (x >= 0x20 && x < 0x7f ? String.fromCharCode(x) : `\\x${x.toString(16).padStart(2, '0')}`)).join('');
   return b.length === 0 ? 'nothing (the file is empty)' : `"${ascii}"`;
+}
+
+/** How deep a JSON text's objects and arrays nest (brackets inside strings skipped). */
+function jsonDepth(text: string): number {
+  let depth = 0;
+  let most = 0;
+  let inString = false;
+  let escaped = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (c === 0x5c) escaped = true;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === 0x5b || c === 0x7b) {
+      depth++;
+      if (depth > most) most = depth;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return most;
 }
