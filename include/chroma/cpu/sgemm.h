@@ -42,9 +42,9 @@ inline constexpr int64_t kAliasPitch = 1024;
 inline void serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
                    int64_t ldb, float* C, int64_t ldc) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  // Wide products in blocks of at most kMaxCols columns (A is packed once per block): on wide
-  // products oneDNN 2.6 ran faster in 768-column blocks than in one call, where it fell
-  // behind OpenBLAS (bench/gemm.cpp; figures in bench/results/README.md).
+  // Products wider than kMaxCols columns in blocks of at most kBlockCols (A is packed once per
+  // block): on wide products oneDNN 2.6 ran faster in 768-column blocks than in one call,
+  // where it fell behind OpenBLAS (bench/gemm.cpp; figures in bench/results/README.md).
   if (n > kMaxCols) {
     const int64_t pieces = (n + kBlockCols - 1) / kBlockCols;
     const int64_t width = ((n + pieces - 1) / pieces + 15) / 16 * 16;
