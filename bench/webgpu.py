@@ -1,7 +1,7 @@
 """Chroma's WebGPU package against the WebGPU peers, on the same adapter, in one run.
 
-    .venv/bin/python bench/webgpu.py --kuma /work/kuma            # every model, every system
-    .venv/bin/python bench/webgpu.py --quick --kuma /work/kuma    # a short run (fewer calls)
+    .venv/bin/python bench/webgpu.py --kuma KUMA_DIR            # every model, every system
+    .venv/bin/python bench/webgpu.py --quick --kuma KUMA_DIR    # a short run (fewer calls)
     .venv/bin/python bench/webgpu.py --models simple32,mobilenet_v3_small --systems chroma,kuma
 
 Systems:

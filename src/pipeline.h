@@ -1,5 +1,6 @@
 // The compiler pipeline, as one linear script for every target (pipeline.cpp):
-//   import -> fold constants -> DCE -> CSE -> DCE -> lower with the target's options (fusion,
+//   import -> widen_half -> DCE -> fold constants -> DCE -> CSE -> DCE (optimize()) -> on the
+//   CPU target, route_experts -> lower with the target's options (fusion,
 //   kernels, arena plan) -> the target's writer (artifact/targets.h): lay out weights and
 //   state (shared), generate code (CPU C++ / GPU kernels), build or package, write the manifest.
 // CHROMA_DUMP_IR=1 prints the IR after every pass.
