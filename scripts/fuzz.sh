@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time on
-# a seed corpus made from the test models. `.ci/run` calls it with the default budget.
+# a seed corpus made from the test models, then the Python GPU package reader's fuzzer for the
+# same time. `.ci/run` calls it with the default budget.
 #
 #   ./scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 90; docs/fuzzing.md has the long run)
 #
@@ -42,4 +43,9 @@ for t in graph manifest; do
     exit 1
   fi
 done
+# The Python GPU package reader (chroma.runtime.package), mutating the test writer's packages;
+# what it accepts also runs on lavapipe (tests/fuzz/fuzz_package.py).
+echo "[fuzz] fuzz_package for ${SECONDS_PER_TARGET}s"
+mkdir -p build/fuzz/artifacts/package
+.venv/bin/python tests/fuzz/fuzz_package.py "$SECONDS_PER_TARGET" build/fuzz/artifacts/package
 echo "[fuzz] clean"
