@@ -54,9 +54,13 @@ class EmulatedProgram(WebGPUProgram):
             raise ArtifactError(f"{library}: the emulator's library does not load ({e})") from None
         launch = self._lib.chroma_simt_launch
         launch.restype = ctypes.c_int
-        launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-                           ctypes.c_int]
+        launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p),
+                           ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_void_p, ctypes.c_int]
         self._launch = launch
+        fault = self._lib.chroma_simt_fault
+        fault.restype = ctypes.c_int
+        fault.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_ulonglong)]
+        self._fault = fault
         modules = self._lib.chroma_simt_modules()
         if modules != len(p.kernels):
             raise ArtifactError(f"{library}: holds {modules} kernels, the package {p.where} {len(p.kernels)}")
@@ -98,16 +102,22 @@ class EmulatedProgram(WebGPUProgram):
                         (4 * o["batch_stride"], 4 * o["row_stride"], 4 * o["col_stride"])))
                 schedule.append((-1, 0, 0, mats, None))
                 continue
-            slots = []
+            slots, words = [], []
             for n in sorted(d["bindings"]):  # slot s is binding s + 1 (binding 0: the parameters)
                 buf = d["bindings"][n]
                 arr = self._shards[buf[1]] if isinstance(buf, tuple) else self._arena if buf == "arena" else self._state
                 slots.append(arr.ctypes.data)
+                # The buffer's own words (the arena and state carry a spare one): kernels index
+                # no further (the emulator checks every access; a GPU's memory protection would).
+                nbytes = p.shards[buf[1]][1] if isinstance(buf, tuple) else \
+                    p.arena_bytes if buf == "arena" else p.state_bytes
+                words.append(nbytes // 4)
             params = self._params.ctypes.data + (d["params"][1] if d["params"] else 0)
             gx, gy, gz = d["grid"]
             if gz != 1:
                 raise PackageError(f"{p.where}: dispatch grid {list(d['grid'])}: the emulator runs 2-D grids")
-            schedule.append((d["kernel"], gx, gy, (ctypes.c_void_p * max(1, len(slots)))(*slots), params))
+            schedule.append((d["kernel"], gx, gy, ((ctypes.c_void_p * max(1, len(slots)))(*slots),
+                                                   (ctypes.c_ulonglong * max(1, len(words)))(*words)), params))
         return schedule
 
     def __repr__(self):
@@ -129,8 +139,17 @@ class EmulatedProgram(WebGPUProgram):
             a, b, c = slots
             c[...] = np.matmul(a, b)  # float32 in, float32 accumulation (OpenBLAS sgemm)
             return
-        if gx and gy and self._launch(k, gx, gy, slots, params, int(self.reverse)) != 0:
+        if not (gx and gy):
+            return
+        rc = self._launch(k, gx, gy, slots[0], slots[1], params, int(self.reverse))
+        if rc == -1:
             raise RunError(f"{self.package.where}: dispatch {i}: the emulator has no kernel {k}")
+        if rc != 0:
+            slot, index, words = ctypes.c_int(), ctypes.c_longlong(), ctypes.c_ulonglong()
+            self._fault(ctypes.byref(slot), ctypes.byref(index), ctypes.byref(words))
+            raise RunError(f"{self.package.where}: dispatch {i} (kernel {k}) indexed word {index.value} of its storage "
+                           f"slot {slot.value}, outside the buffer's {words.value} words (the package's parameters "
+                           f"point past its buffers; the access was not made)")
 
     def __call__(self, *arrays: Any, **named: Any):
         return self._call_entry(0, arrays, named)
