@@ -23,13 +23,13 @@ import time
 
 import numpy as np
 
-from .program import load
+from .runtime.registry import load
 
 
 def _open(path):
     """An artifact directory (any target), or a WebGPU package file (.chroma-web)."""
     if os.path.isfile(path):
-        from .webgpu import WebGPUProgram
+        from .runtime.webgpu import WebGPUProgram
 
         return WebGPUProgram(path)
     return load(path)
@@ -169,7 +169,7 @@ def cmd_info(a):
 
 def _inspect_package(path):
     """A GPU package (WebGPU, CUDA or Metal): its manifest, requirements, kernels and schedule."""
-    from .webgpu import read_package
+    from .runtime.package import read_package
 
     pkg = read_package(path)
     m = pkg.manifest

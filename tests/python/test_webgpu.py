@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import compare, randint, randn  # noqa: E402
 
 import chroma  # noqa: E402
-from chroma import webgpu  # noqa: E402
+from chroma.runtime import webgpu  # noqa: E402
 
 os.environ.setdefault("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -126,7 +126,7 @@ def test_golden_data_within_budget(tmp_path):
     seed (the same float32 bits in Python and in JS), a large output is stored sampled; both
     runtimes' self-checks pass on it."""
     from chroma.golden import golden_uniform
-    from chroma.webgpu import read_package
+    from chroma.runtime.webgpu import read_package
 
     bits = golden_uniform(5, 7, -1.5, 2.25).view(np.uint32)  # the same literals as web/test/parse.test.mjs
     assert [int(b) for b in bits] == [0x3F2D0B9C, 0xBF108FBF, 0xBEDF6C6C, 0xBFA2F033, 0x3F48EF00]
@@ -155,7 +155,7 @@ def test_reductions_have_subgroup_variants(tmp_path):
     x, n = randn(6, 300), torch.randint(-50, 50, (70, 260), dtype=torch.int32)
     prog = _compile(f, (x, n), tmp_path)
     compare(prog(x.numpy(), n.numpy()), f(x, n), rtol=1e-4, atol=1e-5)
-    from chroma.webgpu import read_package
+    from chroma.runtime.webgpu import read_package
 
     kernels = read_package(str(tmp_path / "m.chroma-web")).manifest["kernels"]
     with_variants = [k for k in kernels if k.get("variants")]
