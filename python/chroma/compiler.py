@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sysconfig
 import tempfile
 import time
@@ -16,13 +15,17 @@ from .cache.model_cache import through_model_cache
 from .paths import default_cache_dir, include_dir
 from .quantization.quant import record_accuracy, weights_spec
 from .runtime.cpu import Program
-from .runtime.registry import load
+from .runtime.registry import TARGETS as _RUNTIME_TARGETS
+from .runtime.registry import load, load_compiled
 from .runtime.variants import MARGIN_BYTES, VARIANTS_FORMAT, VARIANTS_VERSION, variant_error, variant_name, variant_need
 
 __all__ = ["compile", "compile_entries", "include_dir", "default_cache_dir"]
 
 
-TARGETS = ("cpu", "webgpu", "cuda", "metal")
+# The targets chroma.compile builds and chroma.load runs: the compiler's registered targets
+# (src/targets/registry.cpp) that have a runtime (runtime/registry.py); the `null` target
+# writes no artifact (it checks GPU planning: _compiler.compile_graph(..., target="null")).
+TARGETS = tuple(_RUNTIME_TARGETS)
 
 
 def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
@@ -181,14 +184,11 @@ def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs
     return result
 
 
-def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any], target: str = "cpu") -> Any:
+def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Any:
     t0 = time.perf_counter()
-    if target in ("cuda", "metal"):
-        # The program returned runs the generated kernels on the CPU SIMT emulator, which works on
-        # every machine; chroma.load(out) runs a CUDA artifact natively on an NVIDIA GPU.
-        prog = load(out, emulate=True)
-    else:
-        prog = load(out, threads=threads)
+    # CUDA and Metal: the program returned runs the generated kernels on the CPU SIMT emulator,
+    # which works on every machine; chroma.load(out) runs the artifact natively on its GPU.
+    prog = load_compiled(out, threads)
     timings["load"] = time.perf_counter() - t0
     with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
         timings.update({f"compiler.{k}": v for k, v in json.load(f)["build"].get("phases", {}).items()})
@@ -245,11 +245,11 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
             _timed(timings, "graph_write", write)
             _timed(timings, "compiler", _build_graphs, paths, out, target=target, blas=blas, jobs=jobs,
                    cache_dir=cache_dir, max_depth=max_depth, weights=spec)
-            return _timed_load(out, threads, timings, target)
+            return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
-    if target != "cpu":  # the finished-artifact cache keeps CPU artifacts (their files) only
+    if _RUNTIME_TARGETS[target].gpu:  # the finished-artifact cache keeps CPU artifacts (their files) only
         return build({"model_cache": f"off (target {target})"})
     models = [(name, fn, examples[name]) for name, (fn, _) in entries.items()]
     options = dict(entries=list(entries), target=target, blas=blas, max_depth=max_depth)
@@ -304,7 +304,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
     if isinstance(weights, (list, tuple)):
 
-        if target != "cpu":
+        if _RUNTIME_TARGETS[target].gpu:
             raise ValueError("weights=[...]: several weight variants are for the cpu target")
         return compile_variants(compile, model_or_function, example_inputs, list(weights),
                                 out or tempfile.mkdtemp(prefix="chroma-"), blas=blas, jobs=jobs, cache_dir=cache_dir,
@@ -321,18 +321,18 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
             gpath = os.path.join(gdir, "graph.cgraph")
             _timed(timings, "graph_write", graph.write, gpath)
             golden = ""
-            if target != "cpu" and not graph.json.get("state_updates"):
+            if _RUNTIME_TARGETS[target].gpu and not graph.json.get("state_updates"):
                 golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
                                 [i["name"] for i in graph.json["inputs"]], gdir, _golden_weight_error(spec))
             _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
                    cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
             if spec:
                 _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
-            return _timed_load(out, threads, timings, target)
+            return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
-    if target != "cpu":  # the package lies beside the directory the model cache stores
+    if _RUNTIME_TARGETS[target].gpu:  # the package lies beside the directory the model cache stores
         return build({"model_cache": f"off (target {target})"})
     options = dict(target=target, blas=blas, max_depth=max_depth)
     if spec:

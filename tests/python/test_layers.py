@@ -5,6 +5,7 @@ together by a late import is still a cycle). The graph is read from the sources 
 
 import ast
 import os
+import sys
 
 import pytest
 
@@ -143,3 +144,40 @@ def test_old_module_names_still_work():
     assert chroma.simt.EmulatedProgram is chroma.runtime.EmulatedProgram
     assert not issubclass(chroma.runtime.MetalProgram, chroma.runtime.CudaProgram)
     assert not issubclass(chroma.runtime.CudaProgram, chroma.runtime.WebGPUProgram)
+
+
+# ---- the C++ compiler's layers (scripts/check_layers.py, run by the build) ------------------
+
+def _cmake_layers():
+    import re
+
+    text = open(os.path.join(ROOT, "..", "CMakeLists.txt"), encoding="utf-8").read()
+    block = re.search(r"set\(CHROMA_LAYERS\n(.*?)\n\)", text, re.S).group(1)
+    return re.findall(r'"([^"]*)"', block)
+
+
+def _check_layers(src):
+    import subprocess
+
+    script = os.path.join(ROOT, "..", "scripts", "check_layers.py")
+    return subprocess.run([sys.executable, script, src, *_cmake_layers()], capture_output=True, text=True, timeout=60)
+
+
+def test_compiler_layers_hold():
+    r = _check_layers(os.path.join(ROOT, "..", "src"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_compiler_layer_inversion_is_refused(tmp_path):
+    """An IR file including a pass's header, a lowering file including the CPU runtime's:
+    both named, with the line."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(ROOT, "..", "src"), src)
+    (src / "ir" / "bad.cpp").write_text('#include "ir/graph.h"\n#include "passes/dce.h"\n')
+    (src / "lower" / "bad.cpp").write_text('#include "chroma/cpu/et.h"\n')
+    r = _check_layers(str(src))
+    assert r.returncode == 1
+    assert "src/ir/bad.cpp:2: layer 'ir' includes passes/dce.h of layer 'passes'" in r.stderr, r.stderr
+    assert "src/lower/bad.cpp:1: includes the runtime header chroma/cpu/et.h" in r.stderr, r.stderr

@@ -350,7 +350,7 @@ def test_wgsl_golden(tmp_path, case):
     from chroma import _compiler
 
     fn, inputs = GOLDEN_CASES[case]
-    text = "\n".join(_compiler.gpu_kernel_sources(_graph(fn, inputs, tmp_path), "wgsl"))
+    text = "\n".join(_compiler.gpu_kernel_sources(_graph(fn, inputs, tmp_path), "webgpu"))
     path = os.path.join(GOLDEN, f"{case}.wgsl")
     if os.environ.get("CHROMA_UPDATE_GOLDEN") == "1":
         os.makedirs(GOLDEN, exist_ok=True)
@@ -361,8 +361,9 @@ def test_wgsl_golden(tmp_path, case):
 
 
 def test_cuda_dialect_compiles_with_nvcc(tmp_path):
-    """The same kernels printed by the CUDA dialect table compile with nvcc, each alone: the
-    generator is dialect-neutral (the CUDA target's whole-model kernels.cu: test_cuda.py)."""
+    """The kernels the CUDA target generates (its capability record and dialect, as a CUDA
+    package holds them) compile with nvcc, each alone (the whole-model kernels.cu:
+    test_cuda.py)."""
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         pytest.skip("nvcc is not installed (CUDA toolkit); the CUDA dialect is only compiled where it is")
@@ -389,7 +390,7 @@ def test_cuda_dialect_compiles_with_nvcc(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     for i, src in enumerate(sources):
         cu = tmp_path / f"k{i}.cu"
-        cu.write_text("#include <cstring>\n" + src)
+        cu.write_text("#include <cstring>\n#define CHROMA_SLOT(T) T* __restrict__\n" + src)
         r = subprocess.run([nvcc, "-c", "-arch=sm_80", "-o", str(tmp_path / f"k{i}.o"), str(cu)],
                            capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, f"kernel {i}:\n{src}\n{r.stderr}"

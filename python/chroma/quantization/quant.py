@@ -142,12 +142,10 @@ def record_accuracy(out: str, model: Any, inputs: Sequence[Any],
     """Runs the artifact in `out` and float32 PyTorch on the example inputs (and any
     calibration inputs) and stores the comparison in the manifest under "accuracy"."""
     from ..arrays import to_numpy
-    from ..runtime.registry import load
+    from ..runtime.registry import load_compiled
 
-    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
-        target = json.load(f).get("target", "cpu")
-    # CUDA and Metal artifacts as chroma.compile returns them: on the SIMT emulator (any machine).
-    prog = load(out, emulate=True) if target in ("cuda", "metal") else load(out, threads=1)
+    # As chroma.compile returns it (CUDA and Metal artifacts on the SIMT emulator: any machine).
+    prog = load_compiled(out, threads=1)
     sets = [tuple(inputs)] + [tuple(c) for c in (calibration or [])]
     per_output: List[List[Dict[str, Any]]] = []
     for ins in sets:

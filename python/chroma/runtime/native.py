@@ -35,7 +35,7 @@ from .gpu import GpuProgram
 from .package import STATUS_BYTES, Package
 from .package import WORD as _WORD
 
-__all__ = ["HostProgram", "CudaProgram", "DeviceArray", "MetalProgram", "load_artifact"]
+__all__ = ["HostProgram", "CudaProgram", "DeviceArray", "MetalProgram", "load_artifact", "describe_artifact"]
 
 _ERR = 1024
 _U64P = ctypes.POINTER(ctypes.c_uint64)
@@ -455,3 +455,23 @@ def load_artifact(directory: str, manifest: dict, mpath: str, options: Any) -> H
         raise RunError(f"{e}; chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator") from None
     prog.manifest, prog.directory = manifest, directory
     return prog
+
+
+def describe_artifact(m: dict) -> List[str]:
+    """What a CUDA or Metal artifact holds beside its package: the fatbin and host library, or
+    why it runs on the emulator only (`chroma inspect`)."""
+    target = m.get("target")
+    part = m.get(target) or {}
+    if target == "cuda":
+        fb = part.get("fatbin")
+        if fb:
+            spills = "none" if not fb.get("ptxas_spills") else fb["ptxas_spills"].strip()
+            return [f"fatbin {fb.get('file')}: {fb.get('bytes')} B, {fb.get('command')}; ptxas spills: {spills}; "
+                    f"host library {(part.get('host') or {}).get('library')} (native: chroma.load(dir))"]
+        return [f"fatbin: none ({part.get('why', 'not recorded')}): runs on the emulator only "
+                f"(chroma.load(dir, emulate=True))"]
+    if part.get("host"):
+        return [f"Metal host library {part['host'].get('library')} (metal-cpp {part['host'].get('metal_cpp')}; "
+                f"native: chroma.load(dir) on a Mac's GPU)"]
+    return [f"Metal host library: none ({part.get('why', 'not recorded')}): runs on the emulator only "
+            f"(chroma.load(dir, emulate=True))"]

@@ -1,5 +1,5 @@
 """chroma.load: an artifact directory's manifest names its target; the target's runtime loads
-it. One table (`RUNTIMES`) says which runtime module loads which target (and which runs it
+it. One table (`TARGETS`) says which runtime module loads which target (and which runs it
 emulated); a runtime module has `load_artifact(directory, manifest, mpath, options)`. Runtime
 modules are imported when an artifact of theirs is loaded, never before (WebGPU's imports
 wgpu, the native one a GPU driver's libraries).
@@ -13,20 +13,44 @@ import dataclasses
 import importlib
 import json
 import os
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Union
 
 from ..errors import ArtifactError
 from .cpu import ARTIFACT_VERSION
 
-__all__ = ["load", "LoadOptions", "RUNTIMES", "runtime_module"]
+__all__ = ["load", "load_compiled", "describe", "LoadOptions", "TARGETS", "TargetRuntime", "target", "runtime_module"]
 
-# target -> (the module that runs it, the module that runs it with emulate=True, or None)
-RUNTIMES: Dict[str, Tuple[str, Optional[str]]] = {
-    "cpu": ("chroma.runtime.cpu", None),
-    "webgpu": ("chroma.runtime.webgpu", None),
-    "cuda": ("chroma.runtime.native", "chroma.runtime.emulator"),
-    "metal": ("chroma.runtime.native", "chroma.runtime.emulator"),
+@dataclasses.dataclass(frozen=True)
+class TargetRuntime:
+    """What the runtime knows of a target: the module that loads its artifacts, the one that
+    runs them on the emulator (None: no emulator), and the suffix of the GPU package written
+    beside the artifact directory ("" for a CPU artifact, whose files are all in it)."""
+
+    module: str
+    emulator: Optional[str] = None
+    package_suffix: str = ""
+
+    @property
+    def gpu(self) -> bool:
+        """A GPU target: a package with golden data beside the directory."""
+        return bool(self.package_suffix)
+
+
+# The targets chroma.compile builds and chroma.load runs (the compiler's registry,
+# src/targets/registry.cpp, also has `null`, which writes nothing to load).
+TARGETS: Dict[str, TargetRuntime] = {
+    "cpu": TargetRuntime("chroma.runtime.cpu"),
+    "webgpu": TargetRuntime("chroma.runtime.webgpu", package_suffix=".chroma-web"),
+    "cuda": TargetRuntime("chroma.runtime.native", "chroma.runtime.emulator", ".chroma-cuda"),
+    "metal": TargetRuntime("chroma.runtime.native", "chroma.runtime.emulator", ".chroma-metal"),
 }
+
+
+def target(name: str, where: str = "target") -> TargetRuntime:
+    """The runtime's record of the target `name`; ArtifactError naming the known ones otherwise."""
+    if name not in TARGETS:
+        raise ArtifactError(f"{where}: target {name!r} is not one this runtime loads ({', '.join(TARGETS)})")
+    return TARGETS[name]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +65,28 @@ class LoadOptions:
     cuda_graph: bool = False
 
 
-def runtime_module(target: str, emulate: bool, where: str) -> Any:
-    """The runtime module for `target` (its emulator's when `emulate` and it has one)."""
-    if target not in RUNTIMES:
-        raise ArtifactError(f"{where}: field 'target' is {target!r}; this runtime loads {', '.join(RUNTIMES)}")
-    native, emulated = RUNTIMES[target]
-    return importlib.import_module(emulated if emulate and emulated else native)
+def runtime_module(name: str, emulate: bool, where: str) -> Any:
+    """The runtime module for the target `name` (its emulator's when `emulate` and it has one)."""
+    t = target(name, f"{where}: field 'target'")
+    return importlib.import_module(t.emulator if emulate and t.emulator else t.module)
+
+
+def load_compiled(directory: str, threads: Optional[int] = None) -> Any:
+    """An artifact chroma.compile just wrote, as compile returns it: on the emulator when its
+    target has one (the CUDA and Metal targets: it runs on every machine), else as
+    chroma.load(directory) would."""
+    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
+        name = json.load(f).get("target", "cpu")
+    if target(name, directory).emulator:
+        return load(directory, emulate=True)
+    return load(directory, threads=threads)
+
+
+def describe(manifest: dict) -> list:
+    """Lines saying what a GPU artifact holds beside its package (`chroma inspect`), from its
+    target's runtime module (`describe_artifact`, where it has one)."""
+    module = importlib.import_module(target(manifest.get("target", "cpu")).module)
+    return list(getattr(module, "describe_artifact", lambda m: [])(manifest))
 
 
 def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None,
