@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import chroma  # noqa: E402
-from chroma.compiler import to_numpy  # noqa: E402
+from chroma.arrays import to_numpy  # noqa: E402
 
 
 class RMSNorm(nn.Module):

@@ -106,7 +106,7 @@ def ratios(manifest):
 
 
 def metrics(got, ref):
-    from chroma.quant import accuracy_metrics
+    from chroma.quantization.quant import accuracy_metrics
 
     m = accuracy_metrics(got, ref)
     m.pop("shape", None)
@@ -148,13 +148,13 @@ def propagation(model, tok, ref, names, seeds=5):
 def stored_weights_error(model, tok, ref, decisions):
     """The format's own error, without Chroma's kernels: float32 eager PyTorch with every
     weight the manifest stores reduced replaced by the values its format stands for
-    (chroma.quant.simulate: bf16 rounding, MLX's groups along K, which is the last dimension of
+    (chroma.quantization.quant.simulate: bf16 rounding, MLX's groups along K, which is the last dimension of
     every parameter this model's products and embedding read). Chroma's logits against these
     tell what the kernels add (activation rounding, summation order) over the format."""
     import numpy as np
     import torch
 
-    from chroma.quant import simulate
+    from chroma.quantization.quant import simulate
 
     m = copy.deepcopy(model)
     params = dict(m.named_parameters())

@@ -7,7 +7,7 @@ many dispatches against the CPU's kernels, how many pipelines, how big is the pa
     .venv/bin/python bench/webgpu_zoo.py --models resnet50,bert,vgg11_bn --runtime node
     .venv/bin/python bench/webgpu_zoo.py --torchvision all --image-size 96
 
-Runtimes (`--runtime`): `python` (chroma.webgpu through the `wgpu` package on Mesa's lavapipe,
+Runtimes (`--runtime`): `python` (chroma.runtime.webgpu through the `wgpu` package on Mesa's lavapipe,
 VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json unless set: the outputs compared
 with eager's, relative to eager's largest |output|) or `node` (web/bin/chroma-web.mjs check on
 Dawn + SwiftShader: the package's self-check against the golden outputs PyTorch computed at
@@ -46,7 +46,7 @@ def worker(spec):
 
     import chroma
     import zoo
-    from chroma import webgpu
+    from chroma.runtime import webgpu
 
     name, runtime, calls, size = spec["model"], spec["runtime"], spec["calls"], spec["image_size"]
     row = {"model": name, "runtime": runtime}

@@ -5,6 +5,7 @@
 
 #include "import/importer.h"
 #include "pipeline.h"
+#include "targets/target.h"
 #include "quant/quant.h"
 
 namespace nb = nanobind;
@@ -77,11 +78,13 @@ NB_MODULE(_compiler, m) {
       },
       nb::arg("text"), nb::arg("passes"), nb::arg("max_depth") = 32,
       "Parses IR text, runs the passes (fold_constants, dce, cse, optimize, lower), returns the result as text.");
+  m.def("target_names", &chroma::target_names, "Every registered target's name (src/targets/registry.cpp).");
   m.def(
       "gpu_kernel_sources",
-      [](const std::string& graph, const std::string& dialect) { return chroma::gpu_kernel_sources(graph, dialect); },
-      nb::arg("graph"), nb::arg("dialect") = "wgsl",
-      "The GPU kernels of a .cgraph file in one dialect ('wgsl', 'cuda'): each distinct module's text.");
+      [](const std::string& graph, const std::string& target) { return chroma::gpu_kernel_sources(graph, target); },
+      nb::arg("graph"), nb::arg("target") = "webgpu",
+      "The GPU kernels of a .cgraph file as the GPU target ('webgpu', 'cuda', 'metal', 'null') generates them: "
+      "each distinct module's text.");
   m.def(
       "quantize",
       [](nb::bytes data, int64_t rows, int64_t k, int bits) {

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "artifact/targets.h"
-#include "codegen/gpu/gpu_codegen.h"
 #include "import/importer.h"
 #include "lower/program.h"
 #include "passes/cse.h"
@@ -13,6 +11,8 @@
 #include "passes/rewrite.h"
 #include "passes/routed_experts.h"
 #include "passes/widen_half.h"
+#include "targets/gpu/gpu_target.h"
+#include "targets/target.h"
 
 namespace chroma {
 
@@ -27,60 +27,16 @@ Graph optimize(const Graph& g, bool keep_half_weights) {
   return r;
 }
 
-namespace {
-
-// route_experts as a pass run_pass can run (verified, printed with CHROMA_DUMP_IR): the graph,
-// with the products it found left here for the lowering that follows.
-thread_local std::map<int32_t, RoutedProduct> routed_products;
-Graph route_experts_pass(const Graph& g) {
-  RoutedGraph rg = route_experts(g);
-  routed_products = std::move(rg.products);
-  return std::move(rg.graph);
-}
-// The products the last route_experts_pass found, taken (none are left behind).
-std::map<int32_t, RoutedProduct> take_routed_products() { return std::exchange(routed_products, {}); }
-
-// The target's lowering choices: GPU targets fuse to depth 24 (docs/architecture.md, "Fusion"),
-// keep products as plain matrix products (pre-packed panels and gathered expert panels are CPU
-// kernels) and activations row-major (channels-last serves oneDNN); the arena holds tensors as the
-// device stores them (device_storage_bytes), aligned to 256 bytes (WebGPU's
-// minStorageBufferOffsetAlignment).
-LowerOptions lower_options(const CompileOptions& opts) {
-  LowerOptions lo;
-  lo.max_expression_depth = opts.max_expression_depth;
-  if (opts.target == "cpu") {
-#if __has_include(<oneapi/dnnl/dnnl.hpp>)
-    lo.channels_last = opts.blas;  // float32 convolutions run on oneDNN
-#endif
-    lo.weights = quant::parse_policy(opts.weights);
-    lo.pitch_constant_b = true;
-  } else {
-    lo.max_expression_depth = std::min(opts.max_expression_depth, 24);
-    lo.packed_max_rows = 0;
-    lo.arena_alignment = 256;
-    lo.device_storage = true;
-    lo.row_major_constant_b = true;
-    lo.product_epilogues = true;
-    lo.weights = quant::parse_policy(opts.weights);  // reduced weights (Lowerer::reduced_weight)
-  }
-  return lo;
-}
-
-}  // namespace
-
 std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts) {
   return compile_graph_files({{"forward", graph_path}}, out_dir, opts);
 }
 
-// One script for every target: import, optimize and lower each entry with the target's
-// options; then the target's code generator and artifact writer.
+// One script for every target: import, optimize, the target's own passes and lowering with
+// the target's options for each entry; then the target's code generator and artifact writer.
 std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
-  if (opts.target != "cpu" && opts.target != "webgpu" && opts.target != "cuda" && opts.target != "metal") {
-    throw CompileError("target '" + opts.target + "' is not supported (available: cpu, webgpu, cuda, metal)");
-  }
+  const Target& target = find_target(opts.target);
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
   PhaseTimer timer;
-  const LowerOptions lo = lower_options(opts);
   std::vector<CompiledEntry> entries;
   for (const EntrySpec& s : specs) {
     for (const CompiledEntry& e : entries) {
@@ -91,31 +47,23 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     Graph imported = import_graph_file(s.graph_path);
     e.imported_nodes = imported.size();
     timer.lap("import");
-    e.graph = optimize(imported, opts.target != "cpu");
-    LowerOptions entry_lo = lo;
-    if (opts.target == "cpu") {
-      // The CPU's pre-packed products skip the experts no token selected (routed_experts.h).
-      e.graph = run_pass("route_experts", &route_experts_pass, e.graph);
-      entry_lo.routed = take_routed_products();
-    }
+    e.graph = optimize(imported, target.keep_half_weights());
+    LowerOptions lo = target.lower_options(opts);
+    e.graph = target.prepare(e.graph, &lo);
     timer.lap("optimize");
-    e.program = lower(e.graph, entry_lo);
+    e.program = lower(e.graph, lo);
     timer.lap("lower");
     entries.push_back(std::move(e));
   }
-  if (opts.target == "webgpu" || opts.target == "cuda" || opts.target == "metal") return write_webgpu_package(entries, out_dir, opts, timer);
-  return write_cpu_artifact(entries, out_dir, opts, timer);
+  return target.write(entries, out_dir, opts, timer);
 }
 
-std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& dialect) {
-  const gpu::Dialect* d = dialect == "wgsl"   ? &gpu::wgsl_dialect()
-                          : dialect == "cuda" ? &gpu::cuda_dialect()
-                          : dialect == "msl"  ? &gpu::msl_dialect()
-                                              : nullptr;
-  if (!d) throw CompileError("unknown GPU dialect '" + dialect + "' (wgsl, cuda, msl)");
+std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& target_name) {
+  const auto* target = dynamic_cast<const GpuTarget*>(&find_target(target_name));
+  if (!target) throw CompileError("target '" + target_name + "' has no GPU kernels");
   CompileOptions o;
-  o.target = "webgpu";
-  Program p = lower(optimize(import_graph_file(graph_path), true), lower_options(o));
+  o.target = target_name;
+  Program p = lower(optimize(import_graph_file(graph_path), target->keep_half_weights()), target->lower_options(o));
   // Placement does not change a kernel's text (offsets are params); every buffer in one slot
   // per region, as a package would bind them.
   auto place = [&](int32_t id) {
@@ -126,7 +74,7 @@ std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const
     return pl;
   };
   std::vector<std::string> out;
-  for (const gpu::Module& m : gpu::generate(p, place, gpu::Capabilities{}, *d).modules) out.push_back(m.code);
+  for (const gpu::Module& m : gpu::generate(p, place, target->capabilities(), target->dialect()).modules) out.push_back(m.code);
   return out;
 }
 
@@ -151,8 +99,11 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
     const std::string& p = passes[i];
     if (p != "lower") routed.clear();
     if (p == "route_experts") {
-      g = run_pass("route_experts", &route_experts_pass, g);
-      routed = take_routed_products();
+      g = run_pass("route_experts", [&](const Graph& in) {
+        RoutedGraph rg = route_experts(in);
+        routed = std::move(rg.products);
+        return std::move(rg.graph);
+      }, g);
     } else if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
     else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);

@@ -14,7 +14,7 @@
 namespace chroma {
 
 struct CompileOptions {
-  std::string target = "cpu";
+  std::string target = "cpu";  // a registered target's name (targets/target.h)
   bool blas = true;
   std::string include_dir;     // chroma's runtime headers
   std::string python_include;  // CPython headers for the extension half ("" = C ABI only)
@@ -53,9 +53,10 @@ std::string compile_graph_files(const std::vector<EntrySpec>& entries, const std
 // lowered program's kernels and memory plan ("lowered").
 std::string dump_graph_file(const std::string& graph_path, const std::string& stage, int max_expression_depth = 32);
 
-// The GPU kernels of a graph file in one dialect ("wgsl" or "cuda"), each module's text once:
-// the GPU generator without a package (golden tests, `nvcc` checks of the CUDA dialect).
-std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& dialect);
+// The GPU kernels of a graph file as the GPU target `target` ("webgpu", "cuda", "metal",
+// "null") generates them (its lowering options, capability record and dialect), each module's
+// text once: the GPU generator without a package (golden tests, `nvcc` checks of the CUDA text).
+std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& target);
 
 // Parses IR text, runs the named passes in order (fold_constants, dce, cse, optimize,
 // lower) and returns the result in text form (the IR, or the kernels and memory plan after

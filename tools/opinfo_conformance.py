@@ -53,7 +53,7 @@ DTYPES = {"float32": "float32", "float64": "float64", "int64": "int64", "int32":
 
 def _np(t):
     """A tensor as a NumPy array (bfloat16: ml_dtypes' type, which NumPy lacks)."""
-    from chroma.compiler import to_numpy
+    from chroma.arrays import to_numpy
 
     return to_numpy(t)
 
@@ -281,7 +281,7 @@ class Case:
 
 def _torch(a):
     """A NumPy array as a tensor (ml_dtypes' bfloat16 through its bits)."""
-    from chroma.compiler import from_numpy
+    from chroma.arrays import from_numpy
 
     return from_numpy(a)
 
@@ -343,7 +343,7 @@ def _compare_exact(case, got, want):
 
 
 def _classify(e: BaseException) -> tuple:
-    from chroma.exporter import ExportError
+    from chroma.frontend.exporter import ExportError
 
     msg = " ".join(str(e).split())
     name = type(e).__name__

@@ -28,9 +28,10 @@ if _os.environ.get("CHROMA_COMPILER_LIBRARY"):
     _loader.exec_module(_sys.modules["chroma._compiler"])
 
 from .decoder import Decoder  # noqa: E402
-from .program import ArtifactError, Entry, Program, load  # noqa: E402
-
-__version__ = "0.1.0"
+from .errors import ArtifactError  # noqa: E402
+from .runtime.cpu import Entry, Program  # noqa: E402
+from .runtime.registry import load  # noqa: E402
+from .version import __version__  # noqa: E402
 __all__ = ["info", "compile", "compile_entries", "compile_decoder", "load", "jit", "export", "Program", "Entry", "Decoder",
            "quant_report", "ArtifactError", "CompileError", "__version__"]
 
@@ -62,8 +63,8 @@ def compile_decoder(model, *, prompt_len, cache_size, out=None, threads=None, **
 
 def quant_report(model, example_inputs, *, weights="q4", sensitivity=True, top=20):
     """A dry run of weights=: bytes per layer and in total, and the layers ranked by the output
-    error each causes alone (see chroma.quant.quant_report)."""
-    from .quant import quant_report as _qr
+    error each causes alone (see chroma.quantization.quant.quant_report)."""
+    from .quantization.quant import quant_report as _qr
 
     return _qr(model, example_inputs, weights=weights, sensitivity=sensitivity, top=top)
 
@@ -77,7 +78,7 @@ def jit(fn_or_module=None, **options):
 
 def export(model_or_function, example_inputs, path=None):
     """Exports a model to a Chroma graph file (see docs/graph_format.md)."""
-    from .exporter import export as _export
+    from .frontend.exporter import export as _export
 
     return _export(model_or_function, example_inputs, path)
 

@@ -23,13 +23,13 @@ import time
 
 import numpy as np
 
-from .program import load
+from .runtime.registry import TARGETS, describe, load
 
 
 def _open(path):
     """An artifact directory (any target), or a WebGPU package file (.chroma-web)."""
     if os.path.isfile(path):
-        from .webgpu import WebGPUProgram
+        from .runtime.webgpu import WebGPUProgram
 
         return WebGPUProgram(path)
     return load(path)
@@ -100,9 +100,8 @@ def cmd_compile(a):
     s = prog.stats
     if a.timings:
         _print_timings(prog)
-    if a.target in ("webgpu", "cuda", "metal"):
-        suffix = {"webgpu": "chroma-web", "cuda": "chroma-cuda", "metal": "chroma-metal"}[a.target]
-        print(f"compiled {a.model} -> {a.out.rstrip('/')}.{suffix}: {s['kernels']} kernels, {s['dispatches']} "
+    if TARGETS[a.target].gpu:
+        print(f"compiled {a.model} -> {a.out.rstrip('/')}{TARGETS[a.target].package_suffix}: {s['kernels']} kernels, {s['dispatches']} "
               f"dispatches, {s['pipelines']} pipelines, arena {s['arena_bytes']} B (temporaries "
               f"{s['temporaries_bytes']} B), weights {s['weight_bytes']} B")
         return
@@ -169,7 +168,7 @@ def cmd_info(a):
 
 def _inspect_package(path):
     """A GPU package (WebGPU, CUDA or Metal): its manifest, requirements, kernels and schedule."""
-    from .webgpu import read_package
+    from .runtime.package import read_package
 
     pkg = read_package(path)
     m = pkg.manifest
@@ -213,26 +212,10 @@ def cmd_inspect(a):
                   f"library {n['library'] / 1e6:.1f} MB, arena {n['arena'] / 1e6:.2f} MB, state {n['state'] / 1e6:.2f} MB), "
                   f"relative L2 {v['rel_l2']:.3e}; chroma inspect {os.path.join(a.dir, v['directory'])}")
         return None
-    if m.get("target") in ("webgpu", "cuda", "metal"):
+    if TARGETS.get(m.get("target", "cpu"), TARGETS["cpu"]).gpu:
         print(f"artifact {a.dir}: target {m['target']}, package {m['package']['file']}")
-        cu = m.get("cuda") or {}
-        if m.get("target") == "cuda":
-            fb = cu.get("fatbin")
-            if fb:
-                spills = "none" if not fb.get("ptxas_spills") else fb["ptxas_spills"].strip()
-                print(f"fatbin {fb.get('file')}: {fb.get('bytes')} B, {fb.get('command')}; ptxas spills: {spills}; "
-                      f"host library {(cu.get('host') or {}).get('library')} (native: chroma.load(dir))")
-            else:
-                print(f"fatbin: none ({cu.get('why', 'not recorded')}): runs on the emulator only "
-                      f"(chroma.load(dir, emulate=True))")
-        if m.get("target") == "metal":
-            mt = m.get("metal") or {}
-            if mt.get("host"):
-                print(f"Metal host library {mt['host'].get('library')} (metal-cpp {mt['host'].get('metal_cpp')}; "
-                      f"native: chroma.load(dir) on a Mac's GPU)")
-            else:
-                print(f"Metal host library: none ({mt.get('why', 'not recorded')}): runs on the emulator only "
-                      f"(chroma.load(dir, emulate=True))")
+        for line in describe(m):
+            print(line)
         return _inspect_package(os.path.normpath(os.path.join(a.dir, m["package"]["file"])))
     print(f"artifact {a.dir}: format {m['format']} v{m['version']}, compiler {m['compiler_version']}, target {m['target']}")
     for kind in ("inputs", "outputs"):
@@ -289,7 +272,7 @@ def main(argv=None):
     c.add_argument("model")
     c.add_argument("-o", "--out", required=True)
     c.add_argument("--no-blas", action="store_true", help="use Chroma's portable matrix kernels")
-    c.add_argument("--target", default="cpu", choices=("cpu", "webgpu", "cuda", "metal"),
+    c.add_argument("--target", default="cpu", choices=tuple(TARGETS),
                    help="cpu (default); webgpu: writes OUT.chroma-web (docs/webgpu_package.md); cuda: "
                    "OUT.chroma-cuda, OUT/kernels.cu and the CPU SIMT emulator's library; metal: the same in MSL")
     c.add_argument("--timings", action="store_true", help="print where the compile's time went")

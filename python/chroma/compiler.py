@@ -5,32 +5,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sysconfig
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .program import Program, load
-from .quant import record_accuracy, weights_spec
+from .arrays import from_numpy, to_numpy  # noqa: F401  (chroma.compiler.to_numpy: kept where users found it)
+from .cache.model_cache import through_model_cache
+from .paths import default_cache_dir, include_dir
+from .quantization.quant import record_accuracy, weights_spec
+from .runtime.cpu import Program
+from .runtime.registry import TARGETS as _RUNTIME_TARGETS
+from .runtime.registry import load, load_compiled
+from .runtime.variants import MARGIN_BYTES, VARIANTS_FORMAT, VARIANTS_VERSION, variant_error, variant_name, variant_need
 
 __all__ = ["compile", "compile_entries", "include_dir", "default_cache_dir"]
 
 
-def include_dir() -> str:
-    """The header-only runtime library the generated code includes."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.path.join(here, "include"), os.path.join(here, "..", "..", "include")):
-        if os.path.isfile(os.path.join(cand, "chroma", "cpu", "et.h")):
-            return os.path.abspath(cand)
-    raise RuntimeError("chroma's runtime headers are missing from the installation (chroma/include)")
-
-
-def default_cache_dir() -> str:
-    return os.environ.get("CHROMA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "chroma")
-
-
-TARGETS = ("cpu", "webgpu", "cuda", "metal")
+# The targets chroma.compile builds and chroma.load runs: the compiler's registered targets
+# (src/targets/registry.cpp) that have a runtime (runtime/registry.py); the `null` target
+# writes no artifact (it checks GPU planning: _compiler.compile_graph(..., target="null")).
+TARGETS = tuple(_RUNTIME_TARGETS)
 
 
 def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = True, jobs: int = 0,
@@ -46,28 +41,6 @@ def build_graph(graph_path: str, out: str, *, target: str = "cpu", blas: bool = 
         python_include=sysconfig.get_paths()["include"],
         cache_dir=default_cache_dir() if cache_dir is None else cache_dir, jobs=jobs, max_depth=max_depth,
         golden=golden, weights=weights_spec(weights))
-
-
-def to_numpy(t: "torch.Tensor") -> np.ndarray:
-    """A tensor's values as a NumPy array (bfloat16 as ml_dtypes.bfloat16, which NumPy lacks)."""
-    import torch
-
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def from_numpy(a: np.ndarray) -> "torch.Tensor":
-    """A NumPy array as a tensor sharing its memory (ml_dtypes.bfloat16 as torch.bfloat16)."""
-    import numpy as np
-    import torch
-
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
 
 
 # Tolerance stored with a package's golden outputs: |y - golden| <= atol + rtol |golden|, with
@@ -204,144 +177,6 @@ def _example_inputs(example_inputs: Any) -> tuple:
                  for a in example_inputs)
 
 
-# ---------------------------------------------------------------------------------------
-# The model cache: <cache_dir>/models/<key>/ holds a finished artifact (manifest, weights,
-# library, sources) under a key over everything the compile depends on (fingerprint.py).
-# A hit copies it into `out` (hard links where the file system allows) and loads it: no
-# export, no front end, no build. Entries are published with an atomic rename and evicted,
-# least recently used first, above $CHROMA_MODEL_CACHE_BYTES (default 4 GiB).
-
-_MODEL_CACHE_BYTES = 4 << 30
-
-
-def _model_cache_root(cache_dir: Optional[str]) -> Optional[str]:
-    root = default_cache_dir() if cache_dir is None else cache_dir
-    if not root or os.environ.get("CHROMA_MODEL_CACHE", "1") == "0":
-        return None
-    return os.path.join(root, "models")
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    tmp = f"{dst}.tmp{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)  # a new inode at dst: a process that has the old file mapped keeps it
-
-
-def _artifact_files(manifest: dict) -> list:
-    return ["weights.bin", manifest["library"]["file"], *manifest["source"]["files"]]
-
-
-def _restore(entry: str, out: str) -> None:
-    with open(os.path.join(entry, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    os.makedirs(os.path.join(out, "src"), exist_ok=True)
-    for rel in _artifact_files(manifest):
-        _link_or_copy(os.path.join(entry, rel), os.path.join(out, rel))
-    keep = {os.path.basename(r) for r in manifest["source"]["files"]}
-    for n in os.listdir(os.path.join(out, "src")):
-        if n not in keep:
-            os.remove(os.path.join(out, "src", n))
-    for n in os.listdir(out):  # libraries of earlier compiles into `out`
-        if n.startswith("model") and n.endswith(".so") and n != manifest["library"]["file"]:
-            os.remove(os.path.join(out, n))
-    manifest["build"]["cached"] = True
-    manifest["build"]["model_cache"] = "hit"
-    tmp = os.path.join(out, f"manifest.json.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
-    os.replace(tmp, os.path.join(out, "manifest.json"))
-    os.utime(entry)  # recently used
-
-
-def _store(out: str, root: str, entry: str) -> None:
-    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    limit = int(os.environ.get("CHROMA_MODEL_CACHE_BYTES", _MODEL_CACHE_BYTES))
-    files = ["manifest.json", *_artifact_files(manifest)]
-    size = sum(os.path.getsize(os.path.join(out, r)) for r in files)
-    if size > limit // 2:
-        return
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".store-", dir=root)
-    try:
-        os.makedirs(os.path.join(tmp, "src"))
-        for rel in files:
-            _link_or_copy(os.path.join(out, rel), os.path.join(tmp, rel))
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            return  # another process stored the same entry first
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    # Sizing the whole cache costs a walk over it: done for one store in 16, or for a large one.
-    if size > limit // 16 or int.from_bytes(os.urandom(1), "little") < 16:
-        _evict(root, limit)
-
-
-def _evict(root: str, limit: int) -> None:
-    entries = []
-    for n in os.listdir(root):
-        d = os.path.join(root, n)
-        if n.startswith(".") or not os.path.isdir(d):
-            continue
-        size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(d) for f in fs)
-        entries.append((os.path.getmtime(d), size, d))
-    total = sum(e[1] for e in entries)
-    for _, size, d in sorted(entries):
-        if total <= limit:
-            break
-        shutil.rmtree(d, ignore_errors=True)
-        total -= size
-
-
-def _through_model_cache(models: list, options: Dict[str, Any], out: str, cache_dir: Optional[str],
-                         threads: Optional[int], build: Callable[[Dict[str, Any]], Program]) -> Program:
-    """Loads the artifact for `models` from the model cache, or builds (and stores) it."""
-    timings: Dict[str, Any] = {}
-    root = _model_cache_root(cache_dir)
-    key = None
-    if root is None:
-        timings["model_cache"] = "off"
-    else:
-        from . import fingerprint
-
-        t0 = time.perf_counter()
-        try:
-            key = fingerprint.compile_key(models, options)
-        except fingerprint.Uncacheable as e:
-            timings["model_cache"] = f"not used: {e}"
-        timings["fingerprint"] = time.perf_counter() - t0
-    if key is not None:
-        entry = os.path.join(root, key[:40])
-        if os.path.isfile(os.path.join(entry, "manifest.json")):
-            t0 = time.perf_counter()
-            try:
-                _restore(entry, out)
-                prog = load(out, threads=threads)
-            except (OSError, ValueError, KeyError) as e:  # a damaged entry: drop it, compile afresh
-                shutil.rmtree(entry, ignore_errors=True)
-                timings["model_cache"] = f"damaged entry removed ({e})"
-            else:
-                timings["model_cache"] = "hit"
-                timings["restore_and_load"] = time.perf_counter() - t0
-                prog.timings = timings
-                return prog
-        timings.setdefault("model_cache", "miss")
-    prog = build(timings)
-    if key is not None:
-        t0 = time.perf_counter()
-        try:
-            _store(out, root, entry)
-        except OSError as e:
-            timings["model_cache"] += f", not stored ({e})"
-        timings["store"] = time.perf_counter() - t0
-    prog.timings = timings
-    return prog
-
-
 def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     t0 = time.perf_counter()
     result = fn(*args, **kwargs)
@@ -349,14 +184,11 @@ def _timed(timings: Dict[str, Any], key: str, fn: Callable, *args: Any, **kwargs
     return result
 
 
-def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any], target: str = "cpu") -> Any:
+def _timed_load(out: str, threads: Optional[int], timings: Dict[str, Any]) -> Any:
     t0 = time.perf_counter()
-    if target in ("cuda", "metal"):
-        # The program returned runs the generated kernels on the CPU SIMT emulator, which works on
-        # every machine; chroma.load(out) runs a CUDA artifact natively on an NVIDIA GPU.
-        prog = load(out, emulate=True)
-    else:
-        prog = load(out, threads=threads)
+    # CUDA and Metal: the program returned runs the generated kernels on the CPU SIMT emulator,
+    # which works on every machine; chroma.load(out) runs the artifact natively on its GPU.
+    prog = load_compiled(out, threads)
     timings["load"] = time.perf_counter() - t0
     with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
         timings.update({f"compiler.{k}": v for k, v in json.load(f)["build"].get("phases", {}).items()})
@@ -381,7 +213,7 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
     state shared by all entries, matched by their fully qualified names: a KV cache that
     ``prefill`` fills and ``step`` extends. Other options as for compile().
     """
-    from .exporter import export
+    from .frontend.exporter import export
 
     if not entries:
         raise ValueError("compile_entries: no entries")
@@ -413,17 +245,17 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
             _timed(timings, "graph_write", write)
             _timed(timings, "compiler", _build_graphs, paths, out, target=target, blas=blas, jobs=jobs,
                    cache_dir=cache_dir, max_depth=max_depth, weights=spec)
-            return _timed_load(out, threads, timings, target)
+            return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
-    if target != "cpu":  # the finished-artifact cache keeps CPU artifacts (their files) only
+    if _RUNTIME_TARGETS[target].gpu:  # the finished-artifact cache keeps CPU artifacts (their files) only
         return build({"model_cache": f"off (target {target})"})
     models = [(name, fn, examples[name]) for name, (fn, _) in entries.items()]
     options = dict(entries=list(entries), target=target, blas=blas, max_depth=max_depth)
     if spec:
         options["weights"] = spec
-    return _through_model_cache(models, options, out, cache_dir, threads, build)
+    return through_model_cache(models, options, out, cache_dir, threads, build)
 
 
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
@@ -434,10 +266,10 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     out:       artifact directory (a new temporary directory when None)
     target:    "cpu", or "webgpu": writes the package `<out>.chroma-web` (docs/webgpu_package.md)
                with golden inputs and outputs from an eager run, and returns a
-               chroma.webgpu.WebGPUProgram that runs it through the `wgpu` package; or
+               chroma.runtime.WebGPUProgram that runs it through the `wgpu` package; or
                "cuda": the same package with CUDA kernels (`<out>.chroma-cuda`), `<out>/kernels.cu`
                and the CPU SIMT emulator's library (with nvcc: also the fatbin and the host
-               library, chroma.load(out) on a GPU); returns a chroma.simt.EmulatedProgram; "metal": the same with MSL
+               library, chroma.load(out) on a GPU); returns a chroma.runtime.EmulatedProgram; "metal": the same with MSL
                kernels (`<out>.chroma-metal`, `<out>/kernels.metal`), emulated
     blas:      the CPU performance libraries (CPU target): float32 matrix products on
                oneDNN's sgemm and float32 convolutions on oneDNN when Chroma was built with
@@ -466,14 +298,13 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                inputs with float32 PyTorch. A list (["q8", "q4"]) builds one artifact with a
                variant each (chroma.load(out, weights="auto") chooses by the memory available).
     """
-    from .exporter import export
+    from .frontend.exporter import export
 
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
     if isinstance(weights, (list, tuple)):
-        from .variants import compile_variants
 
-        if target != "cpu":
+        if _RUNTIME_TARGETS[target].gpu:
             raise ValueError("weights=[...]: several weight variants are for the cpu target")
         return compile_variants(compile, model_or_function, example_inputs, list(weights),
                                 out or tempfile.mkdtemp(prefix="chroma-"), blas=blas, jobs=jobs, cache_dir=cache_dir,
@@ -490,21 +321,47 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
             gpath = os.path.join(gdir, "graph.cgraph")
             _timed(timings, "graph_write", graph.write, gpath)
             golden = ""
-            if target != "cpu" and not graph.json.get("state_updates"):
+            if _RUNTIME_TARGETS[target].gpu and not graph.json.get("state_updates"):
                 golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
                                 [i["name"] for i in graph.json["inputs"]], gdir, _golden_weight_error(spec))
             _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
                    cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
             if spec:
                 _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
-            return _timed_load(out, threads, timings, target)
+            return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
-    if target != "cpu":  # the package lies beside the directory the model cache stores
+    if _RUNTIME_TARGETS[target].gpu:  # the package lies beside the directory the model cache stores
         return build({"model_cache": f"off (target {target})"})
     options = dict(target=target, blas=blas, max_depth=max_depth)
     if spec:
         options["weights"] = spec
-    return _through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
+    return through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
                                 threads, build)
+
+
+def compile_variants(compile_fn, model: Any, example_inputs: Any, weights: List[Any], out: str, **options: Any):
+    """Compiles one artifact per entry of `weights` under out/variants/ and writes the
+    variants manifest; returns the variant load_variant("auto") picks."""
+    if not weights:
+        raise ValueError("weights: an empty list of variants")
+    os.makedirs(out, exist_ok=True)
+    names, entries = set(), []
+    for i, w in enumerate(weights):
+        name = variant_name(w, i)
+        if name in names:
+            raise ValueError(f"weights: variant {name!r} is given twice")
+        names.add(name)
+        sub = os.path.join(out, "variants", name)
+        compile_fn(model, example_inputs, out=sub, weights=w, **options)
+        with open(os.path.join(sub, "manifest.json"), encoding="utf-8") as f:
+            m = json.load(f)
+        spec = m.get("options", {}).get("weights", {}).get("spec", "fp32")
+        entries.append({"name": name, "directory": f"variants/{name}", "weights": spec, "need": variant_need(m, sub),
+                        "rel_l2": variant_error(m), "accuracy": m.get("accuracy")})
+    manifest = {"format": VARIANTS_FORMAT, "version": VARIANTS_VERSION, "margin_bytes": MARGIN_BYTES,
+                "variants": entries}
+    with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+    return load(out, weights="auto", threads=options.get("threads"))

@@ -17,7 +17,9 @@ from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .program import ArtifactError, Program, load
+from .errors import ArtifactError
+from .runtime.cpu import Program
+from .runtime.registry import load
 
 __all__ = ["Decoder", "compile_decoder"]
 

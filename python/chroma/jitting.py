@@ -29,8 +29,11 @@ import tempfile
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .compiler import build_graph, default_cache_dir, from_numpy, to_numpy
-from .program import Program, load
+from .arrays import from_numpy, to_numpy
+from .compiler import build_graph
+from .paths import default_cache_dir
+from .runtime.cpu import Program
+from .runtime.registry import load
 
 __all__ = ["jit", "JitFunction", "chroma_backend", "register_backend"]
 
@@ -73,7 +76,7 @@ class JitFunction:
     def program_for(self, args: Tuple) -> Program:
         import torch
 
-        from .exporter import export
+        from .frontend.exporter import export
 
         key = (self._key(args), self._weights_key())
         with self._lock:

@@ -6,7 +6,7 @@
 // The checks eager PyTorch runs on the results (`_linalg_check_errors`: singular or not
 // positive-definite input) are dropped by the exporter: a compiled program cannot raise.
 // The `_ex` ops return LAPACK's `info` exactly; the others give what LAPACK gives.
-#include "chroma/cpu/linalg.h"
+#include "chroma/linalg_kinds.h"
 #include "import/aten.h"
 #include "import/graph_util.h"
 

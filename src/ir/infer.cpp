@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <array>
 
-#include "chroma/cpu/linalg.h"
+#include "chroma/linalg_kinds.h"
 #include "ir/graph.h"
 
 namespace chroma {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "chroma/cpu/linalg.h"
+#include "chroma/linalg_kinds.h"
 #include "ir/graph.h"
 
 namespace chroma {

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "chroma/cpu/linalg.h"
+#include "chroma/linalg_kinds.h"
 #include "ir/graph.h"
 
 namespace chroma {

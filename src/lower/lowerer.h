@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "chroma/cpu/linalg.h"
+#include "chroma/linalg_kinds.h"
 #include "lower/program.h"
 #include "memory/planner.h"
 

@@ -7,12 +7,13 @@
 // carry layouts (views are metadata, never copies).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/routed_product.h"
 #include "lower/layout.h"
-#include "passes/routed_experts.h"
 #include "quant/quant.h"
 
 namespace chroma {

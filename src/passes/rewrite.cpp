@@ -48,7 +48,7 @@ Graph GraphRewriter::finish() {
   return std::move(dst_);
 }
 
-Graph run_pass(const char* name, Graph (*pass)(const Graph&), const Graph& g) {
+Graph run_pass(const char* name, const std::function<Graph(const Graph&)>& pass, const Graph& g) {
   Graph r = pass(g);
   static const bool dump = std::getenv("CHROMA_DUMP_IR") != nullptr;
 #ifdef NDEBUG

@@ -3,6 +3,8 @@
 // values (replace()); consumers are remapped automatically.
 #pragma once
 
+#include <functional>
+
 #include <vector>
 
 #include "ir/graph.h"
@@ -32,6 +34,6 @@ class GraphRewriter {
 
 // Runs a pass and, when CHROMA_DUMP_IR is set, prints the IR after it; in debug builds (and
 // when CHROMA_VERIFY is set) runs the verifier after it.
-Graph run_pass(const char* name, Graph (*pass)(const Graph&), const Graph& g);
+Graph run_pass(const char* name, const std::function<Graph(const Graph&)>& pass, const Graph& g);
 
 }  // namespace chroma

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "ir/graph.h"
+#include "ir/routed_product.h"
 
 namespace chroma {
 
@@ -31,13 +32,6 @@ namespace chroma {
 // What differs from PyTorch: where an expert no token selected would produce inf or NaN,
 // eager's dense form gives NaN (0 * inf) and Chroma gives that expert's zero contribution,
 // the value the model's gather form (only the selected experts) computes.
-struct RoutedProduct {
-  Value mask;            // float32 [E] in the rewritten graph (0: no token selected e)
-  int64_t axis = 0;      // the product's output axis that carries e
-  int64_t step = 1;      // e = (index along axis / step) % experts
-  int64_t experts = 0;
-};
-
 struct RoutedGraph {
   Graph graph;
   std::map<int32_t, RoutedProduct> products;  // rewritten graph's MatMul node -> its expert axis

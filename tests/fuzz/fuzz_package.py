@@ -122,7 +122,7 @@ def adapter():
         return None
     os.environ.setdefault("VK_ICD_FILENAMES", icd)
     try:
-        import chroma.webgpu  # noqa: F401  (loads Triton first where it is installed)
+        import chroma.runtime.webgpu  # noqa: F401  (loads Triton first where it is installed)
         import wgpu
 
         return wgpu.gpu.request_adapter_sync(power_preference="high-performance")
@@ -152,7 +152,7 @@ def main() -> int:
             if gpu is not None and pkg.dialect == "wgsl":
                 with open(os.path.join(out, "current"), "wb") as f:  # left behind if the run crashes
                     f.write(data)
-                from chroma.webgpu import WebGPUProgram
+                from chroma.runtime.webgpu import WebGPUProgram
 
                 try:
                     prog = WebGPUProgram(pkg, adapter=gpu)

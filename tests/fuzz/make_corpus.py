@@ -18,7 +18,7 @@ import torch.nn as nn
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 import chroma  # noqa: E402
-from chroma.exporter import export  # noqa: E402
+from chroma.frontend.exporter import export  # noqa: E402
 
 
 class Counter(nn.Module):

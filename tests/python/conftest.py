@@ -9,7 +9,7 @@ outputs must match exactly) and returns the Program.
 Every op on every backend (ggml's test-backend-ops idea): with CHROMA_TEST_TARGET=webgpu,
 the tests that compile through `check` compile for that target instead and run on a software
 WebGPU adapter (Mesa's lavapipe through the `wgpu` package); with CHROMA_TEST_TARGET=cuda, for
-the CUDA target, run on the CPU SIMT emulator (chroma.simt). The other tests, which test the
+the CUDA target, run on the CPU SIMT emulator (chroma.runtime.emulator). The other tests, which test the
 CPU target itself, are deselected, and the tests in <target>_skips.py are skipped with their
 stated reasons. Float tolerances are widened to at least GPU_RTOL / GPU_ATOL there: WGSL's
 exp, log, sin, ... may differ from the CPU's libm in the last bits (the WGSL spec allows
@@ -30,7 +30,7 @@ import chroma  # noqa: E402
 
 TARGET = os.environ.get("CHROMA_TEST_TARGET", "cpu")
 # CHROMA_TEST_TARGET=cuda-native (scripts/gpu_check.sh, on a machine with an NVIDIA GPU): the
-# op suite compiled for CUDA with nvcc and run natively (chroma.cuda), skips as cuda_skips.py.
+# op suite compiled for CUDA with nvcc and run natively (chroma.runtime.native), skips as cuda_skips.py.
 NATIVE = TARGET == "cuda-native"
 if NATIVE:
     TARGET = "cuda"

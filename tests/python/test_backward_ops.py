@@ -21,7 +21,7 @@ import torch
 from conftest import compare, randint, randn, to_numpy
 
 import chroma
-from chroma import graph_file
+from chroma.frontend import graph_file
 from chroma.compiler import compile_graph
 
 A = torch.ops.aten

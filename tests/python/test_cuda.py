@@ -30,7 +30,7 @@ from conftest import compare, randn  # noqa: E402
 from test_webgpu import Block  # noqa: E402
 
 import chroma  # noqa: E402
-from chroma import simt  # noqa: E402
+from chroma.runtime import emulator as simt  # noqa: E402
 
 def _compile(model, inputs, tmp_path, name="m", target="cuda"):
     with torch.no_grad():
@@ -165,7 +165,7 @@ def test_a_corrupt_package_or_library_is_rejected(tmp_path):
     pkg.write_bytes(bytes(data))
     lib = tmp_path / "lin" / chroma.load(str(tmp_path / "lin"), emulate=True).manifest["emulator"]["library"]
     lib.unlink()
-    with pytest.raises(chroma.ArtifactError, match="emulator library.*missing"):
+    with pytest.raises(chroma.ArtifactError, match="emulator.s library.*missing"):
         chroma.load(str(tmp_path / "lin"), emulate=True)
 
 
@@ -180,7 +180,7 @@ def _native(out, target="cuda"):
 
 
 def test_native_runtime_on_a_gpu_or_a_clear_error(tmp_path):
-    """The native CUDA runtime (chroma.cuda): on a machine with an NVIDIA GPU, the transformer
+    """The native CUDA runtime (chroma.runtime.native): on a machine with an NVIDIA GPU, the transformer
     block against PyTorch with per-dispatch launches and as one CUDA graph, device outputs and
     device inputs (via torch.cuda when present); anywhere else the host library's own error
     (the driver or the GPU missing), which names emulate=True."""
@@ -190,8 +190,8 @@ def test_native_runtime_on_a_gpu_or_a_clear_error(tmp_path):
     man = _fatbin(str(tmp_path / "blk"))
     with torch.no_grad():
         want = m(x)
-    from chroma import cuda
-    from chroma.webgpu import read_package
+    from chroma.runtime import native as cuda
+    from chroma.runtime.webgpu import read_package
 
     lib = str(tmp_path / "blk" / man["host"]["library"])
     pkg = read_package(str(tmp_path / "blk.chroma-cuda"))
@@ -221,7 +221,7 @@ def test_a_cuda_artifact_without_nvcc_runs_emulated_and_says_why_not_natively(tm
     prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
     assert prog.manifest["cuda"]["fatbin"] is None and prog.manifest["cuda"]["why"] == "CHROMA_NVCC=off"
     assert not (tmp_path / "lin" / "kernels.fatbin").exists()
-    from chroma import cuda
+    from chroma.runtime import native as cuda
 
     with pytest.raises(simt.RunError, match=r"compiled without nvcc \(CHROMA_NVCC=off\).*emulate=True"):
         cuda.load_native(str(tmp_path / "lin"), prog.manifest, "manifest.json", prog.package)
@@ -309,7 +309,7 @@ def test_float32_products_through_the_library_gemm(tmp_path, monkeypatch, case):
 
 
 class _RecordingHostLibrary:
-    """Stands in for the artifact's CUDA host library (which needs a GPU; its entry points as chroma.cuda._Host
+    """Stands in for the artifact's CUDA host library (which needs a GPU; its entry points as chroma.runtime.native._Host
     binds them, chroma_cuda_<name> as .<name>): records each call's
     name and the arguments that name kernels and buffers, and succeeds."""
 
@@ -340,7 +340,7 @@ def test_the_native_runtime_plans_every_dispatch_of_the_package_in_order(tmp_pat
     run found a product's dispatch hiding the library from every kernel after it."""
     import types
 
-    from chroma import cuda
+    from chroma.runtime import native as cuda
 
     monkeypatch.setenv("CHROMA_NVCC", "off")
     lin = torch.nn.Linear(128, 96)
@@ -478,11 +478,11 @@ class _GroupedWeights(torch.nn.Module):
 def test_grouped_weights_on_gpu_targets(tmp_path, target):
     """q8, q6 and q4 (MLX groups of 64 along K, quant::pack_rows rows) on a GPU target: the
     kernels dequantize inside their loads, so the result equals float32 PyTorch run with the
-    weights each format stands for (chroma.quant.simulate, checked against MLX's formula in
+    weights each format stands for (chroma.quantization.quant.simulate, checked against MLX's formula in
     test_quant.py) up to summation order, in the tiled kernel (12 rows), the memory-bound one
     (1 row), a batched product and the embedding gather; a product whose K is not a multiple
     of 64 takes bf16 and the manifest says why."""
-    from chroma.quant import simulate
+    from chroma.quantization.quant import simulate
 
     torch.manual_seed(0)
     m = _GroupedWeights().eval()
@@ -621,8 +621,8 @@ def test_grouped_weights_in_few_row_products_a_group_at_a_time(tmp_path, target,
     """The memory-bound product reads a grouped weight a group at a time (products.cpp
     grouped_rows: the header once per 64 weights, each word of values once, q6's values
     straddling words): the result equals float32 PyTorch with the weights the format stands
-    for (chroma.quant.simulate), as the per-weight path computes it."""
-    from chroma.quant import simulate
+    for (chroma.quantization.quant.simulate), as the per-weight path computes it."""
+    from chroma.quantization.quant import simulate
 
     torch.manual_seed(0)
     m = _FewRows().eval()

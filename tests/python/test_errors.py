@@ -20,7 +20,7 @@ import torch.nn as nn
 from conftest import compare, randint, randn
 
 import chroma
-from chroma.program import ArtifactError
+from chroma.errors import ArtifactError
 
 # ---------------------------------------------------------------------------- compile time
 

@@ -1,4 +1,4 @@
-"""Tests for chroma.export and chroma.graph_file (the .cgraph format).
+"""Tests for chroma.export and chroma.frontend.graph_file (the .cgraph format).
 
 Run: cd /work/main && PYTHONPATH=python .venv/bin/python -m pytest tests/python/test_export.py -q
 """
@@ -15,9 +15,9 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
-from chroma import graph_file  # noqa: E402
-from chroma.exporter import ExportError, check_torch_version, export  # noqa: E402
-from chroma.graph_file import GraphFileError  # noqa: E402
+from chroma.frontend import graph_file  # noqa: E402
+from chroma.frontend.exporter import ExportError, check_torch_version, export  # noqa: E402
+from chroma.frontend.graph_file import GraphFileError  # noqa: E402
 
 
 class MLP(nn.Module):
@@ -364,7 +364,7 @@ class GroupedExperts(nn.Module):
 def test_transformers_grouped_mm_is_decomposed(check):
     # The decomposition (a gathered product) matches the op, and the model compiles and
     # matches eager: Hugging Face MoE models export instead of naming an opaque custom op.
-    from chroma.decompositions import grouped_mm_fallback
+    from chroma.frontend.decompositions import grouped_mm_fallback
 
     op = _grouped_mm_op()
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import chroma
-from chroma.compiler import to_numpy
+from chroma.arrays import to_numpy
 from conftest import randn
 from test_webgpu import Block  # a pre-norm transformer block
 
@@ -129,7 +129,7 @@ def test_webgpu_stores_halves_in_16_bits(dt, tmp_path):
     """On WebGPU a half tensor is two to a word (storage "f16"/"bf16"), computed in f32 and
     rounded where the CPU rounds: the same values, in Python (lavapipe) and in Node (Dawn)."""
     from test_webgpu import _node_check
-    from chroma import webgpu
+    from chroma.runtime import webgpu
 
     torch.manual_seed(0)
     m = Block().to(HALVES[dt]).eval()

@@ -33,10 +33,10 @@ from conftest import compare, randn
 
 import chroma
 import chroma._compiler as C
-from chroma import graph_file
+from chroma.frontend import graph_file
 from chroma.compiler import compile_graph
-from chroma.exporter import export
-from chroma.program import ArtifactError
+from chroma.frontend.exporter import export
+from chroma.errors import ArtifactError
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -276,7 +276,7 @@ def test_random_mutations_never_crash(mlp_file, tmp_path):
         import json, random, sys
         sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
         import chroma._compiler as C
-        from chroma import graph_file
+        from chroma.frontend import graph_file
         data = open({str(tmp_path / 'seed.cgraph')!r}, 'rb').read()
         doc, blob = graph_file.unpack(data)
         rng = random.Random(12)
@@ -566,7 +566,7 @@ def test_c_host_verifies_the_library_and_the_manifest(artifact, tmp_path, host):
 
 
 def test_weights_digest_is_the_documented_tree_digest(artifact):
-    from chroma.program import _tree_digest
+    from chroma.runtime.cpu import _tree_digest
 
     d = artifact[0]
     m = json.load(open(os.path.join(d, "manifest.json")))

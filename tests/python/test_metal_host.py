@@ -31,7 +31,7 @@ from conftest import compare, randn  # noqa: E402
 from test_webgpu import Block  # noqa: E402
 
 import chroma  # noqa: E402
-from chroma import cuda, simt  # noqa: E402
+from chroma.runtime import native as cuda, emulator as simt  # noqa: E402
 
 FAKE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "metal_fake"))
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import chroma
-from chroma import fingerprint
+from chroma.cache import fingerprint
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 

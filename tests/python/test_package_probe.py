@@ -186,7 +186,7 @@ def _variants(**change):
      r"'need.total' is 1, not the sum of its parts \(125\)"),
 ])
 def test_variants_manifest_refused(change, pattern):
-    from chroma.variants import load_variant
+    from chroma.runtime.variants import load_variant
 
     loaded = []
     with pytest.raises(ArtifactError, match=pattern):
@@ -195,7 +195,7 @@ def test_variants_manifest_refused(change, pattern):
 
 
 def test_variants_memory_limit_must_be_bytes():
-    from chroma.variants import load_variant
+    from chroma.runtime.variants import load_variant
 
     with pytest.raises(TypeError, match=r"memory_limit='big': expected a number of bytes"):
         load_variant("/nonexistent", _variants(), "auto", "big", lambda *a, **k: None)
@@ -244,11 +244,11 @@ def test_library_digest_checked_before_loading(tmp_path):
 @pytest.mark.skipif(not os.path.exists("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"),
                     reason="no lavapipe Vulkan driver (mesa-vulkan-drivers)")
 def test_adapter_enumerated_first_then_triton(tmp_path):
-    """chroma.webgpu's docstring: import it, enumerate an adapter, run a package; then loading
+    """chroma.runtime.webgpu's docstring: import it, enumerate an adapter, run a package; then loading
     Triton (as torch.export does) must not crash the process."""
     path = tmp_path / "m.chroma-web"
     path.write_bytes(_pkg())
-    code = ("import chroma.webgpu as cw, wgpu, numpy as np\n"
+    code = ("import chroma.runtime.webgpu as cw, wgpu, numpy as np\n"
             "a = wgpu.gpu.enumerate_adapters_sync()[0]\n"
             f"p = cw.WebGPUProgram({str(path)!r}, adapter=a)\n"
             "assert p.self_check()['ok']\n"

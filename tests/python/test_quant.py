@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import chroma
-from chroma import quant
+from chroma.quantization import quant
 
 GROUP = 64
 FMTS = ["bf16", "q8", "q6", "q4"]
@@ -410,7 +410,7 @@ def test_quantized_products_on_two_threads(tmp_path, fmt):
 
 
 def test_weight_variants_and_memory_aware_loading(tmp_path, capsys):
-    from chroma.program import ArtifactError
+    from chroma.errors import ArtifactError
 
     torch.manual_seed(6)
     lin = torch.nn.Linear(512, 2048).eval()

@@ -318,7 +318,7 @@ def test_error_bilinear_int(tmp_path):
 
 def _compile_rewritten(tmp_path, fn, x, target, args_of):
     import chroma
-    from chroma import graph_file
+    from chroma.frontend import graph_file
     from chroma.compiler import compile_graph
 
     path = str(tmp_path / "g.cgraph")

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import compare, randint, randn  # noqa: E402
 
 import chroma  # noqa: E402
-from chroma import webgpu  # noqa: E402
+from chroma.runtime import webgpu  # noqa: E402
 
 os.environ.setdefault("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -126,7 +126,7 @@ def test_golden_data_within_budget(tmp_path):
     seed (the same float32 bits in Python and in JS), a large output is stored sampled; both
     runtimes' self-checks pass on it."""
     from chroma.golden import golden_uniform
-    from chroma.webgpu import read_package
+    from chroma.runtime.webgpu import read_package
 
     bits = golden_uniform(5, 7, -1.5, 2.25).view(np.uint32)  # the same literals as web/test/parse.test.mjs
     assert [int(b) for b in bits] == [0x3F2D0B9C, 0xBF108FBF, 0xBEDF6C6C, 0xBFA2F033, 0x3F48EF00]
@@ -155,7 +155,7 @@ def test_reductions_have_subgroup_variants(tmp_path):
     x, n = randn(6, 300), torch.randint(-50, 50, (70, 260), dtype=torch.int32)
     prog = _compile(f, (x, n), tmp_path)
     compare(prog(x.numpy(), n.numpy()), f(x, n), rtol=1e-4, atol=1e-5)
-    from chroma.webgpu import read_package
+    from chroma.runtime.webgpu import read_package
 
     kernels = read_package(str(tmp_path / "m.chroma-web")).manifest["kernels"]
     with_variants = [k for k in kernels if k.get("variants")]
@@ -350,7 +350,7 @@ def test_wgsl_golden(tmp_path, case):
     from chroma import _compiler
 
     fn, inputs = GOLDEN_CASES[case]
-    text = "\n".join(_compiler.gpu_kernel_sources(_graph(fn, inputs, tmp_path), "wgsl"))
+    text = "\n".join(_compiler.gpu_kernel_sources(_graph(fn, inputs, tmp_path), "webgpu"))
     path = os.path.join(GOLDEN, f"{case}.wgsl")
     if os.environ.get("CHROMA_UPDATE_GOLDEN") == "1":
         os.makedirs(GOLDEN, exist_ok=True)
@@ -361,8 +361,9 @@ def test_wgsl_golden(tmp_path, case):
 
 
 def test_cuda_dialect_compiles_with_nvcc(tmp_path):
-    """The same kernels printed by the CUDA dialect table compile with nvcc, each alone: the
-    generator is dialect-neutral (the CUDA target's whole-model kernels.cu: test_cuda.py)."""
+    """The kernels the CUDA target generates (its capability record and dialect, as a CUDA
+    package holds them) compile with nvcc, each alone (the whole-model kernels.cu:
+    test_cuda.py)."""
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         pytest.skip("nvcc is not installed (CUDA toolkit); the CUDA dialect is only compiled where it is")
@@ -389,7 +390,7 @@ def test_cuda_dialect_compiles_with_nvcc(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     for i, src in enumerate(sources):
         cu = tmp_path / f"k{i}.cu"
-        cu.write_text("#include <cstring>\n" + src)
+        cu.write_text("#include <cstring>\n#define CHROMA_SLOT(T) T* __restrict__\n" + src)
         r = subprocess.run([nvcc, "-c", "-arch=sm_80", "-o", str(tmp_path / f"k{i}.o"), str(cu)],
                            capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, f"kernel {i}:\n{src}\n{r.stderr}"

@@ -1,4 +1,4 @@
-"""The Python WebGPU runtime (chroma.webgpu) on Mesa's lavapipe, with packages written by the
+"""The Python WebGPU runtime (chroma.runtime.webgpu) on Mesa's lavapipe, with packages written by the
 test-only writer in webgpu_fixture.py (handwritten WGSL)."""
 
 import os
@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 
 import webgpu_fixture as fx  # noqa: E402
 
-from chroma.program import ArtifactError  # noqa: E402
-from chroma import webgpu  # noqa: E402
-from chroma.webgpu import PackageError, RunError, WebGPUProgram, read_package  # noqa: E402
+from chroma.errors import ArtifactError  # noqa: E402
+from chroma.runtime import webgpu  # noqa: E402
+from chroma.runtime.webgpu import PackageError, RunError, WebGPUProgram, read_package  # noqa: E402
 
 wgpu = pytest.importorskip("wgpu")
 

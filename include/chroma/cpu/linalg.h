@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "chroma/linalg_kinds.h"
+
 extern "C" {
 #define CHROMA_LAPACK_DECL(T, p)                                                                                        \
   void p##potrf_(const char*, const int*, T*, const int*, int*, size_t);                                               \
@@ -53,14 +55,6 @@ void dgetrs_(const char*, const int*, const int*, const double*, const int*, con
 }
 
 namespace chroma::linalg {
-
-enum Kind : int { kCholesky, kLu, kTriSolve, kGeqrf, kOrgqr, kOrmqr, kEigh, kSvd, kLdl, kLdlSolve, kExpm, kKindCount };
-enum Flag : int { kUpper = 1, kLeft = 2, kTrans = 4, kUnit = 8, kFull = 16, kVectors = 32 };
-// Names used by the IR's text form (Linalg.<kind>, {flag, ...}).
-inline constexpr const char* kKindNames[kKindCount] = {"cholesky", "lu", "trisolve", "geqrf", "orgqr", "ormqr", "eigh", "svd",
-                                                              "ldl", "ldl_solve", "expm"};
-inline constexpr int kKindArity[kKindCount] = {1, 1, 2, 1, 2, 3, 1, 1, 1, 3, 1};
-inline constexpr const char* kFlagNames[6] = {"upper", "left", "trans", "unit", "full", "vectors"};
 
 namespace detail {
 

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace chroma::simt {
@@ -172,6 +173,60 @@ inline void run_group(Group& g, const Options& opt) {
 }
 
 }  // namespace detail
+
+// --- storage slots: every global access bounded ---
+//
+// The generated kernels index their storage slots with words computed from the dispatch's
+// parameters (`s1[p0 + i]`). A package's parameters are data, not code: a package that points
+// them past a buffer must not reach another allocation of the process. On a GPU the memory
+// protection stops such an access; here each slot is a Slot (the dialect prints its type as
+// CHROMA_SLOT(T), a plain pointer for nvcc and Metal), whose index is checked: an access
+// outside the buffer reads and writes a scratch word instead, and the first such access of a
+// launch is recorded for the launcher to report (chroma_simt_launch returns kSlotFault).
+
+constexpr int kSlotFault = -2;
+
+struct SlotFault {
+  bool set = false;
+  int slot = 0;
+  long long index = 0;
+  uint64_t words = 0;
+};
+inline thread_local SlotFault g_slot_fault;
+
+namespace detail {
+template <class T>
+T& out_of_bounds(int slot, long long index, uint64_t words) {
+  if (!g_slot_fault.set) g_slot_fault = SlotFault{true, slot, index, words};
+  static thread_local std::remove_const_t<T> scratch;
+  scratch = {};
+  return scratch;
+}
+}  // namespace detail
+
+template <class T>
+struct Slot {
+  T* base = nullptr;
+  uint64_t words = 0;
+  int slot = 0;
+  template <class I>
+  T& operator[](I i) const {
+    const long long k = static_cast<long long>(i);
+    if (k < 0 || static_cast<uint64_t>(k) >= words) return detail::out_of_bounds<T>(slot, k, words);
+    return base[k];
+  }
+};
+
+// What the launcher passes for a slot; becomes the kernel's Slot<unsigned> or Slot<const unsigned>.
+struct SlotArg {
+  unsigned* base;
+  uint64_t words;
+  int slot;
+  template <class T>
+  operator Slot<T>() const {  // NOLINT(google-explicit-constructor): the kernel's parameter type
+    return Slot<T>{base, words, slot};
+  }
+};
 
 // Runs `kernel` (a callable taking no arguments that runs one invocation: it reads its ids
 // through the builtins) over grid x block invocations.

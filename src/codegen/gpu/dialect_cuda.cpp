@@ -62,8 +62,10 @@ const Dialect& cuda_dialect() {
     };
     x.binding_params = "";
     x.params_field = "unsigned p{0}";
-    x.binding_rw = "unsigned* __restrict__ s{slot}";
-    x.binding_ro = "const unsigned* __restrict__ s{slot}";
+    // CHROMA_SLOT(T): `T* __restrict__` for nvcc, a bounds-checked slot on the emulator
+    // (the translation unit's header defines it; include/chroma/simt/simt.h, "storage slots").
+    x.binding_rw = "CHROMA_SLOT(unsigned) s{slot}";
+    x.binding_ro = "CHROMA_SLOT(const unsigned) s{slot}";
     x.shared_decl = "__shared__ {type} {name}[{count}];";
     x.kernel_open = "extern \"C\" __global__ void __launch_bounds__({wgsize}) chroma_{name}({args}) {";
     x.prologue = "  const int lid = (int)threadIdx.x;\n  const int wg = (int)(blockIdx.x + blockIdx.y * {grid_x}u);\n";

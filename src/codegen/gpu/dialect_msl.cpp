@@ -41,8 +41,10 @@ const Dialect& msl_dialect() {
     x.params_field = " uint p{0};";
     x.params_struct_close = " };\n";
     x.binding_params = "constant Params& prm [[buffer({binding})]]";
-    x.binding_rw = "device uint* s{slot} [[buffer({binding})]]";
-    x.binding_ro = "device const uint* s{slot} [[buffer({binding})]]";
+    // CHROMA_SLOT(T): `T*` for Metal, a bounds-checked slot on the emulator (defined by the
+    // translation unit's header; include/chroma/simt/simt.h, "storage slots").
+    x.binding_rw = "CHROMA_SLOT(device uint) s{slot} [[buffer({binding})]]";
+    x.binding_ro = "CHROMA_SLOT(device const uint) s{slot} [[buffer({binding})]]";
     x.shared_decl = "threadgroup {type} {name}[{count}];";
     x.kernel_open =
         "[[max_total_threads_per_threadgroup({wgsize})]] kernel void chroma_{name}({args}, "

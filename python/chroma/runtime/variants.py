@@ -19,11 +19,12 @@ one line; when none fits it picks the smallest and says so.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
+
+from ..errors import ArtifactError
 
 VARIANTS_FORMAT = "chroma.variants"
 VARIANTS_VERSION = 1
@@ -31,7 +32,8 @@ MARGIN_BYTES = 64 << 20  # headroom for the interpreter, NumPy arrays, allocator
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
-__all__ = ["compile_variants", "load_variant", "available_memory", "variant_name"]
+__all__ = ["load_variant", "available_memory", "variant_name", "variant_need", "variant_error", "VARIANTS_FORMAT",
+           "VARIANTS_VERSION", "MARGIN_BYTES"]
 
 
 def variant_name(weights: Any, index: int) -> str:
@@ -43,7 +45,7 @@ def variant_name(weights: Any, index: int) -> str:
     return f"v{index}"
 
 
-def _need(manifest: Dict[str, Any], directory: str) -> Dict[str, int]:
+def variant_need(manifest: Dict[str, Any], directory: str) -> Dict[str, int]:
     arena = max((e.get("arena", {}).get("bytes", 0) for e in manifest.get("entries", [])), default=0)
     state = sum(int(s.get("bytes", 0)) for s in manifest.get("state", []) or [])
     lib = os.path.join(directory, manifest["library"]["file"])
@@ -53,39 +55,11 @@ def _need(manifest: Dict[str, Any], directory: str) -> Dict[str, int]:
     return d
 
 
-def _error(manifest: Dict[str, Any]) -> float:
+def variant_error(manifest: Dict[str, Any]) -> float:
     acc = manifest.get("accuracy")
     if not acc:
         return 0.0  # float32 weights
     return max((o.get("rel_l2", 0.0) for o in acc.get("outputs", [])), default=0.0)
-
-
-def compile_variants(compile_fn, model: Any, example_inputs: Any, weights: List[Any], out: str, **options: Any):
-    """Compiles one artifact per entry of `weights` under out/variants/ and writes the
-    variants manifest; returns the variant load_variant("auto") picks."""
-    from .program import load
-
-    if not weights:
-        raise ValueError("weights: an empty list of variants")
-    os.makedirs(out, exist_ok=True)
-    names, entries = set(), []
-    for i, w in enumerate(weights):
-        name = variant_name(w, i)
-        if name in names:
-            raise ValueError(f"weights: variant {name!r} is given twice")
-        names.add(name)
-        sub = os.path.join(out, "variants", name)
-        compile_fn(model, example_inputs, out=sub, weights=w, **options)
-        with open(os.path.join(sub, "manifest.json"), encoding="utf-8") as f:
-            m = json.load(f)
-        spec = m.get("options", {}).get("weights", {}).get("spec", "fp32")
-        entries.append({"name": name, "directory": f"variants/{name}", "weights": spec, "need": _need(m, sub),
-                        "rel_l2": _error(m), "accuracy": m.get("accuracy")})
-    manifest = {"format": VARIANTS_FORMAT, "version": VARIANTS_VERSION, "margin_bytes": MARGIN_BYTES,
-                "variants": entries}
-    with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
-    return load(out, weights="auto", threads=options.get("threads"))
 
 
 def _read_int(path: str) -> Optional[int]:
@@ -142,8 +116,6 @@ def _count(v: Any) -> bool:
 def _check_variant(v: Any, where: str) -> None:
     """One entry of a variants manifest: its name and directory, what it needs in memory (each
     part a non-negative byte count, the total their sum) and its error (finite, non-negative)."""
-    from .errors import ArtifactError
-
     if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not _NAME.match(v["name"]) \
             or v.get("directory") != f"variants/{v['name']}":
         raise ArtifactError(f"{where} is malformed: expected fields name (letters, digits, _ . -) and directory "
@@ -164,8 +136,6 @@ def _check_variant(v: Any, where: str) -> None:
 def load_variant(directory: str, manifest: Dict[str, Any], weights: Optional[str], memory_limit: Optional[int],
                  loader, **kwargs):
     """Picks and loads one variant of a variants artifact (see the module's docstring)."""
-    from .errors import ArtifactError
-
     mpath = os.path.join(directory, "manifest.json")
     if manifest.get("version") != VARIANTS_VERSION:
         raise ArtifactError(f"{mpath}: variants format version {manifest.get('version')} is not supported "

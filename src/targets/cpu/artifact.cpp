@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "artifact/build.h"
-#include "artifact/targets.h"
+#include "targets/cpu/cpu_target.h"
 #include "chroma/chroma.h"
 #include "chroma/detail/sha256.h"
 #include "codegen/cpu/emit.h"

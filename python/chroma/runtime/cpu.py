@@ -1,4 +1,7 @@
-"""Loading and running compiled artifacts. Needs only NumPy (never imports torch)."""
+"""The CPU runtime: a CPU artifact's library (the generated kernels and the runtime, a Python
+extension module) loaded and called with NumPy arrays. Needs only NumPy (never imports torch).
+Runtime layer: `chroma.runtime.registry` calls `load_artifact` for a manifest whose target is
+"cpu"."""
 
 from __future__ import annotations
 
@@ -6,18 +9,17 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import itertools
-import json
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional
 
 import ml_dtypes
 import numpy as np
 
-from .errors import ArtifactError
+from ..errors import ArtifactError
 
-__all__ = ["Program", "Entry", "load", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
+__all__ = ["Program", "Entry", "load_artifact", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
 
 ARTIFACT_VERSION = 3
 ABI_VERSION = 3
@@ -303,72 +305,12 @@ def _load_module(path: str):
     return module
 
 
-def _load_webgpu(directory: str, manifest: dict, mpath: str) -> Any:
-    """A WebGPU artifact: its manifest names the package beside the directory."""
-    from .webgpu import WebGPUProgram
-
-    from .runtime.artifact import read_artifact_package
-
-    prog = WebGPUProgram(read_artifact_package(directory, manifest, mpath))
-    prog.manifest = manifest  # the artifact's description: the lowered kernels, the plan
-    return prog
-
-
-def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Optional[int] = None,
-         weights: Optional[str] = None, memory_limit: Optional[int] = None, emulate: bool = False,
-         reverse: bool = False, device: int = 0, cuda_graph: bool = False) -> Program:
-    """Loads an artifact directory written by chroma.compile.
-
-    ``weights``: for an artifact with several weight variants (compile(weights=[...])),
-    "auto" (the default) picks the most accurate variant that fits in the memory available
-    now (and in ``memory_limit`` bytes if given) and prints why; a variant's name forces it.
-    For a single artifact it may name the artifact's own format (anything else is an error).
-
-    ``threads``: how many threads the program runs on, the caller's included (default:
-    $CHROMA_NUM_THREADS if set, else one per core). Large memory-bound matrix products are
-    split between them; OpenBLAS (a process-wide setting) is given the same count.
-
-    ``emulate``: a CUDA or Metal artifact runs its generated kernels on the CPU SIMT emulator
-    (chroma.simt; slow, for testing; ``reverse`` runs each workgroup's invocations last to
-    first). Without it, a CUDA artifact runs on NVIDIA GPU number ``device`` through its host
-    library (chroma.cuda; ``cuda_graph`` replays each call as one CUDA graph); on a machine
-    without an NVIDIA GPU or driver that is an error that says so. A Metal artifact runs on the
-    system's default Metal GPU through its host library (chroma.cuda.MetalProgram; built when it
-    was compiled with CHROMA_METAL_CPP naming Apple's metal-cpp headers); without one, or
-    without a Metal GPU, that is an error that says so.
-
-    Checks the manifest's format and version, the ABI version, the library's and the
-    weights' SHA-256 digests and the generated source's digest; raises ArtifactError
-    naming the file and field that do not match.
-    """
-    directory = os.fspath(directory)
-    mpath = os.path.join(directory, "manifest.json")
-    if not os.path.isfile(mpath):
-        raise ArtifactError(f"{directory}: not a Chroma artifact (no manifest.json)")
-    try:
-        with open(mpath, "r", encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: corrupt JSON ({e})") from None
-    if isinstance(manifest, dict) and manifest.get("format") == "chroma.variants":
-        from .variants import load_variant
-
-        return load_variant(directory, manifest, weights, memory_limit, load, verify=verify, threads=threads)
-    if weights not in (None, "auto"):
-        own = (manifest.get("options", {}).get("weights", {}) or {}).get("default", "fp32") if isinstance(manifest, dict) else None
-        if weights != own:
-            raise ValueError(f"weights={weights!r}: {directory} has one weight variant, {own}")
-    if not isinstance(manifest, dict) or manifest.get("format") != "chroma.artifact":
-        raise ArtifactError(f"{mpath}: field 'format' is {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected 'chroma.artifact'")
-    version = manifest.get("version")
-    if version != ARTIFACT_VERSION:
-        raise ArtifactError(f"{mpath}: artifact format version {version} is not supported (this runtime reads version {ARTIFACT_VERSION})")
-    if manifest.get("target") == "webgpu":
-        return _load_webgpu(directory, manifest, mpath)
-    if manifest.get("target") in ("cuda", "metal"):
-        from .simt import load_cuda
-
-        return load_cuda(directory, manifest, mpath, emulate=emulate, reverse=reverse, device=device, graph=cuda_graph)
+def load_artifact(directory: str, manifest: dict, mpath: str, options: Any) -> Program:
+    """A CPU artifact directory (the registry's loader): checks the ABI version, the
+    library's and the weights' SHA-256 digests (with ``options.verify``) and the generated
+    source's digest, then loads the library; raises ArtifactError naming the file and field
+    that do not match."""
+    verify, threads = options.verify, options.threads
     abi = _field(manifest, "abi_version", mpath)
     if abi != ABI_VERSION:
         raise ArtifactError(f"{mpath}: ABI version {abi} does not match this runtime's {ABI_VERSION}")

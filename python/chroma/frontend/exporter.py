@@ -2,7 +2,7 @@
 
 Usage::
 
-    from chroma.exporter import export
+    from chroma.frontend.exporter import export
     g = export(model.eval(), (torch.randn(4, 7),), "model.cgraph")
     g.json   # graph description (dict), see docs/graph_format.md
     g.blob   # weight data (bytes)
@@ -203,7 +203,7 @@ def _check_inputs(example_inputs: Any) -> tuple:
 def _refusal(target: str) -> str:
     """Why the compiler refuses an ATen target by design ('' if it does not)."""
     try:
-        from . import _compiler
+        from .. import _compiler
     except ImportError:  # exporting without the compiled module
         return ""
     return _compiler.refusal(target)

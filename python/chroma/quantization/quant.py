@@ -58,7 +58,7 @@ def weights_spec(weights: Any) -> str:
 def quantize(w: np.ndarray, bits: int):
     """MLX affine quantization of a float32 [rows, K] matrix along K with the compiler's own
     code: (q uint8 [rows, K], scales float16 [rows, ceil(K/64)], biases float16 likewise)."""
-    from . import _compiler
+    from .. import _compiler
 
     w = np.ascontiguousarray(w, dtype=np.float32)
     if w.ndim != 2:
@@ -129,7 +129,7 @@ def _flat_outputs(x: Any) -> List[Any]:
 def _eager(model: Any, inputs: Sequence[Any]) -> List[np.ndarray]:
     import torch
 
-    from .compiler import to_numpy
+    from ..arrays import to_numpy
 
     m = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
     with torch.no_grad():
@@ -141,13 +141,11 @@ def record_accuracy(out: str, model: Any, inputs: Sequence[Any],
                     calibration: Optional[Sequence[Sequence[Any]]] = None) -> Dict[str, Any]:
     """Runs the artifact in `out` and float32 PyTorch on the example inputs (and any
     calibration inputs) and stores the comparison in the manifest under "accuracy"."""
-    from .compiler import to_numpy
-    from .program import load
+    from ..arrays import to_numpy
+    from ..runtime.registry import load_compiled
 
-    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
-        target = json.load(f).get("target", "cpu")
-    # CUDA and Metal artifacts as chroma.compile returns them: on the SIMT emulator (any machine).
-    prog = load(out, emulate=True) if target in ("cuda", "metal") else load(out, threads=1)
+    # As chroma.compile returns it (CUDA and Metal artifacts on the SIMT emulator: any machine).
+    prog = load_compiled(out, threads=1)
     sets = [tuple(inputs)] + [tuple(c) for c in (calibration or [])]
     per_output: List[List[Dict[str, Any]]] = []
     for ins in sets:
@@ -198,7 +196,7 @@ def quant_report(model: Any, example_inputs: Any, *, weights: Any = "q4", sensit
     """
     import torch
 
-    from . import _compiler
+    from .. import _compiler
 
     spec_text = weights_spec(weights)
     inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)

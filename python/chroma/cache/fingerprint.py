@@ -347,7 +347,7 @@ class _Walker:
 def _environment(h: "hashlib._Hash") -> None:
     import torch
 
-    from . import __version__
+    from ..version import __version__
 
     def emit(*parts):
         for p in parts:
@@ -372,8 +372,8 @@ def _environment(h: "hashlib._Hash") -> None:
                     break
     except OSError:
         emit("cpu", platform.processor())
-    from . import _compiler
-    from .compiler import include_dir
+    from .. import _compiler
+    from ..paths import include_dir
 
     here = os.path.dirname(os.path.abspath(__file__))
     for path in sorted([_compiler.__file__] + [os.path.join(here, n) for n in os.listdir(here) if n.endswith(".py")]):

@@ -1,0 +1,19 @@
+#include <algorithm>
+
+#include "targets/gpu/gpu_target.h"
+
+namespace chroma {
+
+LowerOptions GpuTarget::lower_options(const CompileOptions& opts) const {
+  LowerOptions lo;
+  lo.max_expression_depth = std::min(opts.max_expression_depth, 24);
+  lo.packed_max_rows = 0;
+  lo.arena_alignment = 256;
+  lo.device_storage = true;
+  lo.row_major_constant_b = true;
+  lo.product_epilogues = true;
+  lo.weights = quant::parse_policy(opts.weights);  // reduced weights (Lowerer::reduced_weight)
+  return lo;
+}
+
+}  // namespace chroma
