@@ -161,11 +161,15 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   libs.insert(libs.end(), opts.link_flags.begin(), opts.link_flags.end());
   const std::string cmd = cxx + " " + join(flags) + " " + join(libs);
   key.update(cmd.data(), cmd.size());
-  for (const std::string& d : opts.header_dirs) {
-    const std::string dd = headers_digest(d);
-    key.update(dd.data(), dd.size());
-  }
-  const std::string hd = headers_digest(opts.include_dir);
+  // Every header a unit can include: the extra header directories' (metal-cpp's) and the
+  // runtime's. Both keys below (the library's and each object's) cover them.
+  std::string hd;
+  for (const std::string& d : opts.header_dirs) hd += headers_digest(d);
+  // Objects were cached without the extra directories' headers before: a library linked from
+  // such an object may sit in a cache under the key a correct build now has. "v2" moves these
+  // builds (metal-cpp's) to new keys.
+  if (!opts.header_dirs.empty()) hd += "objects-v2";
+  hd += headers_digest(opts.include_dir);
   key.update(hd.data(), hd.size());
   r.cache_key = key.hex_digest();
   r.command = cmd;

@@ -165,9 +165,12 @@ TEST(Simt, PrintedCudaKernelRunsOnTheEmulator) {
     std::ofstream f(dir / "k.cpp");
     f << "#include \"chroma/simt/cuda.h\"\n"
       << code
-      << "\nextern \"C\" void launch(unsigned** s, unsigned p0, unsigned groups, int reverse) {\n"
+      << "\nextern \"C\" int launch(unsigned** s, const unsigned long long* w, unsigned p0, unsigned groups, int reverse) {\n"
       << "  chroma::simt::Options o; o.reverse = reverse != 0;\n"
-      << "  chroma::simt::launch({groups, 1, 1}, {" << wgs << ", 1, 1}, [&] { chroma_main(s[0], s[1], s[2], p0); }, o);\n}\n";
+      << "  chroma::simt::g_slot_fault = {};\n"
+      << "  auto slot = [&](int i) { return chroma::simt::SlotArg{s[i], w[i], i}; };\n"
+      << "  chroma::simt::launch({groups, 1, 1}, {" << wgs << ", 1, 1}, [&] { chroma_main(slot(0), slot(1), slot(2), p0); }, o);\n"
+      << "  return chroma::simt::g_slot_fault.set ? 1 : 0;\n}\n";
   }
   const char* cxx = std::getenv("CXX");
   const std::string err = run_cmd({cxx && *cxx ? cxx : "c++", "-std=c++20", "-O1", "-fPIC", "-shared", "-I" CHROMA_SOURCE_DIR "/include",
@@ -175,7 +178,7 @@ TEST(Simt, PrintedCudaKernelRunsOnTheEmulator) {
   ASSERT_EQ(err, "") << code;
   void* lib = dlopen((dir / "k.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << dlerror();
-  auto launch = reinterpret_cast<void (*)(unsigned**, unsigned, unsigned, int)>(dlsym(lib, "launch"));
+  auto launch = reinterpret_cast<int (*)(unsigned**, const unsigned long long*, unsigned, unsigned, int)>(dlsym(lib, "launch"));
   ASSERT_NE(launch, nullptr);
   const int64_t groups = k.workgroups;
   for (int reverse : {0, 1}) {
@@ -183,13 +186,22 @@ TEST(Simt, PrintedCudaKernelRunsOnTheEmulator) {
     for (size_t j = 0; j < x.size(); ++j) x[j] = std::sin(static_cast<float>(j)) * 3.0f;
     unsigned* slots[3] = {reinterpret_cast<unsigned*>(x.data()), reinterpret_cast<unsigned*>(yv.data()),
                           reinterpret_cast<unsigned*>(sums.data())};
-    launch(slots, 3u, static_cast<unsigned>(groups), reverse);  // param 0: read from x[3]
+    const unsigned long long words[3] = {x.size(), yv.size(), sums.size()};
+    EXPECT_EQ(launch(slots, words, 3u, static_cast<unsigned>(groups), reverse), 0);  // param 0: read from x[3]
     for (int64_t j = 0; j < n; ++j) EXPECT_EQ(yv[static_cast<size_t>(j)], std::exp(x[static_cast<size_t>(j + 3)]) * 2.0f) << j;
     for (int64_t g = 0; g < groups; ++g) {
       float s = 0.0f;
       for (int64_t j = g * wgs; j < std::min(n, (g + 1) * wgs); ++j) s += yv[static_cast<size_t>(j)];
       EXPECT_EQ(sums[static_cast<size_t>(g)], s) << g;
     }
+  }
+  // A parameter pointing past a slot's buffer: the access is not made, the launch reports it.
+  {
+    std::vector<float> x(static_cast<size_t>(n + 3)), yv(static_cast<size_t>(n)), sums(static_cast<size_t>(groups));
+    unsigned* slots[3] = {reinterpret_cast<unsigned*>(x.data()), reinterpret_cast<unsigned*>(yv.data()),
+                          reinterpret_cast<unsigned*>(sums.data())};
+    const unsigned long long words[3] = {x.size(), yv.size(), sums.size()};
+    EXPECT_EQ(launch(slots, words, 1u << 30, static_cast<unsigned>(groups), 0), 1);
   }
   dlclose(lib);
   fs::remove_all(dir);

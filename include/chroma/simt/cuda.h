@@ -9,6 +9,10 @@
 
 #include "chroma/simt/simt.h"
 
+// A storage slot: bounds-checked on the emulator (chroma::simt::Slot; a plain pointer for the
+// GPU's own compiler, defined where the translation unit includes neither header).
+#define CHROMA_SLOT(T) ::chroma::simt::Slot<T>
+
 #define __global__
 #define __device__
 #define __host__

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Tuple, Union
 import numpy as np
 
 from ..errors import ArtifactError, PackageError, RunError
-from .artifact import read_artifact_package, verified_library
+from .artifact import package_file, read_artifact_package, verified_library
 from .gpu import GpuProgram
 from .package import STATUS_BYTES, Package
 from .package import WORD as _WORD
@@ -232,7 +232,7 @@ class HostProgram(GpuProgram):
                 self._write_state()
 
     def _device_input(self, i: int, t: Any, a: Any) -> Tuple[int, int]:
-        raise ValueError(f"input {i} ('{t.name}'): a device array; the {self._kind} runtime takes host arrays (NumPy)")
+        raise ValueError(f"input {i} ('{t.name}'): a CUDA device array; the {self._kind} runtime takes host arrays (NumPy)")
 
     def _inputs(self, arrays, named, inputs) -> Tuple[List[int], List[int], List[int], List[Any]]:
         """(addresses, byte counts, is-device flags, objects to keep alive) for each input, in
@@ -427,12 +427,9 @@ def load_artifact(directory: str, manifest: dict, mpath: str, options: Any) -> H
     library the manifest names, checked against its digest before it is loaded."""
     target = manifest.get("target")
     kind = _RUNTIMES[target]._kind
-    if target == "cuda" and not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")):
-        raise RunError(f"{directory}: a CUDA artifact, and this machine has no NVIDIA GPU (no /dev/nvidia0); "
-                       f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
     if target == "metal" and options.cuda_graph:
         raise ValueError("graph=True is CUDA's (a Metal call is one command buffer already)")
-    package = read_artifact_package(directory, manifest, mpath)
+    package_file(directory, manifest, mpath)  # named right and present, before anything else
     host = (manifest.get(target) or {}).get("host")
     if not isinstance(host, dict):
         why = (manifest.get(target) or {}).get("why", "no host library")
@@ -443,6 +440,10 @@ def load_artifact(directory: str, manifest: dict, mpath: str, options: Any) -> H
         raise RunError(f"{directory}: this CUDA artifact was compiled without nvcc ({why}), so it holds no GPU code; "
                        f"compile it where nvcc is installed, or chroma.load(directory, emulate=True) runs its kernels on "
                        f"the CPU SIMT emulator")
+    if target == "cuda" and not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")):
+        raise RunError(f"{directory}: a CUDA artifact, and this machine has no NVIDIA GPU (no /dev/nvidia0); "
+                       f"chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator")
+    package = read_artifact_package(directory, manifest, mpath)
     path = verified_library(directory, host, f"{target}.host", mpath, f"{kind} host library")
     try:
         if target == "metal":

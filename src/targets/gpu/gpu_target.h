@@ -7,6 +7,7 @@
 // as one translation unit and the SIMT emulator's library, simt_unit.cpp).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -37,9 +38,9 @@ class GpuTarget : public Target {
   virtual gpu::Capabilities capabilities() const = 0;
   // The package file's suffix (".chroma-web").
   virtual const char* package_suffix() const = 0;
-  // The most entry points one package may hold, and what to say when a compile has more.
+  // The most entry points one package may hold, and what to say when a compile has `n`.
   virtual size_t max_entries() const { return SIZE_MAX; }
-  virtual std::string entries_refusal() const { return ""; }
+  virtual std::string entries_refusal(size_t n) const { return ""; }
   // Whether the package and the directory are written (the null target writes nothing).
   virtual bool writes_files() const { return true; }
   // The target's own files beside the package, recorded in the artifact manifest `am`.

@@ -122,10 +122,7 @@ std::string storage_name(DType t) {
 
 std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,
                              PhaseTimer& timer) const {
-  if (entries.size() > max_entries()) {
-    throw CompileError(std::string("a ") + name() + " package holds " + std::to_string(max_entries()) +
-                       " entry point(s) (this compile has " + std::to_string(entries.size()) + "): " + entries_refusal());
-  }
+  if (entries.size() > max_entries()) throw CompileError(entries_refusal(entries.size()));
   CompiledEntry& e = entries[0];  // the package's default entry (its top-level fields)
   Program& p = e.program;
 

@@ -20,8 +20,10 @@ class WebGpuTarget final : public GpuTarget {
     return caps;
   }
   size_t max_entries() const override { return 1; }
-  std::string entries_refusal() const override {
-    return "the WebGPU runtimes run one schedule; the CUDA and Metal targets take several (a decoder's prefill and step)";
+  std::string entries_refusal(size_t n) const override {
+    return "a WebGPU package holds one entry point for now (this compile has " + std::to_string(n) +
+           "): the WebGPU runtimes run one schedule; the CUDA and Metal targets take several (a decoder's prefill and "
+           "step)";
   }
 };
 

@@ -43,7 +43,7 @@ struct Size {
 };
 
 namespace fake {
-using Launch = int (*)(int, unsigned, unsigned, unsigned**, const unsigned*, int);
+using Launch = int (*)(int, unsigned, unsigned, unsigned**, const unsigned long long*, const unsigned*, int);
 inline NS::UInteger env(const char* name, NS::UInteger otherwise) {
   const char* v = std::getenv(name);
   return v != nullptr && *v ? static_cast<NS::UInteger>(std::strtoull(v, nullptr, 10)) : otherwise;
@@ -110,6 +110,8 @@ class ComputeCommandEncoder : public NS::Object {
     if (index >= 31) return fail("setBuffer index " + std::to_string(index) + " (31 buffer slots)");
     if (bound_.size() <= index) bound_.resize(index + 1);
     bound_[index] = static_cast<unsigned char*>(const_cast<Buffer*>(buffer)->contents()) + offset;
+    if (words_.size() <= index) words_.resize(index + 1);
+    words_[index] = (buffer->length() - offset) / 4;  // what the kernel may index (the emulator checks)
   }
   void setBytes(const void* bytes, NS::UInteger length, NS::UInteger index) {
     if (length > 4096) return fail("setBytes of " + std::to_string(length) + " bytes (4 KB at most)");
@@ -122,10 +124,11 @@ class ComputeCommandEncoder : public NS::Object {
     if (pipe_ == nullptr) return fail("dispatch without a pipeline state");
     if (threads.width * threads.height * threads.depth > pipe_->maxTotalThreadsPerThreadgroup())
       return fail("dispatch of more threads per threadgroup than the pipeline allows");
-    Command c{pipe_->module, static_cast<unsigned>(groups.width), static_cast<unsigned>(groups.height), {}, {}};
+    Command c{pipe_->module, static_cast<unsigned>(groups.width), static_cast<unsigned>(groups.height), {}, {}, {}};
     for (size_t i = params_.empty() ? 0 : 1; i < bound_.size(); ++i) {  // the MSL printer's layout
       if (bound_[i] == nullptr) return fail("dispatch with no buffer at index " + std::to_string(i));
       c.slots.push_back(reinterpret_cast<unsigned*>(bound_[i]));
+      c.words.push_back(words_[i]);
     }
     c.params.resize((params_.size() + 3) / 4 + 1);
     if (!params_.empty()) std::memcpy(c.params.data(), params_.data(), params_.size());
@@ -138,6 +141,7 @@ class ComputeCommandEncoder : public NS::Object {
     int module;
     unsigned gx, gy;
     std::vector<unsigned*> slots;
+    std::vector<unsigned long long> words;
     std::vector<unsigned> params;
   };
   std::vector<Command> commands;
@@ -150,6 +154,7 @@ class ComputeCommandEncoder : public NS::Object {
   }
   const ComputePipelineState* pipe_ = nullptr;
   std::vector<unsigned char*> bound_;
+  std::vector<unsigned long long> words_;
   std::vector<unsigned char> params_;
 };
 
@@ -172,8 +177,9 @@ class CommandBuffer : public NS::Object {
       if (!e->ended) return failed("commit before endEncoding");
       if (!e->error.empty()) return failed(e->error);
       for (auto& c : e->commands) {
-        if (c.gx && c.gy && launch_(c.module, c.gx, c.gy, c.slots.data(), c.params.data(), 0) != 0)
-          return failed("no kernel " + std::to_string(c.module));
+        const int rc = c.gx && c.gy ? launch_(c.module, c.gx, c.gy, c.slots.data(), c.words.data(), c.params.data(), 0) : 0;
+        if (rc == -1) return failed("no kernel " + std::to_string(c.module));
+        if (rc != 0) return failed("a kernel accessed a buffer out of bounds (kernel " + std::to_string(c.module) + ")");
       }
     }
   }
