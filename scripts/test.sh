@@ -1,21 +1,63 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ unit tests (GoogleTest), the JS WebGPU runtime's tests (Node's test
-# runner on Dawn) and the Python tests against PyTorch (CPU, WebGPU, and CUDA and Metal on the emulator).
+# Runs the tests, in one of two tiers (docs/testing.md):
+#
+#   ./scripts/test.sh          the tier that guards every change (CI: .ci/run): the C++ unit
+#                              tests, the JS WebGPU runtime's tests, the Python tests on the CPU
+#                              target except those marked `full`, each GPU target's op suite on
+#                              a sample that holds every kernel kind and dtype the whole suite
+#                              does (checked after the run), the sanitizer subset and a bounded
+#                              fuzz run
+#   ./scripts/test.sh --full   everything: every Python test, each GPU target's whole op suite
+#                              (recording what it covers into tests/python/gpu_coverage.json),
+#                              the sanitizers, and the fuzzers for twice as long; run it before an
+#                              issue is called resolved
+#
+# Arguments after the tier go to every pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FULL=0
+if [ "${1:-}" = "--full" ]; then
+  FULL=1
+  shift
+fi
 ./scripts/setup.sh
 export CHROMA_CACHE_DIR="${CHROMA_CACHE_DIR:-$PWD/build/cache}"
 export CHROMA_MODEL_CACHE_BYTES="${CHROMA_MODEL_CACHE_BYTES:-2147483648}"  # finished artifacts kept: 2 GiB
 export CHROMA_VERIFY=1   # run the IR verifier after every pass
+lap() { echo "[test] $1 ($(( $(date +%s) - T0 )) s so far)"; }
+T0=$(date +%s)
 cmake -S . -B build/tests -G Ninja -DCHROMA_BUILD_TESTS=ON -DCHROMA_WERROR=ON >/dev/null
 cmake --build build/tests -j 2 --target chroma_tests chroma_run
 ./build/tests/chroma_tests
+lap "C++ unit tests"
 (cd web && npm test --silent)   # the JS WebGPU runtime, on Dawn + SwiftShader
-.venv/bin/python -m pytest tests/python -q -n 2 "$@"
-# Every op on every backend: the shared op suite again, compiled for WebGPU and run on a
-# software adapter (tests/python/conftest.py; skips with reasons in webgpu_skips.py).
-CHROMA_TEST_TARGET=webgpu .venv/bin/python -m pytest tests/python -q -n 2 "$@"
-# ... and compiled for CUDA and for Metal, run on the CPU SIMT emulator (docs/cuda.md; skips in
-# cuda_skips.py and metal_skips.py).
-CHROMA_TEST_TARGET=cuda .venv/bin/python -m pytest tests/python -q -n 2 "$@"
-CHROMA_TEST_TARGET=metal .venv/bin/python -m pytest tests/python -q -n 2 "$@"
+lap "JS runtime"
+if [ "$FULL" = 1 ]; then
+  .venv/bin/python -m pytest tests/python -q -n 2 "$@"
+else
+  .venv/bin/python -m pytest tests/python -q -n 2 -m "not full" "$@"
+fi
+lap "CPU suite"
+# Every op on every backend: the shared op suite compiled for WebGPU (run on a software adapter,
+# lavapipe) and for CUDA and Metal (run on the CPU SIMT emulator, docs/cuda.md); skips with
+# reasons in <target>_skips.py. The guarding tier runs a third of each, chosen so that it still
+# holds every kernel kind and dtype (tests/python/gpu_coverage.py checks it after the run).
+for target in webgpu cuda metal; do
+  cov="build/coverage/$target"
+  rm -rf "$cov"
+  if [ "$FULL" = 1 ]; then
+    CHROMA_TEST_TARGET=$target CHROMA_COVERAGE_DIR="$cov" .venv/bin/python -m pytest tests/python -q -n 2 "$@"
+    .venv/bin/python tests/python/gpu_coverage.py record "$cov" "$target"
+  else
+    CHROMA_TEST_TARGET=$target CHROMA_TEST_SAMPLE=3 CHROMA_COVERAGE_DIR="$cov" \
+      .venv/bin/python -m pytest tests/python -q -n 2 "$@"
+    .venv/bin/python tests/python/gpu_coverage.py check "$cov" "$target"
+  fi
+  lap "$target op suite"
+done
+# Hardening (docs/fuzzing.md): the ASan + UBSan build with a subset of the Python tests, and
+# a bounded fuzz run of the graph-file, manifest and GPU package readers.
+./scripts/sanitize.sh
+lap "sanitizers"
+./scripts/fuzz.sh $(( FULL ? 90 : 45 ))
+lap "fuzzing"

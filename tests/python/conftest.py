@@ -43,16 +43,44 @@ if TARGET == "webgpu":
     os.environ.setdefault("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: runs in the full tier only (./scripts/test.sh --full; the reason is "
+                                       "given where the mark is set)")
+
+
+# The guarding tier runs a sample of each GPU target's op suite (CHROMA_TEST_SAMPLE=N: every
+# test whose id hashes to 0 mod N, plus what covers every kernel kind and dtype the full
+# suite's programs hold; gpu_coverage.py). CHROMA_COVERAGE_DIR: where each process writes what
+# its tests' programs held.
+SAMPLE = int(os.environ.get("CHROMA_TEST_SAMPLE", "0") or 0)
+COVERAGE_DIR = os.environ.get("CHROMA_COVERAGE_DIR")
+_COVERAGE = {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if COVERAGE_DIR and _COVERAGE:
+        import json
+
+        os.makedirs(COVERAGE_DIR, exist_ok=True)
+        with open(os.path.join(COVERAGE_DIR, f"{os.getpid()}.json"), "w", encoding="utf-8") as f:
+            json.dump({k: sorted(v) for k, v in _COVERAGE.items()}, f)
+
+
 def pytest_collection_modifyitems(config, items):
     if TARGET == "cpu":
         return
     import importlib
 
     SKIPS = importlib.import_module(f"{TARGET}_skips").SKIPS  # one skip list per backend, with reasons
+    sampled = None
+    if SAMPLE > 1:
+        from gpu_coverage import sample
+
+        sampled = sample([i.nodeid for i in items if "check" in getattr(i, "fixturenames", ())], TARGET, SAMPLE)
 
     keep, drop = [], []
     for item in items:
-        if "check" not in getattr(item, "fixturenames", ()):
+        if "check" not in getattr(item, "fixturenames", ()) or (sampled is not None and item.nodeid not in sampled):
             drop.append(item)
             continue
         for pattern, reason in SKIPS.items():
@@ -108,7 +136,7 @@ _counter = itertools.count()
 
 
 @pytest.fixture
-def check(tmp_path):
+def check(tmp_path, request):
     """check(fn, *inputs, rtol=1e-5, atol=1e-5, blas=True, **compile_options) -> Program."""
 
     def _check(fn, *inputs, rtol=1e-5, atol=1e-5, **options):
@@ -123,6 +151,10 @@ def check(tmp_path):
             want = fn(*inputs)
         got = prog(*[to_numpy(x) for x in inputs])
         compare(got, want, rtol=rtol, atol=atol)
+        if COVERAGE_DIR and TARGET != "cpu":
+            from gpu_coverage import items_of
+
+            _COVERAGE.setdefault(request.node.nodeid, set()).update(items_of(prog))
         return prog
 
     return _check

@@ -95,6 +95,8 @@ def test_transformer_block_on_the_emulator_in_both_orders(tmp_path, target):
     _compiled_text(str(tmp_path / "m"), target)
 
 
+# Full tier: a whole network on the emulator (the sampled op suite runs its kernels in the guarding tier).
+@pytest.mark.full
 @pytest.mark.parametrize("target", TARGETS)
 def test_resnet18_on_the_emulator(tmp_path, target):
     import torchvision
@@ -109,6 +111,8 @@ def test_resnet18_on_the_emulator(tmp_path, target):
     _compiled_text(str(tmp_path / "r18"), target)
 
 
+# Full tier: the reference model on the emulator, 25 s per target (its kernels run in the sampled op suite).
+@pytest.mark.full
 @pytest.mark.parametrize("target", TARGETS)
 def test_reference_model_on_the_emulator(tmp_path, target):
     """gpt-oss's architecture at the benchmark size (59M parameters): an 8-token call."""
@@ -249,6 +253,8 @@ def test_fp32_products_are_not_tf32(tmp_path):
         assert rel < 2e-5, rel
 
 
+# Full tier: the decoder on the emulator, 24 s per target (the Metal host runtime test runs one in the guarding tier).
+@pytest.mark.full
 @pytest.mark.parametrize("target", TARGETS)
 def test_kv_cache_decoder_cached_equals_uncached_before_and_after_the_wrap(tmp_path, target):
     """compile_decoder on the GPU targets: one package with two entry points (prefill, step)

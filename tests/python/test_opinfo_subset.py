@@ -16,6 +16,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 
 from opinfo_conformance import Case, run_cases, tolerances  # noqa: E402
 
+# Full tier: PyTorch's OpInfo samples over the supported ops and dtypes, a conformance sweep
+# (8 minutes of the CPU suite on two cores) beside the op suite, which the guarding tier runs.
+pytestmark = pytest.mark.full
+
 # family -> OpInfo names (name or name.variant)
 FAMILIES = {
     "unary elementwise": ["sin", "nn.functional.gelu"],

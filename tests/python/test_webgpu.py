@@ -80,6 +80,8 @@ def test_transformer_block_python_and_node(tmp_path):
     assert report["maxError"] <= 1e-4
 
 
+# Full tier: whole torchvision networks on lavapipe, 15 s each (their kernels run in the sampled op suite).
+@pytest.mark.full
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
 def test_vision_models(tmp_path, name):
     import torchvision
@@ -203,6 +205,8 @@ def test_convolution_paths_with_epilogues(tmp_path, case):
     assert prog.stats["dispatches"] == 1, prog.stats
 
 
+# Full tier: the reference model on lavapipe, 14 s (its kernels run in the sampled op suite).
+@pytest.mark.full
 def test_reference_model_logits(tmp_path):
     """gpt-oss's architecture at the benchmark size (59M parameters, 201,088-token vocabulary):
     an 8-token call's logits against eager PyTorch."""
