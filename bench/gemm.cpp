@@ -1,6 +1,7 @@
 // gemm: float32 matrix products on one thread, OpenBLAS against oneDNN's sgemm, on the shapes
 // the zoo's models bring (linear layers of ViT, Swin, BERT/MiniLM, ResNet's 1x1 convolutions,
-// attention blocks). The evidence for chroma/cpu/sgemm.h's choices (docs/architecture.md).
+// attention blocks). The evidence for chroma/cpu/sgemm.h's choices (docs/cpu_kernels.md,
+// "Threads and the product library").
 //
 //   g++ -O2 -march=native bench/gemm.cpp -o gemm -lopenblas -ldnnl
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ./gemm [runs=9]

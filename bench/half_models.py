@@ -1,6 +1,7 @@
 """Half-precision models as people bring them: a model converted with .to(torch.bfloat16) or
 .to(torch.float16), compiled as it is, against eager PyTorch in the same dtype, in one run
-(docs/architecture.md: how float16 and bfloat16 are computed; the products' bf16 kernels).
+(src/passes/README.md, "Half types (widen_half)": how float16 and bfloat16 are computed, the
+products' bf16 kernels; docs/cpu_kernels.md, "bfloat16 models on oneDNN").
 
     .venv/bin/python bench/half_models.py [--threads 1] [--calls 20] [--models llama,moe,...]
                                           [--out bench/results/half_models.json]

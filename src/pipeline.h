@@ -1,8 +1,9 @@
 // The compiler pipeline, as one linear script for every target (pipeline.cpp):
 //   import -> widen_half -> DCE -> fold constants -> DCE -> CSE -> DCE (optimize()) -> on the
 //   CPU target, route_experts -> lower with the target's options (fusion,
-//   kernels, arena plan) -> the target's writer (artifact/targets.h): lay out weights and
-//   state (shared), generate code (CPU C++ / GPU kernels), build or package, write the manifest.
+//   kernels, arena plan) -> the target's writer (Target::write, targets/target.h): lay out
+//   weights and state (shared), generate code (CPU C++ / GPU kernels), build or package,
+//   write the manifest.
 // CHROMA_DUMP_IR=1 prints the IR after every pass.
 #pragma once
 

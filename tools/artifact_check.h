@@ -1,7 +1,8 @@
 // Checks an artifact directory before its library is loaded (loading a library runs its
 // code): manifest.json must be a Chroma manifest for this ABI, `library.file` a plain file in
 // the directory, and the library's SHA-256 the manifest's. Used by chroma_run and fuzzed by
-// tests/fuzz/fuzz_manifest.cpp; the Python loader (chroma/program.py) applies the same rules.
+// tests/fuzz/fuzz_manifest.cpp; the Python loader (chroma/runtime/cpu.py) applies the same
+// rules.
 #pragma once
 
 #include <sys/stat.h>

@@ -280,7 +280,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     jobs:      parallel compiler processes (0: one per core)
     cache_dir: build cache ($CHROMA_CACHE_DIR or ~/.cache/chroma; "" disables it). Besides
                compiled objects it keeps finished artifacts under a fingerprint of the model
-               (fingerprint.py): compiling an unchanged model again, in any process, copies
+               (cache/fingerprint.py): compiling an unchanged model again, in any process, copies
                the artifact instead of exporting and building (CHROMA_MODEL_CACHE=0: off)
     max_depth: deepest fused expression before it is written to a buffer
     threads:   threads the loaded program runs on (see chroma.load)

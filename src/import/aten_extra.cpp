@@ -389,11 +389,11 @@ Value narrow_copy(Call& c) {
 }  // namespace
 
 // linspace(start, end, steps, *, dtype) with number ends (exported as is: see
-// python/chroma/decompositions.py): a constant computed as PyTorch's CPU kernel does. The step
-// is (end - start) / (steps - 1) in the result type (double for integer types, whose ends are
-// first converted to the integer type); the first half of the values is start + step * i,
-// the second end - step * (steps - 1 - i), each one fused multiply-add (the kernel is compiled
-// with FMA contraction), then converted to the result type.
+// python/chroma/frontend/decompositions.py): a constant computed as PyTorch's CPU kernel does.
+// The step is (end - start) / (steps - 1) in the result type (double for integer types, whose
+// ends are first converted to the integer type); the first half of the values is
+// start + step * i, the second end - step * (steps - 1 - i), each one fused multiply-add (the
+// kernel is compiled with FMA contraction), then converted to the result type.
 template <class T>
 std::vector<T> linspace_values(T start, T end, int64_t steps) {
   std::vector<T> v(static_cast<size_t>(steps));
@@ -450,11 +450,11 @@ Value linspace(Call& c) {
 }
 
 // logspace(start, end, steps, base, *, dtype) with number ends (kept as one op: see
-// python/chroma/decompositions.py), a constant computed as PyTorch's CPU kernel does: start and
-// end converted to the result type T, step = double(end - start, in T) / (steps - 1), each
-// value pow(base, start + step * i) in double (the second half counted down from end), then
-// converted to T (half types through float32; integer types truncated). One step: pow(base,
-// start) of the unconverted start.
+// python/chroma/frontend/decompositions.py), a constant computed as PyTorch's CPU kernel does:
+// start and end converted to the result type T, step = double(end - start, in T) / (steps - 1),
+// each value pow(base, start + step * i) in double (the second half counted down from end),
+// then converted to T (half types through float32; integer types truncated). One step:
+// pow(base, start) of the unconverted start.
 Value logspace(Call& c) {
   Builder& b = c.b;
   const DType t = c.out_type(0).dtype;

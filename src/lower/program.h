@@ -176,8 +176,8 @@ struct LowerOptions {
   std::map<int32_t, RoutedProduct> routed;
 };
 
-// Lowers an optimized graph: decides what is materialized (docs/architecture.md, "Fusion"), builds
-// kernels with fused expressions, and plans the arena.
+// Lowers an optimized graph: decides what is materialized (src/lower/README.md, "Fusion"),
+// builds kernels with fused expressions, and plans the arena.
 Program lower(const Graph& g, const LowerOptions& opts = {});
 
 // The kind's name in manifests and messages ("assign", "reduce", ...).

@@ -1,4 +1,4 @@
-// Lowering: the fusion rule (docs/architecture.md, "Fusion"), views as layouts, the memory plan.
+// Lowering: the fusion rule (src/lower/README.md, "Fusion"), views as layouts, the memory plan.
 #include <gtest/gtest.h>
 
 #include "lower/layout.h"

@@ -1,4 +1,4 @@
-"""The CUDA and Metal targets end to end (docs/architecture.md, "The GPU generator";
+"""The CUDA and Metal targets end to end (docs/gpu_generator.md;
 docs/cuda.md, "The emulator" and "Tests"): the GPU generator's kernels in its CUDA and MSL
 dialects, one translation unit per model (kernels.cu, kernels.metal), run here on the CPU SIMT
 emulator (include/chroma/simt; chroma.load(..., emulate=True)) against PyTorch, in both

@@ -1,7 +1,7 @@
 """Non-core ATen ops that torch.export keeps (src/import/aten_extra.cpp): index_reduce,
 segment_reduce, grid_sampler_3d, as_strided_scatter, unfold and the *_copy forms of views;
 also antialiased resizing, put, histogram with tensor edges, gather of 0-d tensors, and the
-replacement decompositions of python/chroma/decompositions.py (CPU flash attention,
+replacement decompositions of python/chroma/frontend/decompositions.py (CPU flash attention,
 chunked linear cross-entropy).
 
 Every test checks that the op really is in the exported graph, compiles with Chroma and

@@ -1,4 +1,4 @@
-"""The Metal target's host runtime (include/chroma/metal/host.h, python/chroma/cuda.py's
+"""The Metal target's host runtime (include/chroma/metal/host.h, python/chroma/runtime/native.py's
 MetalProgram) on machines without Metal (docs/cuda.md, "Metal").
 
 The runtime is written against Apple's metal-cpp and builds into a Metal artifact's host library

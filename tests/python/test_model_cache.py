@@ -1,6 +1,6 @@
-"""The model cache (python/chroma/fingerprint.py, compiler.py): a second compile of an
-unchanged model reuses the artifact without exporting; any change the compile depends on
-(a weight, an attribute, a global the code reads, the source, the input shape, an option)
+"""The model cache (python/chroma/cache/: fingerprint.py, model_cache.py): a second compile
+of an unchanged model reuses the artifact without exporting; any change the compile depends
+on (a weight, an attribute, a global the code reads, the source, the input shape, an option)
 misses and compiles afresh. Each test compares with eager PyTorch (rtol/atol 1e-5)."""
 
 import os

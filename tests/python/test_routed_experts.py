@@ -66,8 +66,9 @@ def test_every_expert_selected(compile_to):
 
 
 def test_an_unselected_expert_contributes_zero_even_if_not_finite(compile_to):
-    # The stated rule (docs/architecture.md): an expert no token selected contributes exactly
-    # 0, as in the gather form; eager's dense form gives NaN there (0 * inf).
+    # The stated rule (docs/cpu_kernels.md, "Routed expert products"): an expert no token
+    # selected contributes exactly 0, as in the gather form; eager's dense form gives NaN there
+    # (0 * inf).
     moe = dense_moe(2)
     x = randn(1, 64, seed=2)
     unused = sorted(set(range(CFG.num_experts)) - selected(moe, x))[0]

@@ -32,7 +32,7 @@ inline constexpr int64_t kPanel = 16;
 // L2's evictions) L3, of what the rest of the program reads again every call: activations, caches,
 // the small weights of a decoder's layers. The reference model's q4 decode step streams a 14.5 MB
 // unembedding; prefetched for keeps it pushed out everything else, and the step's other kernels
-// were slower than with it streamed (docs/architecture.md, "Streamed weights"; figures:
+// were slower than with it streamed (docs/cpu_kernels.md, "Streamed weights"; figures:
 // bench/results/README.md). Only a hint: the same values are read either way.
 inline constexpr int64_t kStreamBytes = int64_t{1} << 20;
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))

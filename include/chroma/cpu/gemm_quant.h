@@ -222,7 +222,7 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
           });
         };
 #if defined(CHROMA_QUANT_INT8_KERNELS)
-        constexpr bool kStreams = false;  // the AVX-512 kernels keep T0 (docs/architecture.md)
+        constexpr bool kStreams = false;  // the AVX-512 kernels keep T0 (docs/cpu_kernels.md, "Streamed weights")
 #else
         constexpr bool kStreams = M <= kBlock;
 #endif

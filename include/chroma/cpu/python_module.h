@@ -1,6 +1,6 @@
 // The `chroma_model` Python extension half of an artifact library (see program_main.h).
 // It needs only the CPython API and the buffer protocol (NumPy arrays provide it); shape and
-// dtype checks with friendly messages live in the Python package (chroma/program.py), this
+// dtype checks with friendly messages live in the Python package (chroma/runtime/cpu.py), this
 // layer re-checks byte sizes so a mistake can never write out of bounds.
 #pragma once
 

@@ -2,8 +2,8 @@
 //
 // A program owns one pool of `threads - 1` workers; the calling thread is the remaining
 // one and always takes part. Kernels that are worth splitting (products, convolutions,
-// large elementwise and row kernels: docs/architecture.md, "Threads") call
-// `parallel_for(n, fn)`: [0, n) is cut into one contiguous range per thread, so each thread
+// large elementwise and row kernels: docs/cpu_kernels.md, "Threads and the product library")
+// call `parallel_for(n, fn)`: [0, n) is cut into one contiguous range per thread, so each thread
 // streams its own slice; the ranges are claimed by whichever thread is free. Between jobs,
 // workers spin briefly (a call runs hundreds of kernels back to back) and then sleep on a
 // condition variable.

@@ -1,4 +1,4 @@
-"""What a compile depends on, as one digest: the key of the model cache (compiler.py).
+"""What a compile depends on, as one digest: the key of the model cache (model_cache.py).
 
 A second ``chroma.compile`` of an unchanged model, in a new process, should not redo
 torch.export (seconds) and Chroma's front end. The cache is keyed on everything the exported

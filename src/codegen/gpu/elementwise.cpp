@@ -2,7 +2,7 @@
 // operation as kernel-IR arithmetic, with PyTorch's semantics where the dialects' builtins
 // differ (NaN propagation through maximum/minimum, pow of negative bases, floor division and
 // remainder rounding toward negative infinity, expm1/log1p near zero). NaN tests are bit
-// tests (docs/architecture.md, "The GPU generator", layer C): WGSL lets an implementation
+// tests (docs/gpu_generator.md, "Layers", C): WGSL lets an implementation
 // assume no NaN in float comparisons.
 #include "codegen/gpu/elementwise.h"
 

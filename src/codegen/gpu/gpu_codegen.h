@@ -1,7 +1,7 @@
 // The GPU generator's entry point: a lowered Program -> kernel modules in one dialect and the
-// schedule that replays them (docs/architecture.md, "The GPU generator"). Target-neutral:
-// the WebGPU package writer (artifact/webgpu_package.cpp) is its first user; the CUDA and
-// Metal targets add a dialect table and a host runtime.
+// schedule that replays them (docs/gpu_generator.md). Target-neutral: its user is the package
+// writer the GPU targets share (targets/gpu/package.cpp); the CUDA and Metal targets add a
+// dialect table, a translation unit (targets/gpu/simt_unit.cpp) and a host runtime.
 #pragma once
 
 #include <cstdint>

@@ -314,8 +314,8 @@ class KB {
   }
 
   // Stores elements [0, n) of a packed output that lie contiguously from `l.offset` (row-major in
-  // its layout) with each invocation owning whole words (docs/architecture.md, "The GPU generator",
-  // layers A and C): invocation w computes the elements of word w, `value_at(block, linear index)`
+  // its layout) with each invocation owning whole words (docs/gpu_generator.md, "Layers",
+  // A and C): invocation w computes the elements of word w, `value_at(block, linear index)`
   // each, and writes the word once; a word the output shares with other data (its first and last)
   // keeps those bits with a plain read-modify-write, which no other invocation of the dispatch
   // touches. No atomics.

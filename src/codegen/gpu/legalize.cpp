@@ -1,4 +1,4 @@
-// Legalization (docs/architecture.md, "The GPU generator", layer C): rewrites and checks a
+// Legalization (docs/gpu_generator.md, "Layers", C): rewrites and checks a
 // kernel against the device's capability record before it is printed. Never a test of which
 // dialect prints.
 #include <set>

@@ -1,4 +1,4 @@
-// Dialect printers (docs/architecture.md, "The GPU generator", layer D): a kernel IR module is
+// Dialect printers (docs/gpu_generator.md, "Layers", D): a kernel IR module is
 // printed by one generic printer driven by a table of spellings. A dialect is data: type names,
 // literal and declaration syntax, builtin spellings, the binding syntax, barrier and prelude.
 // Adding a dialect is adding a table (dialect_*.cpp), never a branch in the printer.

@@ -1,5 +1,5 @@
-// The GPU templates of matrix products and convolutions (docs/architecture.md, "The GPU generator",
-// layer B): a memory-bound kernel for products with few rows or columns, one workgroup-tiled
+// The GPU templates of matrix products and convolutions (docs/gpu_generator.md, "Layers",
+// B): a memory-bound kernel for products with few rows or columns, one workgroup-tiled
 // product (tiled_gemm) that matrix products and im2col convolutions share, and direct convolutions.
 #include <algorithm>
 #include <functional>

@@ -1,7 +1,7 @@
 // The Bessel functions (j0, j1, y0, y1, i0, i1, k0, k1 and the scaled forms,
 // spherical_bessel_j0) and airy_ai in float32 for GPU kernels: power series or fitted
 // polynomials near 0, fitted scaled or modulus-phase forms beyond, with the exact reductions of
-// e^x and sin/cos of special_common.h (docs/architecture.md, "Special functions in float32").
+// e^x and sin/cos of special_common.h (docs/gpu_generator.md, "Special functions in float32").
 #include <utility>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// Kernel templates (docs/architecture.md, "The GPU generator", layer B): one per lowered kernel
+// Kernel templates (docs/gpu_generator.md, "Layers", B): one per lowered kernel
 // kind, written once over the kernel IR. Each reads the lowered kernel's fused expressions through
 // `eval` (so any fused tree, view or broadcast is read in place) and writes through the output
 // layouts; none knows the dialect.

@@ -30,7 +30,8 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   for (const CompiledEntry& e : entries) ces.push_back(CpuEntry{e.name, &e.program});
   // float32 convolutions and matrix products go through oneDNN when Chroma was built with its
   // headers and the performance libraries are on (blas). CHROMA_SGEMM=openblas keeps the
-  // products on OpenBLAS (a diagnostic: bench/gemm.cpp and docs/architecture.md compare them).
+  // products on OpenBLAS (a diagnostic: bench/gemm.cpp and docs/cpu_kernels.md, "Threads and
+  // the product library", compare them).
 #if __has_include(<oneapi/dnnl/dnnl.hpp>)
   const char* sgemm_env = std::getenv("CHROMA_SGEMM");
   const bool sgemm_openblas = sgemm_env && std::string(sgemm_env) == "openblas";

@@ -17,8 +17,8 @@ namespace {
 
 // The CUDA artifact's native parts, when nvcc is there (find_nvcc): kernels.fatbin (every
 // listed architecture) and the host library (include/chroma/cuda/host.h) with the fatbin
-// embedded, which python/chroma/cuda.py loads on a machine with an NVIDIA GPU. Without nvcc
-// the artifact runs on the emulator only, and the manifest says why.
+// embedded, which python/chroma/runtime/native.py (CudaProgram) loads on a machine with an
+// NVIDIA GPU. Without nvcc the artifact runs on the emulator only, and the manifest says why.
 json cuda_native(const fs::path& out, const std::string& source, BuildOptions bo, PhaseTimer& timer) {
   const std::string nvcc = find_nvcc();
   if (nvcc.empty()) {

@@ -20,7 +20,7 @@ namespace chroma {
 
 class GpuTarget : public Target {
  public:
-  // GPU targets fuse to depth 24 (docs/architecture.md, "Fusion"), keep products as plain
+  // GPU targets fuse to depth 24 (src/lower/README.md, "Fusion"), keep products as plain
   // matrix products (pre-packed panels and gathered expert panels are CPU kernels) and
   // activations row-major (channels-last serves oneDNN); the arena holds tensors as the device
   // stores them (device_storage_bytes), aligned to 256 bytes (WebGPU's

@@ -15,11 +15,11 @@ using json = nlohmann::json;
 namespace {
 
 // The Metal artifact's host library (include/chroma/metal/host.h) with the kernels' MSL text
-// embedded, which python/chroma/cuda.py's MetalProgram loads; Metal compiles the text when the
-// program is loaded. It builds against Apple's metal-cpp headers, found in $CHROMA_METAL_CPP,
-// and on macOS links the Metal and Foundation frameworks. Elsewhere only a stand-in for
-// metal-cpp can be named there (the tests' tests/metal_fake); without $CHROMA_METAL_CPP the
-// artifact runs on the emulator only, and the manifest says why.
+// embedded, which python/chroma/runtime/native.py's MetalProgram loads; Metal compiles the
+// text when the program is loaded. It builds against Apple's metal-cpp headers, found in
+// $CHROMA_METAL_CPP, and on macOS links the Metal and Foundation frameworks. Elsewhere only a
+// stand-in for metal-cpp can be named there (the tests' tests/metal_fake); without
+// $CHROMA_METAL_CPP the artifact runs on the emulator only, and the manifest says why.
 json metal_native(const fs::path& out, const std::string& source_text, BuildOptions bo, PhaseTimer& timer) {
   const char* dir = std::getenv("CHROMA_METAL_CPP");
   if (dir == nullptr || *dir == '\0') {
