@@ -36,6 +36,7 @@ std::string compile_graph_file(const std::string& graph_path, const std::string&
 std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
   const Target& target = find_target(opts.target);
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
+  const LowerOptions base = target.lower_options(opts);  // the options checked before any file is read
   PhaseTimer timer;
   std::vector<CompiledEntry> entries;
   for (const EntrySpec& s : specs) {
@@ -48,7 +49,7 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     e.imported_nodes = imported.size();
     timer.lap("import");
     e.graph = optimize(imported, target.keep_half_weights());
-    LowerOptions lo = target.lower_options(opts);
+    LowerOptions lo = base;
     e.graph = target.prepare(e.graph, &lo);
     timer.lap("optimize");
     e.program = lower(e.graph, lo);

@@ -1,13 +1,11 @@
-// The `.chroma-web` format, version 1 (docs/webgpu_package.md): constants and the manifest's
+// The `.chroma-web` format (docs/webgpu_package.md; its version: FORMAT_VERSION): constants and the manifest's
 // types. The manifest types describe a manifest that `parsePackage` has already checked.
 
-export const MAGIC = 'CHROMAWB';
-export const FORMAT_VERSION = 2;
-export const HEADER_SIZE = 96;
-/** Payload sections, the params offsets and the arena's tensors are aligned to this. */
-export const ALIGNMENT = 256;
-/** Size of the status block at the start of the arena. */
-export const STATUS_BYTES = 256;
+// The format's constants, one table for the three languages (scripts/gen_package_format.py).
+export {
+  ALIGNMENT, DEFAULT_LIMITS, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_JSON_DEPTH, STATUS_BYTES, WORK_FLOOR, WORK_PER_WORD,
+} from './package_format.js';
+import { WORK_FLOOR, WORK_PER_WORD } from './package_format.js';
 
 /** The tensor types of format version 2. */
 export type DType = 'float32' | 'int32' | 'int64' | 'int16' | 'int8' | 'bool' | 'uint8' | 'float16' | 'bfloat16';
@@ -52,31 +50,11 @@ export function storageBytes(dtype: DType, shape: readonly number[]): number {
 export type TensorData = Float32Array | Int32Array | BigInt64Array | Int16Array | Int8Array | Uint8Array | Uint16Array;
 
 /**
- * WebGPU's default limits for the ones that matter to a package: a package that does not
- * raise a limit in `requirements.limits` must fit within these (checked at parse time).
- */
-export const DEFAULT_LIMITS: Readonly<Record<string, number>> = {
-  maxStorageBufferBindingSize: 134217728,
-  maxBufferSize: 268435456,
-  maxUniformBufferBindingSize: 65536,
-  maxStorageBuffersPerShaderStage: 8,
-  maxUniformBuffersPerShaderStage: 12,
-  maxBindingsPerBindGroup: 1000,
-  maxComputeWorkgroupsPerDimension: 65535,
-  maxComputeInvocationsPerWorkgroup: 256,
-};
-
-/**
- * The work bound: one dispatch launches at most WORK_FLOOR invocations, or WORK_PER_WORD per
- * 32-bit word of the arena and the state if that is more (python/chroma/runtime/package.py
- * applies the same rule). A generated kernel launches about one invocation per element it
+ * The work bound (python/chroma/runtime/package.py applies the same rule): one dispatch
+ * launches at most WORK_FLOOR invocations, or WORK_PER_WORD per 32-bit word of the arena and
+ * the state if that is more. A generated kernel launches about one invocation per element it
  * writes; a grid far beyond that is a hostile or corrupt package that would hang the device.
  */
-export const WORK_FLOOR = 2 ** 24;
-export const WORK_PER_WORD = 64;
-/** The deepest nesting of objects and arrays a manifest may have. */
-export const MAX_JSON_DEPTH = 64;
-
 export function workLimit(arenaBytes: number, stateBytes: number): number {
   return Math.max(WORK_FLOOR, WORK_PER_WORD * Math.floor((arenaBytes + stateBytes) / 4));
 }

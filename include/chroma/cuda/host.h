@@ -8,7 +8,7 @@
 // driver API's documented C ABI (cuda.h, "Driver API"); the `_v2` names are the ones the
 // driver exports for the 64-bit forms.
 //
-// The schedule is the GPU package's (docs/webgpu_package.md): the caller (python/chroma/cuda.py)
+// The schedule is the GPU package's (docs/webgpu_package.md): the caller (python/chroma/runtime/native.py)
 // reads the package, creates the device buffers (the arena with its status block, the state, the
 // weights shards), uploads them once, then appends each dispatch: a kernel, its grid, the
 // buffers in its storage slots, and its parameter words, which are passed by value as kernel
@@ -31,6 +31,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "chroma/gpu/host_abi.h"
 
 // The artifact's fatbin (sm_80, sm_90 cubins and compute_90 PTX), embedded by the generated
 // source that includes this header.
@@ -494,12 +496,13 @@ __attribute__((visibility("default"))) int chroma_cuda_gemm(void* h, int entry, 
 // is cleared before the kernels and copied to `status` after them. Outputs: n_out copies out of
 // the arena, to host memory or (out_device[i]) to a device address. `graph`: launch the
 // kernels as one CUDA graph (captured on the second call in that mode). Blocks until the stream is done.
-__attribute__((visibility("default"))) int chroma_cuda_run(void* h, int entry, int n_in, const uint64_t* in_offset,
-                                                           const uint64_t* in_src, const uint64_t* in_bytes,
-                                                           const int* in_device, int n_out, const uint64_t* out_offset,
-                                                           const uint64_t* out_dst, const uint64_t* out_bytes,
-                                                           const int* out_device, uint64_t status_offset, void* status,
-                                                           uint64_t status_bytes, int graph, char* err, size_t errlen) {
+__attribute__((visibility("default"))) int chroma_cuda_run(void* h, const ChromaGpuCall* call, char* err, size_t errlen) {
+  const int entry = call->entry, n_in = call->n_in, n_out = call->n_out, graph = call->graph;
+  const uint64_t *in_offset = call->in_offset, *in_src = call->in_src, *in_bytes = call->in_bytes;
+  const uint64_t *out_offset = call->out_offset, *out_dst = call->out_dst, *out_bytes = call->out_bytes;
+  const int32_t *in_device = call->in_device, *out_device = call->out_device;
+  const uint64_t status_offset = call->status_offset, status_bytes = call->status_bytes;
+  void* status = call->status;
   using namespace chroma::cuda_host;
   auto* rt = static_cast<Runtime*>(h);
   if (rt->buffers.empty() || entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
@@ -647,3 +650,5 @@ __attribute__((visibility("default"))) uint64_t chroma_cuda_fatbin_bytes() {
 }  // extern "C"
 
 #undef CHROMA_CU
+
+CHROMA_GPU_CALL_LAYOUT(cuda)

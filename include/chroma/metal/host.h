@@ -11,7 +11,7 @@
 // thread execution width is not 32 is refused at load, never run to a wrong answer.
 //
 // The schedule is the GPU package's (docs/webgpu_package.md), as for CUDA (include/chroma/cuda/
-// host.h, same C ABI, python/chroma/cuda.py drives both): the caller creates the buffers (the
+// host.h, same C ABI, python/chroma/runtime/native.py drives both): the caller creates the buffers (the
 // arena with its status block, the state, the weights shards; shared storage, which Apple
 // silicon's unified memory reads in place), then appends each dispatch: a kernel, its grid, the
 // buffers of its storage slots (kernel argument [[buffer(s + 1)]]) and its parameter words
@@ -28,6 +28,8 @@
 
 #include <Foundation/Foundation.hpp>
 #include <Metal/Metal.hpp>
+
+#include "chroma/gpu/host_abi.h"
 
 #include <cstdarg>
 #include <cstdint>
@@ -284,12 +286,13 @@ __attribute__((visibility("default"))) int chroma_metal_dispatch(void* h, int en
 // in_offset[i], the status block cleared, every dispatch in one command buffer, then the status
 // block and outputs i back to out_dst[i]. The signature is the CUDA runtime's (chroma_cuda_run):
 // device inputs and outputs and `graph` have no Metal counterpart and are refused.
-__attribute__((visibility("default"))) int chroma_metal_run(void* h, int entry, int n_in, const uint64_t* in_offset,
-                                                            const uint64_t* in_src, const uint64_t* in_bytes,
-                                                            const int* in_device, int n_out, const uint64_t* out_offset,
-                                                            const uint64_t* out_dst, const uint64_t* out_bytes,
-                                                            const int* out_device, uint64_t status_offset, void* status,
-                                                            uint64_t status_bytes, int graph, char* err, size_t errlen) {
+__attribute__((visibility("default"))) int chroma_metal_run(void* h, const ChromaGpuCall* call, char* err, size_t errlen) {
+  const int entry = call->entry, n_in = call->n_in, n_out = call->n_out, graph = call->graph;
+  const uint64_t *in_offset = call->in_offset, *in_src = call->in_src, *in_bytes = call->in_bytes;
+  const uint64_t *out_offset = call->out_offset, *out_dst = call->out_dst, *out_bytes = call->out_bytes;
+  const int32_t *in_device = call->in_device, *out_device = call->out_device;
+  const uint64_t status_offset = call->status_offset, status_bytes = call->status_bytes;
+  void* status = call->status;
   using namespace chroma::metal_host;
   auto* rt = static_cast<Runtime*>(h);
   if (rt->buffers.empty() || entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
@@ -368,3 +371,5 @@ __attribute__((visibility("default"))) void chroma_metal_close(void* h) {
 }
 
 }  // extern "C"
+
+CHROMA_GPU_CALL_LAYOUT(metal)

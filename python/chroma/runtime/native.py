@@ -59,9 +59,8 @@ _SIGNATURES = {
     "dispatch": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_int,
                                 ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.c_char_p,
                                 ctypes.c_size_t]),
-    "run": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, _U64P, _U64P, _U64P, ctypes.POINTER(ctypes.c_int),
-                           ctypes.c_int, _U64P, _U64P, _U64P, ctypes.POINTER(ctypes.c_int), ctypes.c_uint64, ctypes.c_void_p,
-                           ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+    "run": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),  # a _Call
+    "call_layout": (ctypes.c_int, [_U64P, ctypes.c_int]),
     "alloc": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, _U64P, ctypes.c_char_p, ctypes.c_size_t]),
     "free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
     "download": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
@@ -70,6 +69,26 @@ _SIGNATURES = {
     "fatbin_bytes": (ctypes.c_uint64, []),
 }
 _CUDA_ONLY = ("gemm", "alloc", "free", "download", "fatbin_bytes")
+
+
+class _Call(ctypes.Structure):
+    """One call of an entry point: ChromaGpuCall (include/chroma/gpu/host_abi.h), field for field."""
+
+    _I32P = ctypes.POINTER(ctypes.c_int32)
+    _fields_ = [("entry", ctypes.c_int32), ("n_in", ctypes.c_int32), ("in_offset", _U64P), ("in_src", _U64P),
+                ("in_bytes", _U64P), ("in_device", _I32P), ("n_out", ctypes.c_int32), ("graph", ctypes.c_int32),
+                ("out_offset", _U64P), ("out_dst", _U64P), ("out_bytes", _U64P), ("out_device", _I32P),
+                ("status_offset", ctypes.c_uint64), ("status", ctypes.c_void_p), ("status_bytes", ctypes.c_uint64)]
+
+
+def _check_layout(host: "_Host", library: str) -> None:
+    """The library's ChromaGpuCall is this module's _Call: the same size and field offsets."""
+    want = [ctypes.sizeof(_Call)] + [getattr(_Call, name).offset for name, _ in _Call._fields_]
+    got = (ctypes.c_uint64 * 32)()
+    n = host.call_layout(got, 32)
+    if list(got[:n]) != want:
+        raise ArtifactError(f"{library}: its ChromaGpuCall layout {list(got[:n])} is not this runtime's {want} "
+                            f"(a host library from another Chroma)")
 
 
 class _Host:
@@ -92,6 +111,10 @@ def _u64(values) -> ctypes.Array:
 
 def _int(values) -> ctypes.Array:
     return (ctypes.c_int * max(1, len(values)))(*values)
+
+
+def _i32(values) -> ctypes.Array:
+    return (ctypes.c_int32 * max(1, len(values)))(*values)
 
 
 class DeviceArray:
@@ -142,6 +165,7 @@ class HostProgram(GpuProgram):
             self._lib = lib = _Host(ctypes.CDLL(os.path.abspath(library)), self._api)
         except (OSError, AttributeError) as e:
             raise ArtifactError(f"{library}: the {self._kind} host library does not load ({e})") from None
+        _check_layout(lib, library)
         err = ctypes.create_string_buffer(_ERR)
         self._before_open(p)
         h = lib.open(int(device), err, _ERR)
@@ -285,11 +309,12 @@ class HostProgram(GpuProgram):
             else:
                 host = [np.empty(t.nbytes, np.uint8) for t in e.outputs]
                 dst = [b.ctypes.data if b.size else 0 for b in host]
-            rc = self._lib.run(
-                self._h, index, len(e.inputs), _u64([t.offset for t in e.inputs]), _u64(ptrs),
-                _u64(sizes), _int(flags), len(e.outputs), _u64([t.offset for t in e.outputs]),
-                _u64(dst), _u64([t.nbytes for t in e.outputs]), _int([int(device_outputs)] * len(e.outputs)),
-                p.status_offset, status.ctypes.data, STATUS_BYTES, int(self.graph), err, _ERR)
+            arrays_kept = (_u64([t.offset for t in e.inputs]), _u64(ptrs), _u64(sizes), _i32(flags),
+                           _u64([t.offset for t in e.outputs]), _u64(dst), _u64([t.nbytes for t in e.outputs]),
+                           _i32([int(device_outputs)] * len(e.outputs)))
+            call = _Call(index, len(e.inputs), *arrays_kept[:4], len(e.outputs), int(self.graph), *arrays_kept[4:],
+                         p.status_offset, status.ctypes.data, STATUS_BYTES)
+            rc = self._lib.run(self._h, ctypes.byref(call), err, _ERR)
             del keep
             if rc:
                 # The arena and state are in an unknown state now: every later call fails too.

@@ -26,37 +26,15 @@ import numpy as np
 
 from ..errors import PackageError
 from ..golden import golden_uniform
+from .package_format import (ALIGNMENT, DEFAULT_LIMITS, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_JSON_DEPTH, STATUS_BYTES,
+                             WORK_FLOOR, WORK_PER_WORD)
 
 __all__ = ["Package", "PackageEntry", "Tensor", "read_package", "MAGIC", "FORMAT_VERSION", "HEADER_SIZE", "ALIGN",
            "STATUS_BYTES", "DEFAULT_LIMITS", "DIALECTS", "MAX_SAFE", "MAX_JSON_DEPTH", "work_limit", "WORD",
            "sha256_file"]
 
-MAGIC = b"CHROMAWB"
-FORMAT_VERSION = 2
-HEADER_SIZE = 96
-ALIGN = 256          # payload sections, arena tensors and uniform offsets
-STATUS_BYTES = 256   # the status block at arena.status_offset
+ALIGN = ALIGNMENT    # payload sections, arena tensors and uniform offsets
 MAX_SAFE = (1 << 53) - 1   # the largest integer a manifest may hold (JavaScript's Number.MAX_SAFE_INTEGER)
-MAX_JSON_DEPTH = 64        # objects and arrays nested deeper than this are refused
-# The work bound: a dispatch may launch at most this many invocations, or WORK_PER_WORD per
-# 32-bit word of its arena and state if that is more (a generated kernel launches about one
-# invocation per element it writes, at most a workgroup per short row).
-WORK_FLOOR = 1 << 24
-WORK_PER_WORD = 64
-
-# WebGPU's default limits for the ones a package is checked against: a package that does not
-# raise a limit in `requirements.limits` must fit these (the compiler writes every limit it
-# needs there, for every dialect).
-DEFAULT_LIMITS: Dict[str, int] = {
-    "maxStorageBufferBindingSize": 134217728,
-    "maxBufferSize": 268435456,
-    "maxUniformBufferBindingSize": 65536,
-    "maxStorageBuffersPerShaderStage": 8,
-    "maxUniformBuffersPerShaderStage": 12,
-    "maxBindingsPerBindGroup": 1000,
-    "maxComputeWorkgroupsPerDimension": 65535,
-    "maxComputeInvocationsPerWorkgroup": 256,
-}
 DIALECTS = ("wgsl", "cuda", "metal")
 
 _HEADER_FIELDS = ((16, "manifest offset"), (24, "manifest size"), (32, "payload offset"), (40, "payload size"))

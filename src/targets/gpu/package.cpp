@@ -15,6 +15,7 @@
 #include "targets/gpu/gpu_target.h"
 #include "chroma/chroma.h"
 #include "chroma/detail/sha256.h"
+#include "chroma/package_format.h"
 #include "codegen/gpu/elementwise.h"
 #include "codegen/gpu/gpu_codegen.h"
 
@@ -24,9 +25,9 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kAlign = 256;                   // minStorageBufferOffsetAlignment, minUniformBufferOffsetAlignment
-constexpr int64_t kShardLimit = 128ll << 20;      // the default maxStorageBufferBindingSize
-constexpr int kFormatVersion = 2;  // 2: 8- and 16-bit tensors packed
+constexpr int64_t kAlign = package_format::kAlignment;  // minStorageBufferOffsetAlignment, minUniformBufferOffsetAlignment
+constexpr int64_t kShardLimit = package_format::default_limit("maxStorageBufferBindingSize");
+constexpr int kFormatVersion = static_cast<int>(package_format::kFormatVersion);
 
 int64_t align_up(int64_t v, int64_t a = kAlign) { return (v + a - 1) / a * a; }
 
@@ -172,7 +173,7 @@ std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::str
     io(ep.inputs, &input_at, &ein, true);
     io(ep.outputs, &output_at, &eout, false);
     const int64_t temps_at = at;
-    // Temporaries were planned in the device's storage (lower_options in pipeline.cpp).
+    // Temporaries were planned in the device's storage (GpuTarget::lower_options, gpu_target.cpp).
     for (const Buffer& b : ep.buffers) {
       if (b.region == Region::kArena) check_gpu_dtype(b.type.dtype, "temporary '" + b.name + "'");
     }
@@ -328,14 +329,17 @@ std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::str
   const int64_t binding = std::max({arena_bytes, sl.bytes, largest_shard});
   json limits = {
       {"maxStorageBuffersPerShaderStage", std::max(gen.max_slots, 8)},
-      {"maxStorageBufferBindingSize", std::max<int64_t>(binding, 134217728)},
-      {"maxBufferSize", std::max<int64_t>(binding, 268435456)},
-      {"maxComputeWorkgroupStorageSize", std::max<int64_t>(gen.max_shared_bytes, 16384)},
-      {"maxComputeInvocationsPerWorkgroup", std::max(gen.max_workgroup_size, 256)},
-      {"maxComputeWorkgroupSizeX", std::max(gen.max_workgroup_size, 256)},
-      {"maxComputeWorkgroupsPerDimension", std::max<int64_t>(gen.max_grid, 65535)},
-      {"maxUniformBufferBindingSize", std::max<int64_t>(max_params, 65536)},
-      {"maxBindingsPerBindGroup", std::max(gen.max_slots + 1, 1000)},
+      {"maxStorageBufferBindingSize", std::max<int64_t>(binding, package_format::default_limit("maxStorageBufferBindingSize"))},
+      {"maxBufferSize", std::max<int64_t>(binding, package_format::default_limit("maxBufferSize"))},
+      {"maxComputeWorkgroupStorageSize",
+       std::max<int64_t>(gen.max_shared_bytes, package_format::default_limit("maxComputeWorkgroupStorageSize"))},
+      {"maxComputeInvocationsPerWorkgroup",
+       std::max<int64_t>(gen.max_workgroup_size, package_format::default_limit("maxComputeInvocationsPerWorkgroup"))},
+      {"maxComputeWorkgroupSizeX", std::max<int64_t>(gen.max_workgroup_size, package_format::default_limit("maxComputeWorkgroupSizeX"))},
+      {"maxComputeWorkgroupsPerDimension",
+       std::max<int64_t>(gen.max_grid, package_format::default_limit("maxComputeWorkgroupsPerDimension"))},
+      {"maxUniformBufferBindingSize", std::max<int64_t>(max_params, package_format::default_limit("maxUniformBufferBindingSize"))},
+      {"maxBindingsPerBindGroup", std::max<int64_t>(gen.max_slots + 1, package_format::default_limit("maxBindingsPerBindGroup"))},
   };
   const int cpu_kernels = static_cast<int>(lower(e.graph, LowerOptions{}).kernels.size());
   auto io_bytes = [&](const std::vector<int32_t>& ids) {
@@ -370,13 +374,13 @@ std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::str
   if (!opts.golden_path.empty()) m["golden"] = gj;  // (compile_entries has no golden data)
   // The content hash covers the manifest (without it) and the payload.
   auto pack = [&](const std::string& manifest_text, std::vector<uint8_t>* file) {
-    const int64_t manifest_at = 96;
+    const int64_t manifest_at = package_format::kHeaderSize;
     const int64_t payload_at = align_up(manifest_at + static_cast<int64_t>(manifest_text.size()));
     file->assign(static_cast<size_t>(payload_at), 0);
     std::memcpy(file->data() + manifest_at, manifest_text.data(), manifest_text.size());
     file->insert(file->end(), payload.begin(), payload.end());
-    std::memcpy(file->data(), "CHROMAWB", 8);
-    const uint32_t version = kFormatVersion, header = 96;
+    std::memcpy(file->data(), package_format::kMagic, 8);
+    const uint32_t version = kFormatVersion, header = package_format::kHeaderSize;
     const uint64_t mo = static_cast<uint64_t>(manifest_at), ms = manifest_text.size(), po = static_cast<uint64_t>(payload_at),
                    ps = payload.size();
     std::memcpy(file->data() + 8, &version, 4);
@@ -392,9 +396,10 @@ std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::str
   const std::string manifest_text = m.dump();
   std::vector<uint8_t> file;
   pack(manifest_text, &file);
-  const std::string digest_hex = chroma::detail::sha256_hex(file.data() + 96, file.size() - 96);
+  constexpr size_t kHeader = package_format::kHeaderSize;
+  const std::string digest_hex = chroma::detail::sha256_hex(file.data() + kHeader, file.size() - kHeader);
   const size_t hash_at = manifest_text.find("\"content_hash\":\"" + std::string(64, '0') + "\"");
-  std::memcpy(file.data() + 96 + hash_at + 16, digest_hex.data(), 64);
+  std::memcpy(file.data() + kHeader + hash_at + 16, digest_hex.data(), 64);
   for (size_t i = 0; i < 32; ++i) file[48 + i] = static_cast<uint8_t>(std::stoi(digest_hex.substr(2 * i, 2), nullptr, 16));
   timer.lap("package");
 
