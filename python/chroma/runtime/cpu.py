@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import ArtifactError
+from .package import sha256_file as _sha256
 
 __all__ = ["Program", "Entry", "load_artifact", "ArtifactError", "ARTIFACT_VERSION", "ABI_VERSION"]
 
@@ -29,14 +30,6 @@ _DTYPES = {
     "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_,
     "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,  # NumPy has no bfloat16: ml_dtypes' (PyPI)
 }
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 _TREE_CHUNK = 16 << 20
