@@ -447,3 +447,18 @@ def test_generated_and_sampled_golden_data():
                    r"'golden.outputs\[0\]': field 'stride' is 0, expected a positive integer")
     _edit_rejected(lambda m: m["golden"]["outputs"][0].update(stride=2),
                    r"'golden.outputs\[0\]' \('\w*'\): 24 bytes, but float32\[2, 3\] needs 12")
+
+
+def test_an_empty_state_tensor_loads_and_resets():
+    """A zero-byte state tensor (an empty cache) has nothing to upload: loading and
+    reset_state skip it (wgpu refuses a 0-byte write; the package fuzzer found it)."""
+    init = np.array([1, 2, 3], np.float32)
+    data = fx.state_package(init, np.full(3, 0.5, np.float32), edit=lambda m: m["state"]["tensors"].append(
+        {"name": "empty", "offset": 0, "bytes": 0, "init": 0}))
+    p = WebGPUProgram(data)
+    try:
+        np.testing.assert_array_equal(p(np.ones(3, np.float32)), init + 1)
+        p.reset_state()
+        np.testing.assert_array_equal(p(np.ones(3, np.float32)), init + 1)
+    finally:
+        p.close()

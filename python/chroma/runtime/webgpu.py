@@ -213,7 +213,8 @@ class WebGPUProgram(GpuProgram):
 
     def _write_state(self) -> None:
         for _, off, nb, init in self.package.state:
-            self.device.queue.write_buffer(self._state, off, self.package.section(init, nb))
+            if nb:  # an empty state tensor has nothing to write (wgpu refuses 0 bytes)
+                self.device.queue.write_buffer(self._state, off, self.package.section(init, nb))
 
     def reset_state(self) -> None:
         """Restores every state tensor (KV caches) to its initial value."""
