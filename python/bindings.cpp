@@ -33,6 +33,22 @@ chroma::CompileOptions options(const std::string& target, bool blas, const std::
 NB_MODULE(_compiler, m) {
   m.doc() = "Chroma's C++ compiler: graph file -> artifact directory";
   static nb::exception<chroma::CompileError> compile_error(m, "CompileError", PyExc_RuntimeError);
+  // A CompileError saying only that the target lacks a capability (Target::supports); its
+  // `refusals` are (what, node, source, reason) tuples, one per part the target refused.
+  static nb::exception<chroma::UnsupportedError> unsupported(m, "UnsupportedError", compile_error);
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void* type) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const chroma::UnsupportedError& e) {
+          nb::list refusals;
+          for (const chroma::Refusal& r : e.refusals()) refusals.append(nb::make_tuple(r.what, r.node, r.source, r.reason));
+          nb::object exc = nb::borrow(static_cast<PyObject*>(type))(nb::str(e.what()));
+          nb::setattr(exc, "refusals", refusals);
+          PyErr_SetObject(static_cast<PyObject*>(type), exc.ptr());
+        }
+      },
+      unsupported.ptr());
   m.def(
       "compile_graph",
       [](const std::string& graph, const std::string& out, const std::string& target, bool blas,

@@ -56,6 +56,14 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     timer.lap("lower");
     entries.push_back(std::move(e));
   }
+  std::vector<Refusal> refusals;  // what the target lacks, every entry's at once
+  for (const CompiledEntry& e : entries) {
+    for (Refusal& r : target.supports(e.program)) {
+      if (entries.size() > 1) r.what = "entry '" + e.name + "': " + r.what;
+      refusals.push_back(std::move(r));
+    }
+  }
+  if (!refusals.empty()) throw UnsupportedError(target.name(), std::move(refusals));
   return target.write(entries, out_dir, opts, timer);
 }
 
@@ -65,6 +73,7 @@ std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const
   CompileOptions o;
   o.target = target_name;
   Program p = lower(optimize(import_graph_file(graph_path), target->keep_half_weights()), target->lower_options(o));
+  if (std::vector<Refusal> r = target->supports(p); !r.empty()) throw UnsupportedError(target->name(), std::move(r));
   // Placement does not change a kernel's text (offsets are params); every buffer in one slot
   // per region, as a package would bind them.
   auto place = [&](int32_t id) {

@@ -33,7 +33,7 @@ from .runtime.cpu import Entry, Program  # noqa: E402
 from .runtime.registry import load  # noqa: E402
 from .version import __version__  # noqa: E402
 __all__ = ["info", "compile", "compile_entries", "compile_decoder", "load", "jit", "export", "Program", "Entry", "Decoder",
-           "quant_report", "ArtifactError", "CompileError", "__version__"]
+           "quant_report", "ArtifactError", "CompileError", "UnsupportedError", "__version__"]
 
 
 def compile(model_or_function, example_inputs, *, out=None, target="cpu", blas=True, **options):  # noqa: A001
@@ -84,8 +84,8 @@ def export(model_or_function, example_inputs, path=None):
 
 
 def __getattr__(name):
-    if name == "CompileError":
-        from ._compiler import CompileError
+    if name in ("CompileError", "UnsupportedError"):
+        from . import _compiler
 
-        return CompileError
+        return getattr(_compiler, name)
     raise AttributeError(name)

@@ -3,7 +3,7 @@ imports nothing from Chroma)."""
 
 from __future__ import annotations
 
-__all__ = ["ArtifactError", "PackageError", "RunError", "IndexOutOfRange"]
+__all__ = ["ArtifactError", "PackageError", "RunError", "IndexOutOfRange", "UnsupportedInput"]
 
 
 class ArtifactError(ValueError):
@@ -22,3 +22,9 @@ class RunError(RuntimeError):
 
 class IndexOutOfRange(RunError, IndexError):
     """A gather or index write met an index outside its dimension (the status block)."""
+
+
+class UnsupportedInput(ValueError):
+    """An input value the program's target cannot represent (an int64 beyond int32 on a GPU
+    target, which stores int64 tensors in 32-bit words): the same call runs on a target that can.
+    The run-time counterpart of `chroma.UnsupportedError`."""

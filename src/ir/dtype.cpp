@@ -1,6 +1,7 @@
 #include "ir/dtype.h"
 
 #include <cmath>
+#include <utility>
 
 namespace chroma {
 
@@ -43,6 +44,26 @@ int64_t numel(const Shape& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
+
+namespace {
+
+std::string refusal_message(const std::string& target, const std::vector<Refusal>& refusals) {
+  std::string m = "target '" + target + "': " + std::to_string(refusals.size()) +
+                  " part(s) of the program cannot be compiled for it:";
+  for (const Refusal& r : refusals) {
+    m += "\n  " + r.what;
+    if (!r.node.empty() || !r.source.empty()) {
+      m += " (node " + (r.node.empty() ? std::string("?") : r.node) + (r.source.empty() ? "" : ", " + r.source) + ")";
+    }
+    m += ": " + r.reason;
+  }
+  return m;
+}
+
+}  // namespace
+
+UnsupportedError::UnsupportedError(const std::string& target, std::vector<Refusal> refusals)
+    : CompileError(refusal_message(target, refusals)), refusals_(std::move(refusals)) {}
 
 std::string CompileError::valid_utf8(const std::string& s) {
   std::string r;

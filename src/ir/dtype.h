@@ -60,6 +60,25 @@ class CompileError : public std::runtime_error {
   static std::string valid_utf8(const std::string& s);
 };
 
+// What a target cannot do, for one part of a program: `what` names the part (a kernel with its
+// label, a weight, an input, a state tensor), `node` and `source` the IR node and source line
+// when known, `reason` the target's own words (Target::supports, src/targets/target.h).
+struct Refusal {
+  std::string what, node, source, reason;
+};
+
+// A CompileError that only says the chosen target lacks a capability the program needs (no
+// float64 storage, no LAPACK on a GPU, ...), listing every refusal at once: the same program
+// compiles for a target that has it. Python sees it as chroma.UnsupportedError, a CompileError.
+class UnsupportedError : public CompileError {
+ public:
+  UnsupportedError(const std::string& target, std::vector<Refusal> refusals);
+  const std::vector<Refusal>& refusals() const { return refusals_; }
+
+ private:
+  std::vector<Refusal> refusals_;
+};
+
 // A vector whose indexing is checked: a rule or handler that asks for a dimension a tensor
 // does not have (a 0-d tensor's dim 0, a negative index cast to size_t) or an element a list
 // argument does not have raises CompileError, which the importer attributes to the node,

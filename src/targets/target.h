@@ -28,6 +28,11 @@ class Target {
   // The target's own passes between optimize() and lower(), which may hand the lowering what
   // they found through `lo` (the CPU's route_experts: the expert products it routed).
   virtual Graph prepare(const Graph& g, LowerOptions* lo) const { return g; }
+  // What of the lowered program `p` this target cannot compile, each part with the target's
+  // reason (empty: all of it). The pipeline asks before writing and refuses the compile with one
+  // UnsupportedError listing every refusal of every entry; the test suites skip a case the same
+  // way, with the target's reason. The CPU target supports every program that lowers.
+  virtual std::vector<Refusal> supports(const Program& p) const { return {}; }
   // Code generation, the native build and the artifact: writes `out_dir` (and what goes beside
   // it) and returns the manifest's text.
   virtual std::string write(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,

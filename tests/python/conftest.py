@@ -10,8 +10,14 @@ Every op on every backend (ggml's test-backend-ops idea): with CHROMA_TEST_TARGE
 the tests that compile through `check` compile for that target instead and run on a software
 WebGPU adapter (Mesa's lavapipe through the `wgpu` package); with CHROMA_TEST_TARGET=cuda, for
 the CUDA target, run on the CPU SIMT emulator (chroma.runtime.emulator). The other tests, which test the
-CPU target itself, are deselected, and the tests in <target>_skips.py are skipped with their
-stated reasons. Float tolerances are widened to at least GPU_RTOL / GPU_ATOL there: WGSL's
+CPU target itself, are deselected. A case the target cannot compile is skipped with the
+target's own reason: its compile raised chroma.UnsupportedError (Target::supports, one refusal per
+part of the program: float64 storage, LAPACK on a GPU, ...), or its run refused an input value the
+target cannot hold (chroma.errors.UnsupportedInput: int64 beyond int32). There are no skip lists:
+what a target refuses is recorded per test by the full tier (gpu_coverage.json, "refused:" items),
+and a case the record ran that is now refused fails the guarding tier's check. Tests that also
+assert a CPU lowering choice (oneDNN post-ops, pre-packed panels) assert it where CPU is true and
+check the result on every target. Float tolerances are widened to at least GPU_RTOL / GPU_ATOL there: WGSL's
 exp, log, sin, ... may differ from the CPU's libm in the last bits (the WGSL spec allows
 several ulp), and reductions add in a tree rather than in order.
 """
@@ -27,10 +33,12 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 import chroma  # noqa: E402
+from chroma.errors import UnsupportedInput  # noqa: E402  (run time: an input value the target cannot hold)
 
 TARGET = os.environ.get("CHROMA_TEST_TARGET", "cpu")
+CPU = TARGET == "cpu"
 # CHROMA_TEST_TARGET=cuda-native (scripts/gpu_check.sh, on a machine with an NVIDIA GPU): the
-# op suite compiled for CUDA with nvcc and run natively (chroma.runtime.native), skips as cuda_skips.py.
+# op suite compiled for CUDA with nvcc and run natively (chroma.runtime.native).
 NATIVE = TARGET == "cuda-native"
 if NATIVE:
     TARGET = "cuda"
@@ -69,9 +77,6 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_collection_modifyitems(config, items):
     if TARGET == "cpu":
         return
-    import importlib
-
-    SKIPS = importlib.import_module(f"{TARGET}_skips").SKIPS  # one skip list per backend, with reasons
     sampled = None
     if SAMPLE > 1:
         from gpu_coverage import sample
@@ -83,10 +88,6 @@ def pytest_collection_modifyitems(config, items):
         if "check" not in getattr(item, "fixturenames", ()) or (sampled is not None and item.nodeid not in sampled):
             drop.append(item)
             continue
-        for pattern, reason in SKIPS.items():
-            if all(p in item.nodeid for p in ((pattern,) if isinstance(pattern, str) else pattern)):
-                item.add_marker(pytest.mark.skip(reason=f"{TARGET}: {reason}"))
-                break
         keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -135,6 +136,14 @@ def compare(got, want, rtol=1e-5, atol=1e-5, what="output"):
 _counter = itertools.count()
 
 
+def _refused(request, reasons):
+    """Skips the running test with the target's reasons, recording them as its coverage items."""
+    reasons = sorted(set(reasons))
+    if COVERAGE_DIR:
+        _COVERAGE.setdefault(request.node.nodeid, set()).update(f"refused:{r}" for r in reasons)
+    pytest.skip(f"{TARGET} refuses it: {'; '.join(reasons)}")
+
+
 @pytest.fixture
 def check(tmp_path, request):
     """check(fn, *inputs, rtol=1e-5, atol=1e-5, blas=True, **compile_options) -> Program."""
@@ -144,12 +153,22 @@ def check(tmp_path, request):
         if TARGET != "cpu":
             options["target"] = TARGET
             rtol, atol = max(rtol, GPU_RTOL), max(atol, GPU_ATOL)
-        prog = chroma.compile(fn, tuple(inputs), out=out, **options)
+        try:
+            prog = chroma.compile(fn, tuple(inputs), out=out, **options)
+        except chroma.UnsupportedError as e:
+            if CPU:
+                raise
+            _refused(request, [r[3] for r in e.refusals])
         if NATIVE:
             prog = chroma.load(out)  # the same artifact on the GPU
         with torch.no_grad():
             want = fn(*inputs)
-        got = prog(*[to_numpy(x) for x in inputs])
+        try:
+            got = prog(*[to_numpy(x) for x in inputs])
+        except UnsupportedInput as e:
+            if CPU:
+                raise
+            _refused(request, [str(e)])
         compare(got, want, rtol=rtol, atol=atol)
         if COVERAGE_DIR and TARGET != "cpu":
             from gpu_coverage import items_of

@@ -8,6 +8,11 @@ plus, chosen greedily from the record, the fewest further tests that bring the s
 coverage to the whole suite's; after the run it checks that what the sample's programs held
 covers the record's union, item for item.
 
+A case the target refuses (chroma.UnsupportedError at compile time, UnsupportedInput at run
+time: conftest.py skips it with the target's reason) is recorded as "refused:<reason>" items
+instead. The check fails when a test the record ran is now refused, or is refused for another
+reason: a target that starts refusing what it compiled is a regression, not a skip.
+
     python tests/python/gpu_coverage.py record DIR TARGET   # full tier: DIR's observations -> gpu_coverage.json
     python tests/python/gpu_coverage.py check DIR TARGET    # guarding tier: fails naming what the sample missed
 
@@ -56,6 +61,15 @@ def load_record() -> dict:
         return json.load(f)
 
 
+def capabilities(items: Iterable[str]) -> Set[str]:
+    """The kernel kinds and dtypes among `items` (refusals aside)."""
+    return {i for i in items if not i.startswith("refused:")}
+
+
+def refusals(items: Iterable[str]) -> Set[str]:
+    return {i for i in items if i.startswith("refused:")}
+
+
 def in_sample(nodeid: str, every: int) -> bool:
     return zlib.crc32(nodeid.encode()) % every == 0
 
@@ -65,7 +79,7 @@ def sample(nodeids: Iterable[str], target: str, every: int) -> Set[str]:
     additions that cover what the record says the whole suite covers."""
     nodeids = list(nodeids)
     chosen = {n for n in nodeids if in_sample(n, every)}
-    per_test = {n: set(v) for n, v in load_record().get(target, {}).items() if n in set(nodeids)}
+    per_test = {n: capabilities(v) for n, v in load_record().get(target, {}).items() if n in set(nodeids)}
     want = set().union(*per_test.values()) if per_test else set()
     have = set().union(*(per_test.get(n, set()) for n in chosen)) if chosen else set()
     while want - have:
@@ -92,11 +106,21 @@ def main(argv: List[str]) -> int:
         union = set().union(*seen.values()) if seen else set()
         print(f"[coverage] {target}: {len(seen)} tests, {len(union)} kinds and dtypes recorded in {RECORD}")
         return 0
-    want = set().union(*(set(v) for v in record.get(target, {}).values())) if record.get(target) else set()
-    got = set().union(*seen.values()) if seen else set()
+    recorded = record.get(target, {})
+    want = set().union(*(capabilities(v) for v in recorded.values())) if recorded else set()
+    got = set().union(*(capabilities(v) for v in seen.values())) if seen else set()
     missing = sorted(want - got)
     if not want:
         print(f"[coverage] {target}: no record in {RECORD}: run ./scripts/test.sh --full once", file=sys.stderr)
+        return 1
+    def said(items):
+        return "; ".join(sorted(i[len("refused:"):] for i in refusals(items))) or "ran"
+
+    changed = [f"{n}: now refused ({said(v)}); recorded: {said(recorded[n])}"
+               for n, v in sorted(seen.items()) if refusals(v) and n in recorded and refusals(v) != refusals(recorded[n])]
+    if changed:
+        print(f"[coverage] {target}: the target refuses tests the full tier's record did not (re-record with "
+              f"./scripts/test.sh --full if the change is intended):\n  " + "\n  ".join(changed), file=sys.stderr)
         return 1
     if missing:
         print(f"[coverage] {target}: the sample's programs never held {', '.join(missing)}, which the full suite's do "

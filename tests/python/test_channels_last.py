@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import randn
+from conftest import CPU, randn
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -134,6 +134,8 @@ def test_post_op_chains(check, compile_to, threads):
     m = Epilogues().eval()
     x = randn(1, 16, 40, 36, seed=8)
     prog = check(m, x, threads=threads, **TOL)
+    if not CPU:
+        return  # the chains below are oneDNN post-ops, a CPU lowering choice; the result is checked
     with open(os.path.join(prog.directory, "manifest.json")) as fh:
         labels = [k["label"] for k in json.load(fh)["entries"][0]["kernels"]]
     convs = [lab for lab in labels if lab.startswith("Conv")]
@@ -186,6 +188,8 @@ class EpilogueRegions(nn.Module):
 def test_epilogue_regions(check, threads):
     m = EpilogueRegions().eval()
     prog = check(m, randn(1, 16, 48, 40, seed=12), threads=threads, **TOL)
+    if not CPU:
+        return  # the regions below are oneDNN epilogues, a CPU lowering choice; the result is checked
     with open(os.path.join(prog.directory, "manifest.json")) as fh:
         labels = [k["label"] for k in json.load(fh)["entries"][0]["kernels"]]
     convs = [lab for lab in labels if lab.startswith("Conv")]

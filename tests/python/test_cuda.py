@@ -7,8 +7,8 @@ nvcc for every listed architecture with spill warnings as errors. Metal's text h
 on Linux: it runs on the emulator only (docs/cuda.md).
 
 The op families themselves run on these targets through the shared suite
-(CHROMA_TEST_TARGET=cuda or metal, conftest.py; skips with reasons in cuda_skips.py and
-metal_skips.py). Tolerances: the emulator computes in float32 with the host's libm, in the
+(CHROMA_TEST_TARGET=cuda or metal, conftest.py; a case the target refuses is skipped with the
+target's reason). Tolerances: the emulator computes in float32 with the host's libm, in the
 kernels' own summation order.
 """
 
@@ -149,10 +149,11 @@ def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):
     def f(i, m):
         return i + 2**40, torch.linalg.det(m)  # an int64 literal beyond 32 bits; a factorization
 
-    with pytest.raises(chroma.CompileError) as e:
+    with pytest.raises(chroma.UnsupportedError) as e:  # a CompileError: the target lacks what they need
         chroma.compile(f, (torch.arange(4), randn(3, 3)), target="cuda", out=str(tmp_path / "u"))
     msg = str(e.value)
-    assert "2 kernel(s) cannot be compiled" in msg, msg
+    assert "2 part(s) of the program cannot be compiled for it" in msg, msg
+    assert len(e.value.refusals) == 2 and all(r[1] and r[3] for r in e.value.refusals), e.value.refusals
     assert "1099511627776 does not fit in 32 bits" in msg and "test_cuda.py" in msg, msg
     assert "Linalg.lu" in msg and "not available on GPU targets" in msg, msg
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import TARGET, compare, randint, randn
+from conftest import CPU, TARGET, compare, randint, randn
 
 import chroma
 
@@ -790,9 +790,10 @@ class MLP(nn.Module):
 
 def test_linear_model_blas_false(check):
     prog = check(MLP().eval(), randn(9, 13), blas=False)
-    assert prog.manifest["options"]["blas"] is False
     prog_blas = check(MLP().eval(), randn(9, 13), blas=True)
-    assert prog_blas.manifest["options"]["blas"] is True
+    if CPU:  # the option is the CPU's choice of product kernels
+        assert prog.manifest["options"]["blas"] is False
+        assert prog_blas.manifest["options"]["blas"] is True
     x = randn(9, 13, seed=4).numpy()
     np.testing.assert_allclose(prog(x), prog_blas(x), rtol=1e-5, atol=1e-5)
 
@@ -853,8 +854,8 @@ def test_output_aliasing_input_is_a_copy(check):
 
 def test_flip_and_roll(check):
     x = randn(3, 5, 4, seed=40)
-    prog = check(lambda x: (x.flip(1), x.transpose(0, 2).flip(0, 2) * 2, torch.roll(x, 2, 1),
-                            torch.roll(x, (-1, 7), (0, 2)), torch.roll(x, 4)), x)
+    check(lambda x: (x.flip(1), x.transpose(0, 2).flip(0, 2) * 2, torch.roll(x, 2, 1),
+                     torch.roll(x, (-1, 7), (0, 2)), torch.roll(x, 4)), x)
     # flip is a layout (a negative stride): x.flip(1) * 2 needs no copy kernel.
     assert check(lambda x: x.flip(1) * 2, x).stats["kernels"] == 1
 
@@ -938,5 +939,6 @@ def test_packed_constant_matmul(check, rows):
     w = torch.randn(3, 33, 18)
     prog = check(lambda x: (lin(x), torch.matmul(x.expand(3, rows, 33), w)), randn(rows, 33, seed=rows),
                  rtol=1e-5, atol=1e-5)
-    assert [k["kind"] for k in prog.manifest["kernels"]].count("matmul_packed") == 2
+    if CPU:  # pre-packed panels are a CPU kernel
+        assert [k["kind"] for k in prog.manifest["kernels"]].count("matmul_packed") == 2
 

@@ -120,3 +120,44 @@ def test_no_target_name_compared_outside_the_targets():
                     if pattern.search(line) and "device.type" not in line:  # (a torch device is no target)
                         hits.append(f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()}")
     assert not hits, "target names compared outside the targets:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("target", ["webgpu", "cuda", "metal", "null"])
+def test_supports_lists_every_refusal_with_its_node(target, tmp_path):
+    # Target::supports answers for the whole program at once: a float64 output, and (once the
+    # storage is settled) each kernel the GPU generator cannot make; the CPU refuses neither.
+    def f(x, m):
+        return (x * 2).double()
+
+    def g(x, m):
+        return x + 1, torch.linalg.inv(m), torch.linalg.det(m)
+
+    m = torch.randn(3, 3) + 3 * torch.eye(3)
+    for fn, count, reason in ((f, 1, "float64"), (g, 3, "LAPACK")):
+        path = str(tmp_path / f"{fn.__name__}.cgraph")
+        chroma.export(fn, (torch.randn(4), m), path)
+        with pytest.raises(chroma.UnsupportedError) as e:
+            _compiler.gpu_kernel_sources(path, target)
+        assert isinstance(e.value, chroma.CompileError)
+        assert f"target '{target}': {len(e.value.refusals)} part(s)" in str(e.value), str(e.value)
+        assert len(e.value.refusals) >= count and all(reason in r[3] and r[1] for r in e.value.refusals), e.value.refusals
+        assert "test_targets.py" in e.value.refusals[0][2], e.value.refusals
+
+
+def test_the_guarding_tier_fails_when_a_target_starts_refusing(tmp_path, monkeypatch, capsys):
+    import gpu_coverage
+
+    record = {"webgpu": {"t::ran": ["kind:assign"], "t::refused": ["refused:no f64"]}}
+    monkeypatch.setattr(gpu_coverage, "RECORD", str(tmp_path / "record.json"))
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    seen = tmp_path / "seen"
+    seen.mkdir()
+
+    def check(observed):
+        (seen / "1.json").write_text(json.dumps(observed))
+        return gpu_coverage.main(["gpu_coverage.py", "check", str(seen), "webgpu"])
+
+    assert check({"t::ran": ["kind:assign"], "t::refused": ["refused:no f64"], "t::new": ["refused:x"]}) == 0
+    assert check({"t::ran": ["refused:no LAPACK"], "t::refused": ["refused:no f64"]}) == 1
+    assert "t::ran: now refused (no LAPACK); recorded: ran" in capsys.readouterr().err
+    assert check({"t::ran": ["kind:assign"], "t::refused": ["refused:other"]}) == 1

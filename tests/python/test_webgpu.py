@@ -232,10 +232,11 @@ def test_unsupported_ops_are_all_listed_with_source_lines(tmp_path):
         b = torch.linalg.det(m)  # a factorization (LAPACK): none on GPU targets
         return a, b
 
-    with pytest.raises(chroma.CompileError) as e:
+    with pytest.raises(chroma.UnsupportedError) as e:  # a CompileError: the target lacks what they need
         chroma.compile(f, (torch.arange(4), randn(3, 3)), target="webgpu", out=str(tmp_path / "u"))
     msg = str(e.value)
-    assert "2 kernel(s) cannot be compiled" in msg, msg
+    assert "2 part(s) of the program cannot be compiled for it" in msg, msg
+    assert len(e.value.refusals) == 2 and all(r[1] and r[3] for r in e.value.refusals), e.value.refusals
     assert "1099511627776 does not fit in 32 bits" in msg and "test_webgpu.py" in msg, msg
     assert "Linalg.lu" in msg and "not available on GPU targets" in msg, msg
 

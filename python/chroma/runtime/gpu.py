@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import ml_dtypes
 import numpy as np
 
-from ..errors import IndexOutOfRange, PackageError, RunError
+from ..errors import IndexOutOfRange, PackageError, RunError, UnsupportedInput
 from .package import Package, PackageEntry, Tensor, read_package
 
 __all__ = ["GpuProgram", "GpuEntry"]
@@ -116,7 +116,7 @@ class GpuProgram:
                                  f"got {a.dtype}{list(a.shape)}")
             if t.dtype == np.int64 and a.size and (a.min() < _I32.min or a.max() > _I32.max):
                 j = np.unravel_index(np.argmax((a < _I32.min) | (a > _I32.max)), a.shape)
-                raise ValueError(f"input {i} ('{t.name}'): int64 value {a[j]} at {tuple(int(x) for x in j)} does not "
+                raise UnsupportedInput(f"input {i} ('{t.name}'): int64 value {a[j]} at {tuple(int(x) for x in j)} does not "
                                  f"fit in int32, which GPU packages store int64 tensors as")
             words.append(t.encode(a))
         return words

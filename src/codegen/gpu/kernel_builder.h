@@ -194,6 +194,17 @@ class KB {
                                static_cast<int64_t>(e.affine.offset);
         std::vector<int64_t> st;
         for (double c : e.affine.strides) st.push_back(static_cast<int64_t>(c));
+        if (e.dtype == DType::kI64) {  // every value of the sequence must fit the i32 it is computed in
+          double lo = static_cast<double>(base_v), hi = lo;
+          for (size_t d = 0; d < st.size() && d < e.affine.shape.size(); ++d) {
+            const double span = static_cast<double>(st[d]) * static_cast<double>(e.affine.shape[d] - 1);
+            (span < 0 ? lo : hi) += span;
+          }
+          if (lo < INT32_MIN || hi > INT32_MAX) {
+            throw Unsupported("the int64 sequence " + std::to_string(static_cast<int64_t>(lo)) + " .. " +
+                              std::to_string(static_cast<int64_t>(hi)) + " does not fit in 32 bits (GPU integers are narrowed to i32)");
+          }
+        }
         Ex v = address(lit_i(base_v), st, coords);
         return t == Ty::kBool ? bin("!=", v, lit_i(0)) : b.let(wrap_to(e.dtype, v));
       }

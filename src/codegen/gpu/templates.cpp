@@ -773,6 +773,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
   Generated out;
   std::map<std::string, int> module_of;  // text -> module
   std::vector<std::string> errors;
+  std::vector<Refusal> refusals;  // what the target lacks, per kernel (UnsupportedError)
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const chroma::Kernel& lk = p.kernels[ki];
     try {
@@ -898,19 +899,17 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
       }
       ki = group.back();  // the group's later members ran in its dispatch
     } catch (const Unsupported& e) {
-      std::ostringstream msg;
-      msg << "  " << chroma::kernel_kind(lk.kind) << " '" << lk.label << "' (node " << (lk.name.empty() ? "?" : lk.name)
-          << (lk.source.empty() ? "" : ", " + lk.source) << "): " << e.what();
-      errors.push_back(msg.str());
+      refusals.push_back({std::string(chroma::kernel_kind(lk.kind)) + " '" + lk.label + "'", lk.name, lk.source, e.what()});
     } catch (const CompileError& e) {
       errors.push_back("  " + std::string(chroma::kernel_kind(lk.kind)) + " '" + lk.label + "' (node " + lk.name + "): " + e.what());
     }
   }
-  if (!errors.empty()) {
+  if (!errors.empty()) {  // not a missing capability: the program itself is at fault
     std::string all = "target '" + d.name + "': " + std::to_string(errors.size()) + " kernel(s) cannot be compiled:\n";
     for (const std::string& e : errors) all += e + "\n";
     throw CompileError(all);
   }
+  if (!refusals.empty()) throw UnsupportedError(d.name, std::move(refusals));
   return out;
 }
 

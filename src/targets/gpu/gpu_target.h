@@ -27,6 +27,8 @@ class GpuTarget : public Target {
   // minStorageBufferOffsetAlignment).
   LowerOptions lower_options(const CompileOptions& opts) const override;
   bool keep_half_weights() const override { return true; }
+  // float64 buffers, int64 constants beyond int32, and the GPU generator's refusals (supports.cpp).
+  std::vector<Refusal> supports(const Program& p) const override;
   std::string write(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,
                     PhaseTimer& timer) const override;
 

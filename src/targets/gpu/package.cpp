@@ -73,7 +73,26 @@ struct GoldenTensor {
 struct Golden {
   std::vector<GoldenTensor> inputs, outputs;
   double atol = 0, rtol = 0;
+  // int64 example values beyond int32: the device computes int64 in 32-bit words, so neither the
+  // self-check nor the program's result can hold them (an UnsupportedError once the ops pass).
+  std::vector<Refusal> refusals;
 };
+
+// The first int64 value of `gt` beyond int32, as a refusal naming the example tensor.
+void check_int32(const GoldenTensor& gt, bool input, std::vector<Refusal>* out) {
+  if (gt.dtype != "int64") return;
+  for (size_t i = 0; i + 8 <= gt.bytes.size(); i += 8) {
+    int64_t v;
+    std::memcpy(&v, gt.bytes.data() + i, 8);
+    if (v < INT32_MIN || v > INT32_MAX) {
+      out->push_back({std::string("example ") + (input ? "input '" : "output '") + gt.name + "'", "", "",
+                      "int64 value " + std::to_string(v) + " at element " + std::to_string(i / 8 * gt.stride) +
+                          " does not fit in int32, the words GPU targets store and compute int64 tensors in: give "
+                          "example inputs in the range the program will be called with, or compile for the CPU"});
+      return;
+    }
+  }
+}
 
 Golden read_golden(const std::string& path) {
   Golden g;
@@ -95,6 +114,7 @@ Golden read_golden(const std::string& path) {
       gt.stride = t.value("stride", int64_t{1});
       std::ifstream b(t.at("file").get<std::string>(), std::ios::binary);
       gt.bytes.assign(std::istreambuf_iterator<char>(b), std::istreambuf_iterator<char>());
+      check_int32(gt, out == &g.inputs, &g.refusals);
       out->push_back(std::move(gt));
     }
   };
@@ -292,6 +312,7 @@ std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::str
     state["tensors"].push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.nbytes}, {"init", init_at}});
   }
   const Golden golden = read_golden(opts.golden_path);
+  if (!golden.refusals.empty()) throw UnsupportedError(name(), golden.refusals);
   json gj = {{"inputs", json::array()}, {"outputs", json::array()}, {"tolerance", {{"atol", golden.atol}, {"rtol", golden.rtol}}}};
   for (const auto* list : {&golden.inputs, &golden.outputs}) {
     for (const GoldenTensor& t : *list) {
