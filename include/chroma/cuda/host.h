@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "chroma/gpu/host_abi.h"
+#include "chroma/gpu/host_core.h"
 
 // The artifact's fatbin (sm_80, sm_90 cubins and compute_90 PTX), embedded by the generated
 // source that includes this header.
@@ -98,13 +99,7 @@ struct Driver {
   CUresult (*cuGraphDestroy)(CUgraph);
 };
 
-inline void say(char* err, size_t errlen, const char* fmt, ...) {
-  if (err == nullptr || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+using gpu_host::say;
 
 // The driver, opened once per process. On failure `why` says what is missing.
 inline const Driver* driver(std::string* why) {
@@ -193,16 +188,17 @@ struct Gemm {
   long long stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
-struct Dispatch {
-  bool library = false;  // a cuBLAS call (`gemm`), else a kernel launch
+// What a CUDA dispatch adds to the shared core's (include/chroma/gpu/host_core.h): a kernel's
+// arguments are its storage slots' base addresses, then its parameter words, by value;
+// cuLaunchKernel takes a pointer to each (`args`, into the dispatch's own vectors). A cuBLAS
+// product (`library`) is a dispatch of no kernel.
+struct Extra {
+  bool library = false;
   Gemm gemm;
-  CUfunction fn = nullptr;
-  unsigned gx = 0, gy = 0, block = 0;
-  std::vector<CUdeviceptr> slots;  // kernel arguments: the storage slots' base addresses...
-  std::vector<unsigned> params;    // ...then the parameter words, by value
-  std::vector<void*> args;         // cuLaunchKernel's pointers to each argument
-  std::string label;
+  std::vector<void*> args;
 };
+using Core = gpu_host::Core<CUdeviceptr, CUfunction, Extra>;
+using Dispatch = Core::Dispatch;
 
 struct Runtime {
   const Driver* d = nullptr;
@@ -210,18 +206,14 @@ struct Runtime {
   CUcontext ctx = nullptr;
   CUmodule module = nullptr;
   CUstream stream = nullptr;
-  std::vector<CUdeviceptr> buffers;
-  std::vector<size_t> buffer_bytes;
-  std::vector<CUfunction> kernels;
-  std::vector<unsigned> blocks;
-  struct Entry {  // an entry point's schedule and its captured graph
-    std::vector<Dispatch> schedule;
+  Core core;
+  struct Entry {  // an entry point's captured graph (its schedule: core.entries)
     CUgraph graph = nullptr;
     CUgraphExec graph_exec = nullptr;
     uint64_t graph_status_offset = 0;
     int eager_calls = 0;  // graph mode captures from the second call (cuBLAS sets up on the first)
   };
-  std::vector<Entry> entries;
+  std::vector<Entry> graphs;  // per entry point
   Blas blas;
   int cc_major = 0, cc_minor = 0;
   char name[256] = {};
@@ -354,9 +346,7 @@ __attribute__((visibility("default"))) int chroma_cuda_buffer(void* h, uint64_t 
   chroma::cuda_host::CUdeviceptr p = 0;
   const size_t n = bytes < 4 ? 4 : static_cast<size_t>(bytes);
   if (chroma::cuda_host::failed(rt->d, rt->d->cuMemAlloc(&p, n), "cuMemAlloc", err, errlen)) return 1;
-  rt->buffers.push_back(p);
-  rt->buffer_bytes.push_back(n);
-  *id = static_cast<int>(rt->buffers.size()) - 1;
+  *id = rt->core.add_buffer(p, n);
   CHROMA_CU(cuMemsetD8Async(p, 0, n, rt->stream), "cuMemsetD8Async");
   if (init != nullptr && init_bytes) CHROMA_CU(cuMemcpyHtoDAsync(p, init, init_bytes, rt->stream), "cuMemcpyHtoDAsync");
   CHROMA_CU(cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
@@ -367,12 +357,8 @@ __attribute__((visibility("default"))) int chroma_cuda_buffer(void* h, uint64_t 
 __attribute__((visibility("default"))) int chroma_cuda_upload(void* h, int id, uint64_t offset, const void* src, uint64_t n,
                                                               char* err, size_t errlen) {
   auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
-  if (id < 0 || static_cast<size_t>(id) >= rt->buffers.size() || offset + n > rt->buffer_bytes[static_cast<size_t>(id)]) {
-    chroma::cuda_host::say(err, errlen, "upload of %llu bytes at %llu outside buffer %d", (unsigned long long)n,
-                           (unsigned long long)offset, id);
-    return 1;
-  }
-  CHROMA_CU(cuMemcpyHtoDAsync(rt->buffers[static_cast<size_t>(id)] + offset, src, n, rt->stream), "cuMemcpyHtoDAsync");
+  if (!rt->core.check_upload(id, offset, n, err, errlen)) return 1;
+  CHROMA_CU(cuMemcpyHtoDAsync(rt->core.buffers[static_cast<size_t>(id)] + offset, src, n, rt->stream), "cuMemcpyHtoDAsync");
   CHROMA_CU(cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
   return 0;
 }
@@ -380,26 +366,22 @@ __attribute__((visibility("default"))) int chroma_cuda_upload(void* h, int id, u
 // Looks up kernel `index` of the translation unit (chroma_k<index>_main) with its block size.
 __attribute__((visibility("default"))) int chroma_cuda_kernel(void* h, int index, unsigned block, char* err, size_t errlen) {
   auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
-  if (index != static_cast<int>(rt->kernels.size())) {
-    chroma::cuda_host::say(err, errlen, "kernels are looked up in order (expected %zu, got %d)", rt->kernels.size(), index);
-    return 1;
-  }
+  if (!rt->core.check_kernel_order(index, err, errlen)) return 1;
   char name[64];
   std::snprintf(name, sizeof name, "chroma_k%d_main", index);
   chroma::cuda_host::CUfunction fn = nullptr;
   if (chroma::cuda_host::failed(rt->d, rt->d->cuModuleGetFunction(&fn, rt->module, name), "cuModuleGetFunction", err, errlen)) {
     return 1;
   }
-  rt->kernels.push_back(fn);
-  rt->blocks.push_back(block);
+  rt->core.add_kernel(fn, block);
   return 0;
 }
 
 // Adds an entry point with an empty schedule; returns its number (0, 1, ...).
 __attribute__((visibility("default"))) int chroma_cuda_entry(void* h) {
   auto* rt = static_cast<chroma::cuda_host::Runtime*>(h);
-  rt->entries.emplace_back();
-  return static_cast<int>(rt->entries.size()) - 1;
+  rt->graphs.emplace_back();
+  return rt->core.add_entry();
 }
 
 // Appends a dispatch to entry point `entry`'s schedule (chroma_cuda_entry): kernel `kernel` on a gx x gy grid, storage slot s bound to buffer
@@ -409,34 +391,13 @@ __attribute__((visibility("default"))) int chroma_cuda_dispatch(void* h, int ent
                                                                 char* err, size_t errlen) {
   using namespace chroma::cuda_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
-    say(err, errlen, "dispatch for entry %d, which chroma_cuda_entry has not made (%zu entries)", entry, rt->entries.size());
-    return 1;
-  }
-  Runtime::Entry& en = rt->entries[static_cast<size_t>(entry)];
-  if (kernel < 0 || static_cast<size_t>(kernel) >= rt->kernels.size()) {
-    say(err, errlen, "dispatch %zu: no kernel %d", en.schedule.size(), kernel);
-    return 1;
-  }
-  Dispatch d;
-  d.fn = rt->kernels[static_cast<size_t>(kernel)];
-  d.gx = gx;
-  d.gy = gy;
-  d.block = rt->blocks[static_cast<size_t>(kernel)];
-  for (int s = 0; s < nslots; ++s) {
-    if (slot_buffers[s] < 0 || static_cast<size_t>(slot_buffers[s]) >= rt->buffers.size()) {
-      say(err, errlen, "dispatch %zu: slot %d names buffer %d", en.schedule.size(), s, slot_buffers[s]);
-      return 1;
-    }
-    d.slots.push_back(rt->buffers[static_cast<size_t>(slot_buffers[s])]);
-  }
-  d.params.assign(params, params + nparams);
-  en.schedule.push_back(std::move(d));
+  Dispatch* b = rt->core.append(entry, kernel, gx, gy, nslots, slot_buffers, nparams, params, err, errlen);
+  if (b == nullptr) return 1;
   // Argument pointers into the stored dispatch's vectors: a Dispatch moved when the schedule
   // grows keeps its vectors' buffers, so they stay valid.
-  Dispatch& b = en.schedule.back();
-  for (auto& s : b.slots) b.args.push_back(&s);
-  for (auto& p : b.params) b.args.push_back(&p);
+  for (auto& s : b->slots) b->extra.args.push_back(&s);
+  for (auto& p : b->params) b->extra.args.push_back(&p);
+  Runtime::Entry& en = rt->graphs[static_cast<size_t>(entry)];
   if (en.graph_exec) {  // a schedule that grows invalidates the captured graph
     rt->d->cuGraphExecDestroy(en.graph_exec);
     rt->d->cuGraphDestroy(en.graph);
@@ -455,25 +416,19 @@ __attribute__((visibility("default"))) int chroma_cuda_gemm(void* h, int entry, 
                                                             size_t errlen) {
   using namespace chroma::cuda_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
-    say(err, errlen, "gemm for entry %d, which chroma_cuda_entry has not made", entry);
-    return 1;
-  }
+  if (!rt->core.check_entry(entry, "gemm", err, errlen)) return 1;
   for (int x = 0; x < 3; ++x) {
-    if (buf[x] < 0 || static_cast<size_t>(buf[x]) >= rt->buffers.size()) {
-      say(err, errlen, "gemm operand %d names buffer %d", x, buf[x]);
-      return 1;
-    }
+    if (!rt->core.check_buffer(buf[x], "gemm operand", x, err, errlen)) return 1;
   }
   if (!open_blas(rt, err, errlen)) return 1;
   Dispatch d;
-  d.library = true;
-  Gemm& g = d.gemm;
+  d.extra.library = true;
+  Gemm& g = d.extra.gemm;
   g.batch = batch;
   g.m = m;
   g.n = n;
   g.k = k;
-  auto addr = [&](int x) { return rt->buffers[static_cast<size_t>(buf[x])] + static_cast<CUdeviceptr>(4 * word[x]); };
+  auto addr = [&](int x) { return rt->core.buffers[static_cast<size_t>(buf[x])] + static_cast<CUdeviceptr>(4 * word[x]); };
   g.a = addr(0);
   g.b = addr(1);
   g.c = addr(2);
@@ -487,7 +442,7 @@ __attribute__((visibility("default"))) int chroma_cuda_gemm(void* h, int entry, 
   g.stride_a = batch_stride[0];
   g.stride_b = batch_stride[1];
   g.stride_c = batch_stride[2];
-  rt->entries[static_cast<size_t>(entry)].schedule.push_back(d);
+  rt->core.entries[static_cast<size_t>(entry)].push_back(std::move(d));
   return 0;
 }
 
@@ -505,13 +460,11 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, const Chroma
   void* status = call->status;
   using namespace chroma::cuda_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (rt->buffers.empty() || entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
-    say(err, errlen, "no arena buffer, or no entry %d (%zu entries)", entry, rt->entries.size());
-    return 1;
-  }
-  Runtime::Entry& en = rt->entries[static_cast<size_t>(entry)];
+  if (!rt->core.check_call(*call, /*device_io=*/true, err, errlen)) return 1;
+  Runtime::Entry& en = rt->graphs[static_cast<size_t>(entry)];
+  std::vector<Dispatch>& schedule = rt->core.entries[static_cast<size_t>(entry)];
   CHROMA_CU(cuCtxSetCurrent(rt->ctx), "cuCtxSetCurrent");
-  const CUdeviceptr arena = rt->buffers[0];
+  const CUdeviceptr arena = rt->core.buffers[0];
   for (int i = 0; i < n_in; ++i) {
     if (!in_bytes[i]) continue;
     if (in_device[i]) {
@@ -523,10 +476,10 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, const Chroma
   }
   auto launch_all = [&]() -> int {
     CHROMA_CU(cuMemsetD8Async(arena + status_offset, 0, status_bytes, rt->stream), "cuMemsetD8Async (status)");
-    for (size_t i = 0; i < en.schedule.size(); ++i) {
-      Dispatch& d = en.schedule[i];
-      if (d.library) {
-        const Gemm& g = d.gemm;
+    for (size_t i = 0; i < schedule.size(); ++i) {
+      Dispatch& d = schedule[i];
+      if (d.extra.library) {
+        const Gemm& g = d.extra.gemm;
         const float one = 1.0f, zero = 0.0f;
         // C^T (n x m, column-major, ldc) = op(B view) (n x k) * op(A view) (k x m)
         const int st = rt->blas.gemm(rt->blas.handle, g.op_b, g.op_a, g.n, g.m, g.k, &one, reinterpret_cast<const void*>(g.b),
@@ -541,7 +494,7 @@ __attribute__((visibility("default"))) int chroma_cuda_run(void* h, const Chroma
         continue;
       }
       if (!d.gx || !d.gy) continue;
-      const CUresult r = rt->d->cuLaunchKernel(d.fn, d.gx, d.gy, 1, d.block, 1, 1, 0, rt->stream, d.args.data(), nullptr);
+      const CUresult r = rt->d->cuLaunchKernel(d.fn, d.gx, d.gy, 1, d.threads, 1, 1, 0, rt->stream, d.extra.args.data(), nullptr);
       if (r != kSuccess) {
         char what[64];
         std::snprintf(what, sizeof what, "cuLaunchKernel (dispatch %zu)", i);
@@ -630,12 +583,12 @@ __attribute__((visibility("default"))) void chroma_cuda_close(void* h) {
   const auto* d = rt->d;
   d->cuCtxSetCurrent(rt->ctx);
   d->cuStreamSynchronize(rt->stream);
-  for (auto& en : rt->entries) {
+  for (auto& en : rt->graphs) {
     if (en.graph_exec) d->cuGraphExecDestroy(en.graph_exec);
     if (en.graph) d->cuGraphDestroy(en.graph);
   }
   if (rt->blas.handle) rt->blas.destroy(rt->blas.handle);
-  for (auto p : rt->buffers) d->cuMemFree(p);
+  for (auto p : rt->core.buffers) d->cuMemFree(p);
   d->cuStreamDestroy(rt->stream);
   d->cuModuleUnload(rt->module);
   d->cuDevicePrimaryCtxRelease(rt->dev);

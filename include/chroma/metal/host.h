@@ -30,8 +30,8 @@
 #include <Metal/Metal.hpp>
 
 #include "chroma/gpu/host_abi.h"
+#include "chroma/gpu/host_core.h"
 
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -44,13 +44,7 @@ extern "C" const char chroma_metal_source[];
 
 namespace chroma::metal_host {
 
-inline void say(char* err, size_t errlen, const char* fmt, ...) {
-  if (err == nullptr || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+using gpu_host::say;
 
 // An NSError's description (or "no error object").
 inline std::string describe(const NS::Error* e) {
@@ -76,28 +70,24 @@ class Pool {
 constexpr unsigned kSimdWidth = 32;       // what the kernels' SIMD-group reductions assume
 constexpr size_t kMaxSetBytes = 4096;     // Metal's limit for setBytes
 
-struct Dispatch {
-  MTL::ComputePipelineState* pipe = nullptr;
-  unsigned gx = 0, gy = 0, threads = 0;
-  std::vector<MTL::Buffer*> slots;  // [[buffer(s + 1)]] ([[buffer(s)]] for a kernel without parameters)
-  std::vector<unsigned> params;     // [[buffer(0)]], passed with setBytes
-};
+// The shared replay core (include/chroma/gpu/host_core.h) over Metal's handles: a dispatch's
+// slots are [[buffer(s + 1)]] ([[buffer(s)]] for a kernel without parameters), its parameter
+// words [[buffer(0)]], passed with setBytes.
+struct NoExtra {};
+using Core = gpu_host::Core<MTL::Buffer*, MTL::ComputePipelineState*, NoExtra>;
 
 struct Runtime {
   MTL::Device* device = nullptr;
   MTL::CommandQueue* queue = nullptr;
   MTL::Library* library = nullptr;
   std::string name;
-  std::vector<MTL::Buffer*> buffers;
+  Core core;
   std::vector<MTL::Function*> functions;
-  std::vector<MTL::ComputePipelineState*> pipes;
-  std::vector<unsigned> threads;
-  std::vector<std::vector<Dispatch>> entries;
 
   ~Runtime() {
-    for (auto* p : pipes) p->release();
+    for (auto* p : core.kernels) p->release();
     for (auto* f : functions) f->release();
-    for (auto* b : buffers) b->release();
+    for (auto* b : core.buffers) b->release();
     if (library != nullptr) library->release();
     if (queue != nullptr) queue->release();
     if (device != nullptr) device->release();
@@ -180,8 +170,7 @@ __attribute__((visibility("default"))) int chroma_metal_buffer(void* h, uint64_t
   }
   std::memset(b->contents(), 0, static_cast<size_t>(n));
   if (init != nullptr && init_bytes) std::memcpy(b->contents(), init, static_cast<size_t>(init_bytes));
-  rt->buffers.push_back(b);
-  *id = static_cast<int>(rt->buffers.size()) - 1;
+  *id = rt->core.add_buffer(b, n);
   return 0;
 }
 
@@ -189,12 +178,8 @@ __attribute__((visibility("default"))) int chroma_metal_buffer(void* h, uint64_t
 __attribute__((visibility("default"))) int chroma_metal_upload(void* h, int id, uint64_t offset, const void* src, uint64_t n,
                                                                char* err, size_t errlen) {
   auto* rt = static_cast<chroma::metal_host::Runtime*>(h);
-  if (id < 0 || static_cast<size_t>(id) >= rt->buffers.size() || offset + n > rt->buffers[static_cast<size_t>(id)]->length()) {
-    chroma::metal_host::say(err, errlen, "upload of %llu bytes at %llu outside buffer %d", (unsigned long long)n,
-                            (unsigned long long)offset, id);
-    return 1;
-  }
-  std::memcpy(static_cast<char*>(rt->buffers[static_cast<size_t>(id)]->contents()) + offset, src, static_cast<size_t>(n));
+  if (!rt->core.check_upload(id, offset, n, err, errlen)) return 1;
+  std::memcpy(static_cast<char*>(rt->core.buffers[static_cast<size_t>(id)]->contents()) + offset, src, static_cast<size_t>(n));
   return 0;
 }
 
@@ -203,10 +188,7 @@ __attribute__((visibility("default"))) int chroma_metal_upload(void* h, int id, 
 __attribute__((visibility("default"))) int chroma_metal_kernel(void* h, int index, unsigned threads, char* err, size_t errlen) {
   using namespace chroma::metal_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (index != static_cast<int>(rt->pipes.size())) {
-    say(err, errlen, "kernels are made in order (expected %zu, got %d)", rt->pipes.size(), index);
-    return 1;
-  }
+  if (!rt->core.check_kernel_order(index, err, errlen)) return 1;
   Pool pool;
   char name[64];
   std::snprintf(name, sizeof name, "chroma_k%d_main", index);
@@ -222,8 +204,7 @@ __attribute__((visibility("default"))) int chroma_metal_kernel(void* h, int inde
     say(err, errlen, "newComputePipelineState (%s) failed on %s: %s", name, rt->name.c_str(), describe(e).c_str());
     return 1;
   }
-  rt->pipes.push_back(p);
-  rt->threads.push_back(threads);
+  rt->core.add_kernel(p, threads);
   if (p->maxTotalThreadsPerThreadgroup() < threads) {
     say(err, errlen, "kernel %s runs %u threads per threadgroup; its pipeline on %s allows %llu", name, threads,
         rt->name.c_str(), static_cast<unsigned long long>(p->maxTotalThreadsPerThreadgroup()));
@@ -239,9 +220,7 @@ __attribute__((visibility("default"))) int chroma_metal_kernel(void* h, int inde
 
 // Adds an entry point with an empty schedule; returns its number (0, 1, ...).
 __attribute__((visibility("default"))) int chroma_metal_entry(void* h) {
-  auto* rt = static_cast<chroma::metal_host::Runtime*>(h);
-  rt->entries.emplace_back();
-  return static_cast<int>(rt->entries.size()) - 1;
+  return static_cast<chroma::metal_host::Runtime*>(h)->core.add_entry();
 }
 
 // Appends a dispatch to entry point `entry`'s schedule: kernel `kernel` on a gx x gy grid of
@@ -251,35 +230,11 @@ __attribute__((visibility("default"))) int chroma_metal_dispatch(void* h, int en
                                                                  const unsigned* params, char* err, size_t errlen) {
   using namespace chroma::metal_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
-    say(err, errlen, "dispatch for entry %d, which chroma_metal_entry has not made (%zu entries)", entry, rt->entries.size());
-    return 1;
-  }
-  std::vector<Dispatch>& schedule = rt->entries[static_cast<size_t>(entry)];
-  if (kernel < 0 || static_cast<size_t>(kernel) >= rt->pipes.size()) {
-    say(err, errlen, "dispatch %zu: no kernel %d (the Metal target has no library products)", schedule.size(), kernel);
-    return 1;
-  }
   if (nparams < 0 || static_cast<size_t>(nparams) * 4 > kMaxSetBytes) {
-    say(err, errlen, "dispatch %zu: %d parameter words, more than setBytes takes (%zu bytes)", schedule.size(), nparams,
-        kMaxSetBytes);
+    say(err, errlen, "a dispatch of %d parameter words: more than setBytes takes (%zu bytes)", nparams, kMaxSetBytes);
     return 1;
   }
-  Dispatch d;
-  d.pipe = rt->pipes[static_cast<size_t>(kernel)];
-  d.gx = gx;
-  d.gy = gy;
-  d.threads = rt->threads[static_cast<size_t>(kernel)];
-  for (int s = 0; s < nslots; ++s) {
-    if (slot_buffers[s] < 0 || static_cast<size_t>(slot_buffers[s]) >= rt->buffers.size()) {
-      say(err, errlen, "dispatch %zu: slot %d names buffer %d", schedule.size(), s, slot_buffers[s]);
-      return 1;
-    }
-    d.slots.push_back(rt->buffers[static_cast<size_t>(slot_buffers[s])]);
-  }
-  d.params.assign(params, params + nparams);
-  schedule.push_back(std::move(d));
-  return 0;
+  return rt->core.append(entry, kernel, gx, gy, nslots, slot_buffers, nparams, params, err, errlen) ? 0 : 1;
 }
 
 // Runs entry point `entry` once: inputs i (in_bytes[i] bytes at in_src[i]) into the arena at
@@ -287,42 +242,18 @@ __attribute__((visibility("default"))) int chroma_metal_dispatch(void* h, int en
 // block and outputs i back to out_dst[i]. The signature is the CUDA runtime's (chroma_cuda_run):
 // device inputs and outputs and `graph` have no Metal counterpart and are refused.
 __attribute__((visibility("default"))) int chroma_metal_run(void* h, const ChromaGpuCall* call, char* err, size_t errlen) {
-  const int entry = call->entry, n_in = call->n_in, n_out = call->n_out, graph = call->graph;
-  const uint64_t *in_offset = call->in_offset, *in_src = call->in_src, *in_bytes = call->in_bytes;
-  const uint64_t *out_offset = call->out_offset, *out_dst = call->out_dst, *out_bytes = call->out_bytes;
-  const int32_t *in_device = call->in_device, *out_device = call->out_device;
-  const uint64_t status_offset = call->status_offset, status_bytes = call->status_bytes;
-  void* status = call->status;
   using namespace chroma::metal_host;
   auto* rt = static_cast<Runtime*>(h);
-  if (rt->buffers.empty() || entry < 0 || static_cast<size_t>(entry) >= rt->entries.size()) {
-    say(err, errlen, "no arena buffer, or no entry %d (%zu entries)", entry, rt->entries.size());
-    return 1;
-  }
-  if (graph) {
+  if (!rt->core.check_call(*call, /*device_io=*/false, err, errlen)) return 1;
+  if (call->graph) {
     say(err, errlen, "the Metal runtime has no graph mode (one command buffer per call already)");
     return 1;
   }
-  MTL::Buffer* arena = rt->buffers[0];
-  char* base = static_cast<char*>(arena->contents());
-  const uint64_t size = arena->length();
-  auto inside = [&](uint64_t off, uint64_t n) { return off <= size && n <= size - off; };
-  for (int i = 0; i < n_in; ++i) {
-    if (in_device[i] || !inside(in_offset[i], in_bytes[i])) {
-      say(err, errlen, "input %d: %s", i, in_device[i] ? "device inputs are CUDA's" : "outside the arena");
-      return 1;
-    }
-  }
-  for (int i = 0; i < n_out; ++i) {
-    if (out_device[i] || !inside(out_offset[i], out_bytes[i])) {
-      say(err, errlen, "output %d: %s", i, out_device[i] ? "device outputs are CUDA's" : "outside the arena");
-      return 1;
-    }
-  }
-  if (!inside(status_offset, status_bytes)) {
-    say(err, errlen, "the status block lies outside the arena");
-    return 1;
-  }
+  const int n_in = call->n_in, n_out = call->n_out;
+  const uint64_t *in_offset = call->in_offset, *in_src = call->in_src, *in_bytes = call->in_bytes;
+  const uint64_t *out_offset = call->out_offset, *out_dst = call->out_dst, *out_bytes = call->out_bytes;
+  const uint64_t status_offset = call->status_offset, status_bytes = call->status_bytes;
+  char* base = static_cast<char*>(rt->core.buffers[0]->contents());
   for (int i = 0; i < n_in; ++i) {
     if (in_bytes[i]) std::memcpy(base + in_offset[i], reinterpret_cast<const void*>(in_src[i]), static_cast<size_t>(in_bytes[i]));
   }
@@ -339,9 +270,9 @@ __attribute__((visibility("default"))) int chroma_metal_run(void* h, const Chrom
       say(err, errlen, "computeCommandEncoder failed on %s", rt->name.c_str());
       return 1;
     }
-    for (const Dispatch& d : rt->entries[static_cast<size_t>(entry)]) {
+    for (const Core::Dispatch& d : rt->core.entries[static_cast<size_t>(call->entry)]) {
       if (!d.gx || !d.gy) continue;
-      enc->setComputePipelineState(d.pipe);
+      enc->setComputePipelineState(d.fn);
       // The MSL printer's layout: the parameters at [[buffer(0)]] when the kernel has any (then
       // every dispatch of it carries its words), the storage slots after them.
       const size_t first = d.params.empty() ? 0 : 1;
@@ -358,7 +289,7 @@ __attribute__((visibility("default"))) int chroma_metal_run(void* h, const Chrom
       return 1;
     }
   }
-  std::memcpy(status, base + status_offset, static_cast<size_t>(status_bytes));
+  std::memcpy(call->status, base + status_offset, static_cast<size_t>(status_bytes));
   for (int i = 0; i < n_out; ++i) {
     if (out_bytes[i]) std::memcpy(reinterpret_cast<void*>(out_dst[i]), base + out_offset[i], static_cast<size_t>(out_bytes[i]));
   }
