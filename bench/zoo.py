@@ -5,6 +5,8 @@
                                                            # transformers models, gpt-oss, MiniLM
     .venv/bin/python bench/zoo.py --torchvision all --peers eager   # every torchvision classifier
     .venv/bin/python bench/zoo.py --models resnet50,bert --peers eager,openvino --threads 1
+    .venv/bin/python bench/zoo.py --quick --peers eager --ref ../old --ref-python PY   # A/B against the
+                                                           # Chroma tree ../old (built): system chroma_ref
 
 Peers (`--peers`, default all that are installed: `./scripts/setup.sh --bench`): eager PyTorch
 (torch.inference_mode), torch.compile (Inductor, freezing on), ONNX Runtime (dynamo export),
@@ -44,7 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 
 PEERS = ["eager", "torch_compile", "onnxruntime", "openvino", "openvino_default"]
-LABELS = {"chroma": "Chroma", "eager": "eager", "torch_compile": "torch.compile", "onnxruntime": "ORT",
+LABELS = {"chroma": "Chroma", "chroma_ref": "Chroma ref", "eager": "eager", "torch_compile": "torch.compile", "onnxruntime": "ORT",
           "openvino": "OpenVINO f32", "openvino_default": "OpenVINO default"}
 F32_PEERS = ["torch_compile", "onnxruntime", "openvino"]
 
@@ -200,7 +202,7 @@ def _errors(got, ref):
     return {"max_abs_err": err, "rel_err": err / scale if scale else err}
 
 
-def _setup_system(system, model, inputs, np_inputs, threads, work, memo):
+def _setup_system(system, model, inputs, np_inputs, threads, work, memo, ref=None):
     """Returns (callable on nothing, output as a NumPy array, setup seconds). `memo` keeps what
     does not depend on the thread count (Chroma's artifact, the ONNX file, OpenVINO's model)."""
     import numpy as np
@@ -220,6 +222,24 @@ def _setup_system(system, model, inputs, np_inputs, threads, work, memo):
             chroma.compile(model, inputs, out=os.path.join(work, "chroma"))
             memo["chroma"] = time.perf_counter() - t1
         prog = chroma.load(os.path.join(work, "chroma"), threads=threads)
+        fn = lambda: prog(*np_inputs)  # noqa: E731
+        out = fn()
+    elif system == "chroma_ref":
+        # An A/B: the same graph file compiled by another Chroma tree (--ref), loaded by this one.
+        import chroma
+
+        out = os.path.join(work, "chroma_ref")
+        if "chroma_ref" not in memo:
+            graph = os.path.join(work, "ref.cgraph")
+            chroma.export(model, inputs, graph)
+            env = dict(os.environ, PYTHONPATH=os.path.join(ref["tree"], "python"))
+            t1 = time.perf_counter()
+            p = subprocess.run([ref["python"], "-c", "import sys; from chroma.compiler import compile_graph; "
+                                "compile_graph(sys.argv[1], sys.argv[2])", graph, out], env=env, capture_output=True, text=True)
+            if p.returncode:
+                raise RuntimeError(f"the --ref tree's compile failed: {p.stderr[-2000:]}")
+            memo["chroma_ref"] = time.perf_counter() - t1
+        prog = chroma.load(out, threads=threads)
         fn = lambda: prog(*np_inputs)  # noqa: E731
         out = fn()
     elif system == "torch_compile":
@@ -299,7 +319,7 @@ def worker(spec):
         for system in ["chroma"] + spec["peers"]:
             entry = res["systems"].setdefault(system, {})
             try:
-                fn, out, setup_s = _setup_system(system, model, inputs, np_inputs, threads, work, memo)
+                fn, out, setup_s = _setup_system(system, model, inputs, np_inputs, threads, work, memo, spec.get("ref"))
                 fns[system] = fn
                 entry.setdefault("setup_s", {})[str(threads)] = round(setup_s, 2)
                 entry.update(_errors(out, ref))
@@ -478,6 +498,10 @@ def main(argv=None):
     ap.add_argument("--docs", nargs="?", const=os.path.join(ROOT, "docs", "models.md"),
                     help="write the table into docs/models.md (or the file given)")
     ap.add_argument("--from-json", nargs="+", help="no run: merge these reports (later ones win per model) for --docs")
+    ap.add_argument("--ref", default="", help="A/B: also run each model compiled by the Chroma source tree at this path "
+                                                "(built; loaded by this one), as the system chroma_ref")
+    ap.add_argument("--ref-python", default=sys.executable,
+                    help="the Python that imports the --ref tree's chroma (its PYTHONPATH is set to REF/python)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
@@ -530,6 +554,8 @@ def main(argv=None):
     if missing and a.peers:
         log(f"not installed, skipped: {', '.join(missing)} (./scripts/setup.sh --bench)")
     peers = [p for p in peers if p in have]
+    if a.ref:
+        peers.append("chroma_ref")
     report = {"environment": environment(), "threads": threads, "peers": peers, "protocol": {
         "runs": a.runs, "run_ms": a.run_ms}, "models": []}
     log(f"{len(models)} models, Chroma and {', '.join(peers)}, threads {threads}")
@@ -539,7 +565,8 @@ def main(argv=None):
             work = os.path.join(tmp, m)
             os.makedirs(work, exist_ok=True)
             spec = {"model": m, "threads": threads, "peers": peers, "runs": a.runs, "run_ms": a.run_ms,
-                    "work": work, "result": os.path.join(work, "result.json")}
+                    "work": work, "result": os.path.join(work, "result.json"),
+                    "ref": {"tree": os.path.abspath(a.ref), "python": a.ref_python} if a.ref else None}
             with open(os.path.join(work, "spec.json"), "w") as f:
                 json.dump(spec, f)
             t0 = time.perf_counter()
