@@ -271,9 +271,8 @@ std::optional<Value> opt_tensor(Call& c, size_t i, const char* name) {
   return c.tensor(i, name);
 }
 
-}  // namespace
-
-void register_aten_lapack(HandlerTable& t) {
+// Cholesky and LU: the factorizations, unpacking them and solving with them.
+void register_cholesky_lu(HandlerTable& t) {
   t["aten.linalg_cholesky_ex.default"] = [](Call& c) {
     Value a = c.tensor(0, "self");
     need_square(c, a, "cholesky");
@@ -320,6 +319,10 @@ void register_aten_lapack(HandlerTable& t) {
     Value x = lu_solve(c, lu, piv, b.transpose(rhs, -1, -2), !adjoint);
     return std::vector<Value>{b.transpose(x, -1, -2)};
   };
+}
+
+// Determinants, the inverse and the general and triangular solves.
+void register_det_inv_solve(HandlerTable& t) {
   t["aten._linalg_det.default"] = [](Call& c) {
     Builder& b = c.b;
     Value a = c.tensor(0, "A");
@@ -382,6 +385,11 @@ void register_aten_lapack(HandlerTable& t) {
     const TensorType want = c.out_type(1);
     return std::vector<Value>{x, b.type(a0).shape == want.shape ? a0 : a};
   };
+}
+
+// Eigen, singular value and QR factorizations and the functions derived from them (matrix
+// square root, polar, matrix exponential, LDL, pseudo-inverse).
+void register_spectral_qr(HandlerTable& t) {
   t["aten._linalg_eigh.default"] = [](Call& c) {
     Value a = c.tensor(0, "A");
     need_square(c, a, "eigh");
@@ -491,6 +499,14 @@ void register_aten_lapack(HandlerTable& t) {
     return std::vector<Value>{pinv(c, c.tensor(0, "self"), opt_tensor(c, 1, "atol"), opt_tensor(c, 2, "rtol"),
                                    c.bool_or(3, "hermitian", false))};
   };
+}
+
+}  // namespace
+
+void register_aten_lapack(HandlerTable& t) {
+  register_cholesky_lu(t);
+  register_det_inv_solve(t);
+  register_spectral_qr(t);
 }
 
 }  // namespace chroma
