@@ -248,8 +248,9 @@ def test_linalg_is_refused_on_gpu(tmp_path):
 
 
 def test_float64_is_refused_naming_the_input(tmp_path):
-    with pytest.raises(chroma.CompileError, match="input 'x' is float64"):
+    with pytest.raises(chroma.UnsupportedError, match=r"input 'x' \(node mul, test_webgpu.py:\d+.*\): float64") as e:
         chroma.compile(lambda x: x * 2, (randn(3).double(),), target="webgpu", out=str(tmp_path / "d"))
+    assert [r[0] for r in e.value.refusals] == ["input 'x'", "output 0"], e.value.refusals
 
 
 def test_corrupt_truncated_and_mismatched_packages_are_rejected(tmp_path):
