@@ -25,30 +25,6 @@
 #include <cstring>
 #include <numeric>
 
-namespace chroma {
-
-Shape Expr::shape() const {
-  switch (kind) {
-    case kLoad: return layout.shape;
-    case kIota: return affine.shape;
-    case kLiteral: return {};
-    default: {
-      for (const Expr& c : children) {
-        if (c.kind != kLiteral) return c.shape();
-      }
-      return {};
-    }
-  }
-}
-
-int Expr::depth() const {
-  int d = 0;
-  for (const Expr& c : children) d = std::max(d, c.depth());
-  return children.empty() ? 0 : d + 1;
-}
-
-}  // namespace chroma
-
 namespace chroma::lowering {
 
 Program Lowerer::run() {
@@ -464,25 +440,9 @@ void Lowerer::visit(int32_t id) {
       new_buffer(v, s >= 0 ? Region::kState : Region::kInput, s >= 0 ? s : static_cast<int32_t>(n.attrs.index));
       return;
     }
-    case Op::kIndexPut: {
-      Kernel k = start(n, Kernel::kIndexPut);
-      k.shape = g_.type(n.inputs[2]).shape;
-      k.in_place = in_place_[static_cast<size_t>(id)];
-      k.inputs.push_back(expr_of(n.inputs[0]));
-      k.inputs.push_back(expr_of(n.inputs[1]));
-      k.inputs.push_back(expr_of(n.inputs[2]));
-      int32_t out;
-      if (k.in_place) {
-        out = buffer_of_.at(n.inputs[0]);
-        buffer_of_[v] = out;
-      } else {
-        out = new_buffer(v, Region::kArena, -1);
-      }
-      k.outputs.push_back(out);
-      k.out_layouts.push_back(contiguous_layout(n.type().shape));
-      push(std::move(k), n);
+    case Op::kIndexPut:
+      visit_index_put(n, v);
       return;
-    }
     case Op::kConstant:
       if (!buffer_of_.count(v)) new_buffer(v, Region::kConstant, static_cast<int32_t>(n.attrs.index));  // or earlier, by conv_post_ops
       return;
@@ -499,51 +459,9 @@ void Lowerer::visit(int32_t id) {
     case Op::kFlip:
       return;
     case Op::kReduce:
-    case Op::kArgReduce: {
-      const bool arg = n.op == Op::kArgReduce;
-      Kernel k = start(n, arg ? Kernel::kArgReduce : Kernel::kReduce);
-      const TensorType& in = g_.type(n.inputs[0]);
-      k.shape = in.shape;
-      k.inputs.push_back(expr_of(n.inputs[0]));
-      std::vector<bool> reduced(in.shape.size(), false);
-      if (arg) reduced[static_cast<size_t>(n.attrs.axis)] = true;
-      else for (int64_t a : n.attrs.ints) reduced[static_cast<size_t>(a)] = true;
-      const int32_t out = new_buffer(v, Region::kArena, -1);
-      if (in.numel() == 0 || numel(n.type().shape) == 0) {
-        if (!arg && (n.attrs.reduce == ReduceKind::kMax || n.attrs.reduce == ReduceKind::kMin) && numel(n.type().shape) > 0) {
-          throw CompileError(g_.describe(id) + ": max/min of an empty tensor has no identity");
-        }
-        // Empty input: fill with the identity.
-        Kernel f = start(n, Kernel::kAssign);
-        f.shape = n.type().shape;
-        Expr lit;
-        lit.kind = Expr::kLiteral;
-        lit.dtype = n.type().dtype;
-        lit.literal = Scalar::of_int(n.attrs.reduce == ReduceKind::kProd ? 1 : 0);
-        f.inputs.push_back(lit);
-        f.outputs.push_back(out);
-        f.out_layouts.push_back(contiguous_layout(f.shape));
-        push(std::move(f), n);
-        return;
-      }
-      // Output addressed in the input's rank with stride 0 on reduced dims.
-      Layout ol;
-      ol.shape = in.shape;
-      const Shape os = contiguous_strides(n.type().shape);
-      size_t od = 0;
-      for (size_t d = 0; d < in.shape.size(); ++d) {
-        if (reduced[d]) {
-          ol.strides.push_back(0);
-          if (n.attrs.keepdim) ++od;
-        } else {
-          ol.strides.push_back(os[od++]);
-        }
-      }
-      k.outputs.push_back(out);
-      k.out_layouts.push_back(ol);
-      push(std::move(k), n);
+    case Op::kArgReduce:
+      visit_reduce(n, v);
       return;
-    }
     case Op::kScan: {
       Kernel k = start(n, Kernel::kScan);
       k.inputs.push_back(expr_of(n.inputs[0]));
@@ -556,71 +474,21 @@ void Lowerer::visit(int32_t id) {
       push_over_output(std::move(k), n, v);
       return;
     }
-    case Op::kMatMul: {
-      if (gathered_matmul(n, v)) return;
-      if (packed_matmul(n, v)) return;
-      Kernel k = start(n, Kernel::kMatMul);
-      k.inputs.push_back(matmul_operand(n.inputs[0]));
-      reduced_weight(n, &k.inputs.back(), "", true);
-      k.inputs.push_back(matmul_operand(n.inputs[1]));
-      reduced_weight(n, &k.inputs.back(), "");
-      if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
-      if (opts_.pitch_constant_b) row_major_constant(&k.inputs.back(), true);
-      if (opts_.product_epilogues && n.type().dtype == DType::kF32 && !output_slot_.count(v)) {
-        push_with_epilogue(std::move(k), n, v, {});
-        return;
-      }
-      push_over_output(std::move(k), n, v);
+    case Op::kMatMul:
+      visit_matmul(n, v);
       return;
-    }
     case Op::kGather:
     case Op::kGatherElements: {
       if (n.op == Op::kGather && deferred_gather_[static_cast<size_t>(id)]) return;  // read in place, or written when read
       emit_gather(n, v);
       return;
     }
-    case Op::kConcat: {
-      Kernel k = start(n, Kernel::kConcat);
-      k.shape = n.type().shape;
-      bool cl = false;
-      for (Value in : n.inputs) {
-        k.inputs.push_back(expr_of(in));
-        cl = cl || !strides_for(k.inputs.back(), g_.type(in).shape, v, Want::kAny).empty();
-      }
-      const int32_t out = new_buffer(v, Region::kArena, -1, cl ? channels_last_strides(k.shape) : std::vector<int64_t>{});
-      const Layout full = p_.buffers[static_cast<size_t>(out)].layout();
-      int64_t start_at = 0;
-      for (Value in : n.inputs) {
-        const TensorType& t = g_.type(in);
-        Layout l = full;
-        l.shape = t.shape;
-        l.offset = start_at * full.strides[static_cast<size_t>(n.attrs.axis)];
-        start_at += t.shape[static_cast<size_t>(n.attrs.axis)];
-        k.outputs.push_back(out);
-        k.out_layouts.push_back(l);
-      }
-      push(std::move(k), n);
+    case Op::kConcat:
+      visit_concat(n, v);
       return;
-    }
-    case Op::kConv: {
-      // Float32 on oneDNN: channels-last in and out (a graph output is written row-major);
-      // otherwise (float64, no oneDNN) row-major for conv.h.
-      Kernel k = start(n, Kernel::kConv);
-      const bool cl = opts_.channels_last && n.type().dtype == DType::kF32 && n.type().shape.size() >= 3;
-      if (cl && conv_bf16(n)) {
-        k.weight_format = quant::Format::kBF16;
-        k.activations = quant::Activations::kBF16;
-      }
-      k.inputs.push_back(cl ? channels_last_operand(n.inputs[0]) : dense_operand(n.inputs[0]));
-      k.inputs.push_back(dense_operand(n.inputs[1]));
-      const bool epilogue = opts_.product_epilogues && n.type().dtype == DType::kF32;
-      if ((!cl && !epilogue) || output_slot_.count(v)) {
-        push_over_output(std::move(k), n, v);
-        return;
-      }
-      push_with_epilogue(std::move(k), n, v, cl ? channels_last_strides(n.type().shape) : std::vector<int64_t>{});
+    case Op::kConv:
+      visit_conv(n, v);
       return;
-    }
     case Op::kTopK: {
       Kernel k = start(n, Kernel::kTopK);
       k.shape = g_.type(n.inputs[0]).shape;
@@ -648,6 +516,93 @@ void Lowerer::visit(int32_t id) {
       break;
   }
   throw CompileError("internal: cannot lower " + g_.describe(id));
+}
+
+void Lowerer::visit_index_put(const Node& n, Value v) {
+  Kernel k = start(n, Kernel::kIndexPut);
+  k.shape = g_.type(n.inputs[2]).shape;
+  k.in_place = in_place_[static_cast<size_t>(v.node)];
+  k.inputs.push_back(expr_of(n.inputs[0]));
+  k.inputs.push_back(expr_of(n.inputs[1]));
+  k.inputs.push_back(expr_of(n.inputs[2]));
+  int32_t out;
+  if (k.in_place) {
+    out = buffer_of_.at(n.inputs[0]);
+    buffer_of_[v] = out;
+  } else {
+    out = new_buffer(v, Region::kArena, -1);
+  }
+  k.outputs.push_back(out);
+  k.out_layouts.push_back(contiguous_layout(n.type().shape));
+  push(std::move(k), n);
+}
+
+void Lowerer::visit_reduce(const Node& n, Value v) {
+  const bool arg = n.op == Op::kArgReduce;
+  Kernel k = start(n, arg ? Kernel::kArgReduce : Kernel::kReduce);
+  const TensorType& in = g_.type(n.inputs[0]);
+  k.shape = in.shape;
+  k.inputs.push_back(expr_of(n.inputs[0]));
+  std::vector<bool> reduced(in.shape.size(), false);
+  if (arg) reduced[static_cast<size_t>(n.attrs.axis)] = true;
+  else for (int64_t a : n.attrs.ints) reduced[static_cast<size_t>(a)] = true;
+  const int32_t out = new_buffer(v, Region::kArena, -1);
+  if (in.numel() == 0 || numel(n.type().shape) == 0) {
+    if (!arg && (n.attrs.reduce == ReduceKind::kMax || n.attrs.reduce == ReduceKind::kMin) && numel(n.type().shape) > 0) {
+      throw CompileError(g_.describe(v.node) + ": max/min of an empty tensor has no identity");
+    }
+    // Empty input: fill with the identity.
+    Kernel f = start(n, Kernel::kAssign);
+    f.shape = n.type().shape;
+    Expr lit;
+    lit.kind = Expr::kLiteral;
+    lit.dtype = n.type().dtype;
+    lit.literal = Scalar::of_int(n.attrs.reduce == ReduceKind::kProd ? 1 : 0);
+    f.inputs.push_back(lit);
+    f.outputs.push_back(out);
+    f.out_layouts.push_back(contiguous_layout(f.shape));
+    push(std::move(f), n);
+    return;
+  }
+  // Output addressed in the input's rank with stride 0 on reduced dims.
+  Layout ol;
+  ol.shape = in.shape;
+  const Shape os = contiguous_strides(n.type().shape);
+  size_t od = 0;
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    if (reduced[d]) {
+      ol.strides.push_back(0);
+      if (n.attrs.keepdim) ++od;
+    } else {
+      ol.strides.push_back(os[od++]);
+    }
+  }
+  k.outputs.push_back(out);
+  k.out_layouts.push_back(ol);
+  push(std::move(k), n);
+}
+
+void Lowerer::visit_concat(const Node& n, Value v) {
+  Kernel k = start(n, Kernel::kConcat);
+  k.shape = n.type().shape;
+  bool cl = false;
+  for (Value in : n.inputs) {
+    k.inputs.push_back(expr_of(in));
+    cl = cl || !strides_for(k.inputs.back(), g_.type(in).shape, v, Want::kAny).empty();
+  }
+  const int32_t out = new_buffer(v, Region::kArena, -1, cl ? channels_last_strides(k.shape) : std::vector<int64_t>{});
+  const Layout full = p_.buffers[static_cast<size_t>(out)].layout();
+  int64_t start_at = 0;
+  for (Value in : n.inputs) {
+    const TensorType& t = g_.type(in);
+    Layout l = full;
+    l.shape = t.shape;
+    l.offset = start_at * full.strides[static_cast<size_t>(n.attrs.axis)];
+    start_at += t.shape[static_cast<size_t>(n.attrs.axis)];
+    k.outputs.push_back(out);
+    k.out_layouts.push_back(l);
+  }
+  push(std::move(k), n);
 }
 
 void Lowerer::finish_outputs() {
@@ -779,39 +734,5 @@ namespace chroma {
 using lowering::Lowerer;
 
 Program lower(const Graph& g, const LowerOptions& opts) { return Lowerer(g, opts).run(); }
-
-const char* kernel_kind(Kernel::Kind k) {
-  static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
-                                "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
-                                "conv",   "linalg",   "matmul_gathered"};
-  return names[k];
-}
-
-std::string describe(const Program& p) {
-  std::ostringstream o;
-  o << "kernels: " << p.kernels.size() << "\n";
-  for (size_t i = 0; i < p.kernels.size(); ++i) {
-    const Kernel& k = p.kernels[i];
-    o << "  k" << i << ": " << k.label << " -> ";
-    for (size_t j = 0; j < k.outputs.size(); ++j) {
-      const Buffer& b = p.buffers[static_cast<size_t>(k.outputs[j])];
-      if (j && k.outputs[j] == k.outputs[j - 1]) continue;
-      o << (j ? ", " : "") << b.type.str();
-    }
-    if (!k.source.empty()) o << "   (" << k.source << ")";
-    o << "\n";
-  }
-  o << "memory plan: arena " << p.arena_bytes << " B for " << p.temporaries_bytes << " B of temporaries (lower bound "
-    << p.arena_lower_bound << " B)\n";
-  for (size_t i = 0; i < p.buffers.size(); ++i) {
-    const Buffer& b = p.buffers[i];
-    if (b.region != Region::kArena) continue;
-    o << "  buf" << i << " " << b.type.str() << (b.channels_last() ? " channels-last" : "") << " offset " << b.offset
-      << " size " << b.type.nbytes() << " kernels [" << b.first << ", " << b.last << "]" << (b.name.empty() ? "" : "  " + b.name)
-      << "\n";
-  }
-  o << p.plan_description;
-  return o.str();
-}
 
 }  // namespace chroma

@@ -236,6 +236,42 @@ Expr Lowerer::matmul_operand(Value v) {
   return e;
 }
 
+void Lowerer::visit_matmul(const Node& n, Value v) {
+  if (gathered_matmul(n, v)) return;
+  if (packed_matmul(n, v)) return;
+  Kernel k = start(n, Kernel::kMatMul);
+  k.inputs.push_back(matmul_operand(n.inputs[0]));
+  reduced_weight(n, &k.inputs.back(), "", true);
+  k.inputs.push_back(matmul_operand(n.inputs[1]));
+  reduced_weight(n, &k.inputs.back(), "");
+  if (opts_.row_major_constant_b) row_major_constant(&k.inputs.back());
+  if (opts_.pitch_constant_b) row_major_constant(&k.inputs.back(), true);
+  if (opts_.product_epilogues && n.type().dtype == DType::kF32 && !output_slot_.count(v)) {
+    push_with_epilogue(std::move(k), n, v, {});
+    return;
+  }
+  push_over_output(std::move(k), n, v);
+}
+
+void Lowerer::visit_conv(const Node& n, Value v) {
+  // Float32 on oneDNN: channels-last in and out (a graph output is written row-major);
+  // otherwise (float64, no oneDNN) row-major for conv.h.
+  Kernel k = start(n, Kernel::kConv);
+  const bool cl = opts_.channels_last && n.type().dtype == DType::kF32 && n.type().shape.size() >= 3;
+  if (cl && conv_bf16(n)) {
+    k.weight_format = quant::Format::kBF16;
+    k.activations = quant::Activations::kBF16;
+  }
+  k.inputs.push_back(cl ? channels_last_operand(n.inputs[0]) : dense_operand(n.inputs[0]));
+  k.inputs.push_back(dense_operand(n.inputs[1]));
+  const bool epilogue = opts_.product_epilogues && n.type().dtype == DType::kF32;
+  if ((!cl && !epilogue) || output_slot_.count(v)) {
+    push_over_output(std::move(k), n, v);
+    return;
+  }
+  push_with_epilogue(std::move(k), n, v, cl ? channels_last_strides(n.type().shape) : std::vector<int64_t>{});
+}
+
 int32_t Lowerer::add_packed_constant(std::string name, Shape shape, const std::vector<float>& data) {
   std::vector<uint8_t> bytes(data.size() * sizeof(float));
   std::memcpy(bytes.data(), data.data(), bytes.size());

@@ -243,7 +243,16 @@ class Lowerer {
   //    column: C_b^T = B_b^T @ A_b^T, row block by row block.
   bool gathered_matmul(const Node& n, Value v);
 
+  // One node: a buffer for a leaf, a kernel for a kernel node (the longer cases in the
+  // visit_* methods below), nothing for a deferred node (its readers compute it).
   void visit(int32_t id);
+  void visit_index_put(const Node& n, Value v);
+  void visit_reduce(const Node& n, Value v);
+  void visit_concat(const Node& n, Value v);
+  // A matrix product: gathered, packed, or a BLAS product of operands it can address.
+  void visit_matmul(const Node& n, Value v);
+  // A convolution: channels-last with its post-ops and epilogue where the target allows.
+  void visit_conv(const Node& n, Value v);
 
   // Outputs not written in place by their producer (inputs, constants, views, repeats) get
   // a copy kernel.
