@@ -139,6 +139,20 @@ class Lowerer {
   // expression at the element it stores), there is no post-op prefix and the epilogue's
   // outside operands may be any value computed before the product, read through views.
   Value conv_post_ops(Kernel& k, Value v, Value* epilogue_root);
+  // 1.: the post-ops taken into k (with their constant operands as k's inputs); returns
+  // the value the last one computes (v when there is none).
+  Value post_op_prefix(Kernel& k, Value v);
+  // 2.: the epilogue's root (-1: none) for a product v of `shape` whose buffer holds `cur`;
+  // the region's Maps are marked absorbed.
+  int32_t grow_epilogue(const Shape& shape, Value v, Value cur);
+  // The operands post-ops and epilogues take from outside: a floating literal (its value in
+  // *out; not a NaN), a float32 constant seen through views over `shape` (made a buffer now
+  // if the folder placed it after the product in node order), a layout over `shape` that
+  // varies along the channel dimension (1) only, a float32 Map of `shape`.
+  bool literal_operand(Value o, float* out) const;
+  bool constant_operand(Value o, const Shape& shape, Expr* e);
+  static bool per_channel(const Expr& e, const Shape& shape);
+  static bool same_shape_map(const Node& m, const Shape& shape);
 
   // A product (convolution, matrix product) whose result is not a graph output, with the
   // post-ops and epilogue conv_post_ops finds; its buffer laid out with `strides` (empty:
