@@ -175,32 +175,6 @@ int32_t Lowerer::source_of(int32_t id) const {
   return id;
 }
 
-bool Lowerer::conv_bf16(const Node& n) {
-  // A bfloat16 model's convolution: its input a bfloat16 tensor's values, its weights a
-  // constant whose every value is a bfloat16 (folded from the model's bfloat16 weight).
-  if (!bf16_valued(n.inputs[0])) return false;
-  // Depthwise and narrow grouped convolutions (each output a sum of fewer than 32 products:
-  // one AMX tile's depth) stay float32: their bfloat16 kernels are no faster, and the input's
-  // conversion would be extra work.
-  const Shape& ws = g_.type(n.inputs[1]).shape;
-  if (ws.size() < 3 || numel(Shape(ws.begin() + 1, ws.end())) < 32) return false;
-  std::optional<WeightSource> w = weight_source(n.inputs[1]);
-  if (!w || w->constant->type.dtype != (w->bf16 ? DType::kBF16 : DType::kF32)) return false;
-  if (w->bf16) return true;
-  const size_t count = w->constant->bytes->size() / 4;
-  for (size_t i = 0; i < count; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, w->constant->data() + 4 * i, 4);
-    if ((bits & 0xffffu) != 0) return false;
-  }
-  return true;
-}
-
-bool Lowerer::widened_bf16_weight(int32_t id) const {
-  const Node& n = g_.node(id);
-  return n.op == Op::kCast && g_.type(n.inputs[0]).dtype == DType::kBF16 && g_.node(source_of(n.inputs[0].node)).op == Op::kConstant;
-}
-
 int32_t Lowerer::new_buffer(Value v, Region r, int32_t slot, std::vector<int64_t> strides) {
   auto it = output_slot_.find(v);
   if (r == Region::kArena && it != output_slot_.end() && strides.empty()) {

@@ -16,6 +16,9 @@
 
 namespace chroma::lowering {
 
+// quant::pack refused a weight: a CompileError naming it, its reader, and how to keep it.
+[[noreturn]] void unstorable(const std::string& cname, const Node& n, quant::Format f);
+
 class Lowerer {
  public:
   Lowerer(const Graph& g, const LowerOptions& o) : g_(g), opts_(o), mat_(g.size(), false), depth_(g.size(), 0) {}
