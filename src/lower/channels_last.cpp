@@ -1,4 +1,4 @@
-// Channels-last activations (Lowerer, lowerer.h, "Channels-last activations"): which
+// Channels-last activations (Lowerer, lowerer.h, "channels-last activations"): which
 // buffers are laid out channels-last (LowerOptions::channels_last), a convolution's input in
 // that layout, and the relayout copies, made once per value and layout, for readers that need
 // the other one.

@@ -1,8 +1,8 @@
 // The CPU's forms of matrix products, convolutions and gathers of constant weights
 // (Lowerer, lowerer.h, "CPU products and weights"): packed, quantized, gathered and routed
-// products (chroma/cpu/gemm_packed.h, gemm_quant.h), a bfloat16 model's own weights in
-// bfloat16 (on oneDNN's bfloat16 matmul and convolutions for many rows), and quantized
-// embedding tables. The weights are packed here, at compile time, into new constants; the
+// products (chroma/cpu/gemm_packed.h, gemm_quant.h), a bfloat16 model's own weights kept
+// bfloat16 (its convolutions, and its products of many rows on oneDNN's bfloat16 matmul), and
+// quantized embedding tables. The weights are packed here, at compile time, into new constants; the
 // weights policy's decisions go to Program::weight_decisions.
 #include "lower/lowerer.h"
 

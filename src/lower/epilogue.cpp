@@ -1,5 +1,5 @@
 // What a product or convolution applies to its result as it stores it (Lowerer, lowerer.h,
-// "Post-ops and epilogues"): the post-op prefix oneDNN applies in registers
+// "post-ops and epilogues"): the post-op prefix oneDNN applies in registers
 // (Kernel::post_ops), then the epilogue, a region of elementwise Maps run on each stored
 // slice (Kernel::epilogue). The Maps taken in are marked absorbed_: visit() never computes
 // them again.

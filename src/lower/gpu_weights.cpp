@@ -1,8 +1,9 @@
 // Constant operands stored for the GPU targets' kernels (Lowerer, lowerer.h, "GPU
 // weights"): weights in the format the weights policy decides, read by loads the kernels
 // convert or dequantize (there are no pre-packed panels on these targets), and constant
-// right operands of products stored row-major or with a row pitch BLAS reads at full speed
-// (the latter also on the CPU). Each is a new constant made at compile time.
+// right operands of products stored row-major; also, for the CPU's sgemm, with a row pitch it
+// reads without copying (row_major_constant's pitch_only). Each is a new constant made at
+// compile time.
 #include "lower/lowerer.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Matrix products and convolutions (Lowerer, lowerer.h, "Products"): which form each takes
+// Matrix products and convolutions (Lowerer, lowerer.h, "products"): which form each takes
 // (a gathered or packed product on the CPU, cpu_products.cpp; else a BLAS product, or a
 // convolution, channels-last where the target keeps activations so, with its post-ops and
 // epilogue, epilogue.cpp), and operands in the layouts BLAS and oneDNN address.

@@ -1,5 +1,16 @@
-// The lowering pass (lower.cpp; products and their epilogues in lower_products.cpp): the
-// Lowerer class, internal to src/lower. See lower.cpp for the design.
+// The lowering pass: the Lowerer class, internal to src/lower. See lower.cpp for the design.
+//
+// One class whose methods are defined in several files, one part per file; the declarations
+// below are grouped by part, each with its contract. The core (lower.cpp) owns the tables
+// (the data members): it decides what is materialized before any kernel is built (decide()),
+// then visits the nodes in order, and every part builds its kernels and buffers through the
+// core's start() / push() / new_buffer() and reads values through expr_of(). The parts:
+//  - lower.cpp: the core: decisions, expressions, kernels, the outputs, states and memory plan;
+//  - channels_last.cpp: channels-last activations and relayout copies;
+//  - lower_products.cpp: matrix products and convolutions: which form each takes, operands;
+//  - epilogue.cpp: the post-ops and epilogues a product or convolution applies as it stores;
+//  - cpu_products.cpp: the CPU's packed, quantized, gathered, routed and bfloat16 products;
+//  - gpu_weights.cpp: constant operands stored for the GPU targets' kernels.
 #pragma once
 
 #include <algorithm>
@@ -27,12 +38,18 @@ class Lowerer {
 
  private:
   enum class Want : uint8_t { kAny, kContiguous, kChannelsLast };
+
+  // ---- the core's tables ---------------------------------------------------------------------
+  //
+  // decide() fills the per-node tables before the first kernel; buffer_of_, output_slot_ (the
+  // first buffer of an output's value takes its slot), absorbed_, copies_ and p_ change as the
+  // kernels are built. Every part may read them all; what each part writes, its contract says.
   const Graph& g_;
   LowerOptions opts_;
   Program p_;
-  std::vector<bool> mat_;
-  std::vector<int> depth_;
-  std::map<Value, int32_t> buffer_of_;
+  std::vector<bool> mat_;    // Maps and Casts written to a buffer (the fusion rule)
+  std::vector<int> depth_;   // depth of the expression rooted at a Map or Cast (0: a leaf)
+  std::map<Value, int32_t> buffer_of_;     // the buffer holding a value, once it has one
   std::map<Value, int32_t> output_slot_;  // first graph-output position of a value
   std::vector<int32_t> fused_into_;        // scratch: nodes inlined into the kernel being built
   std::vector<int32_t> state_of_input_;    // graph input -> state slot, or -1
@@ -41,8 +58,17 @@ class Lowerer {
   std::vector<bool> deferred_gather_;      // Gathers of constant matrices read only by products
   std::map<std::pair<Value, bool>, int32_t> copies_;  // (value, channels-last?) -> relayout copy
   std::vector<std::vector<int32_t>> consumers_;  // node -> nodes reading it (once per input)
-  std::vector<bool> absorbed_;                   // Maps a convolution applies as post-ops
+  std::vector<bool> absorbed_;                   // Maps a product applies as post-ops or epilogue
   std::vector<bool> final_;  // nodes whose value reaches a graph output through views and elementwise ops
+
+  // ==== the core (lower.cpp) ===================================================================
+  //
+  // Decides (decide()) which deferred nodes are written to buffers (mat_, depth_), which
+  // state updates write in place (in_place_), which Gathers are left to the products that read
+  // them (deferred_gather_), and which products feed the outputs (final_); fills consumers_
+  // and output_slot_. Then visits every node in order (visit()), and finishes with the copies
+  // into outputs and states and the memory plan. It alone writes those decisions; the parts
+  // below add buffers, constants and kernels to p_ through it.
 
   // ---- decisions ---------------------------------------------------------------------------
 
@@ -67,30 +93,15 @@ class Lowerer {
   // copies it.
   int32_t new_buffer(Value v, Region r, int32_t slot, std::vector<int64_t> strides = {});
 
-  // ---- channels-last activations -------------------------------------------------------
-  //
-  // With LowerOptions::channels_last, a float32 convolution reads and writes its activations
-  // channels-last (the channel innermost, NHWC for images), the layout in which oneDNN's direct
-  // kernels run without reordering them into and out of their blocked layouts around each
-  // convolution (a large share of mobilenet_v2's time: bench/results/README.md). The layout then
-  // spreads to what lies between convolutions: an Assign (bias, activation, residual add) or a
-  // Concat whose operands include a channels-last buffer of its own shape is written channels-last
-  // too, and the elementwise loops run in the destination's memory order (codegen/cpu/emit.cpp), so
-  // both are contiguous passes. Everything else reads a channels-last buffer through its layout
-  // like any strided view; a consumer that needs row-major memory (a BLAS operand, a reshape the
-  // layout cannot express, a graph output) gets a row-major copy, made once per value.
+  int32_t new_buffer_of(const TensorType& t, Region r, const std::string& name);
 
-  // Some operand of e is a channels-last buffer seen over a shape of `shape`'s rank.
-  bool prefers_channels_last(const Expr& e, const Shape& shape) const;
-
-  std::vector<int64_t> strides_for(const Expr& e, const Shape& shape, Value v, Want want) const;
-
-  // A copy of buffer b (holding v) laid out row-major or channels-last, made once.
-  int32_t copy_of(Value v, int32_t b, bool channels_last);
-
-  // Value v read from a buffer in the layout `want` asks for: its own buffer (written now if
-  // v is deferred) when that fits, else a copy.
-  Expr buffer_load(Value v, Want want);
+  // A constant read through a view its layout cannot express (value v, read as `src`): a new
+  // constant holding v's values contiguously, made once at compile time and used for v from
+  // then on (the original stays for other readers).
+  int32_t relayout_constant(const Expr& src, Value v);
+  // A constant's weight name for the weights policy: its parameter's name ("folded" for a
+  // folded constant), without the suffix relayout_constant adds.
+  static std::string weight_name(const ConstantData& c);
 
   // ---- expressions -------------------------------------------------------------------------
 
@@ -117,11 +128,88 @@ class Lowerer {
   // `want` says (kAny: channels-last when its operands are; see strides_for).
   void materialize(Value v, Want want = Want::kAny);
 
+  // One node: a buffer for a leaf, a kernel for a kernel node (the longer cases in the
+  // visit_* methods), nothing for a deferred node (its readers compute it). A new kernel
+  // kind gets its case here.
+  void visit(int32_t id);
+  void visit_index_put(const Node& n, Value v);
+  void visit_reduce(const Node& n, Value v);
+  void visit_concat(const Node& n, Value v);
+
+  // ---- outputs, states, memory -------------------------------------------------------------
+
+  // Outputs not written in place by their producer (inputs, constants, views, repeats) get
+  // a copy kernel.
+  void finish_outputs();
+
+  // New state values not written in place are copied into their state after everything
+  // else has run (so every reader saw the old value); a value that is itself some state's
+  // buffer is first copied out, so updates like a swap read the old contents.
+  void finish_states();
+
+  static void reads(const Expr& e, std::vector<int32_t>& out);
+
+  void plan_memory();
+
+  // ==== channels-last activations (channels_last.cpp) ==========================================
+  //
+  // With LowerOptions::channels_last, a float32 convolution reads and writes its activations
+  // channels-last (the channel innermost, NHWC for images), the layout in which oneDNN's direct
+  // kernels run without reordering them into and out of their blocked layouts around each
+  // convolution (a large share of mobilenet_v2's time: bench/results/README.md). The layout then
+  // spreads to what lies between convolutions: an Assign (bias, activation, residual add) or a
+  // Concat whose operands include a channels-last buffer of its own shape is written channels-last
+  // too, and the elementwise loops run in the destination's memory order (codegen/cpu/emit.cpp), so
+  // both are contiguous passes. Everything else reads a channels-last buffer through its layout
+  // like any strided view; a consumer that needs row-major memory (a BLAS operand, a reshape the
+  // layout cannot express, a graph output) gets a row-major copy, made once per value.
+  // Reads the buffers' layouts; writes copies_ and the copies' buffers and Assign kernels
+  // (and, through materialize, a deferred value's own buffer).
+
+  // Some operand of e is a channels-last buffer seen over a shape of `shape`'s rank.
+  bool prefers_channels_last(const Expr& e, const Shape& shape) const;
+
+  // The strides of a new buffer for value v (computed by e over `shape`): channels-last when
+  // LowerOptions::channels_last is set, v is no graph output, its rank is 3 or more and `want`
+  // asks for it (kAny: when prefers_channels_last(e)); else empty (row-major).
+  std::vector<int64_t> strides_for(const Expr& e, const Shape& shape, Value v, Want want) const;
+
+  // A copy of buffer b (holding v) laid out row-major or channels-last, made once.
+  int32_t copy_of(Value v, int32_t b, bool channels_last);
+
+  // Value v read from a buffer in the layout `want` asks for: its own buffer (written now if
+  // v is deferred) when that fits, else a copy.
+  Expr buffer_load(Value v, Want want);
+
+  // A convolution's input, channels-last.
+  Expr channels_last_operand(Value v);
+
+  // ==== products (lower_products.cpp) ===========================================================
+  //
+  // The kernel a matrix product or convolution becomes: on the CPU a gathered or packed
+  // product when one applies (cpu_products.cpp), else a BLAS product (kMatMul) or a
+  // convolution (kConv) whose operands are copied when their layout cannot be addressed, its
+  // result stored with post-ops and an epilogue (epilogue.cpp) where the target allows.
+
+  // A matrix product: gathered, packed, or a BLAS product of operands it can address.
+  void visit_matmul(const Node& n, Value v);
+  // A convolution: channels-last with its post-ops and epilogue where the target allows.
+  void visit_conv(const Node& n, Value v);
+
   // A BLAS-addressable operand: inner two dims row- or column-major.
   static bool blas_layout(Layout& l);
 
   // A contiguous row-major operand (a buffer at some offset), copied into one if needed.
   Expr dense_operand(Value v);
+
+  Expr matmul_operand(Value v);
+
+  // ==== post-ops and epilogues (epilogue.cpp) ===================================================
+  //
+  // Takes the float32 Maps that read a product's result into its kernel (post-ops, an
+  // epilogue), marks them absorbed_ (visit() then never computes them) and records them as
+  // fused; gives the product its buffer, which holds the last value taken in. May give a
+  // constant its buffer before visit() reaches it.
 
   // What a channels-last convolution applies to its result before the next kernel reads it.
   //  1. A prefix oneDNN applies in registers (Kernel::PostOp): from the convolution's value,
@@ -162,10 +250,15 @@ class Lowerer {
   // contiguous).
   void push_with_epilogue(Kernel k, const Node& n, Value v, std::vector<int64_t> strides);
 
-  // A convolution's input, channels-last.
-  Expr channels_last_operand(Value v);
-
-  Expr matmul_operand(Value v);
+  // ==== CPU products and weights (cpu_products.cpp) =============================================
+  //
+  // With LowerOptions::packed_max_rows > 0 (the CPU target): products whose weight is a
+  // constant take the packed, quantized, gathered or routed kernels, the weight packed at
+  // compile time into a new constant (added to p_.constants with its buffer); a bfloat16
+  // model's weights stay bfloat16; the weights policy's decisions go to p_.weight_decisions.
+  // Each xxx_matmul returns false when its form does not apply, and visit_matmul tries the
+  // next. Reads deferred_gather_, final_ (the role "unembedding"), LowerOptions::routed and
+  // ::weights.
 
   // Adds a float32 constant made at compile time (packed panels) and its buffer; returns
   // the buffer.
@@ -177,17 +270,73 @@ class Lowerer {
   // The weights policy's decision for a product's constant operand (K x N, `matrices` of
   // them) read by node n, recorded in the program when the policy quantizes anything.
   quant::Format weight_format(const Node& n, const std::string& name, int64_t K, int64_t N, int64_t matrices);
+
+  // A product's weight operand: a float32 constant seen through views, or the model's own
+  // bfloat16 weight (a bfloat16 constant's widening Cast seen through views, which
+  // fold_constants keeps when only products read it). `load` reads the constant as the
+  // operand (a bfloat16 load for the latter); values() are its float32 values, indexed as the
+  // constant (the bfloat16 ones widened, exactly).
+  struct WeightSource {
+    Expr load;
+    const ConstantData* constant = nullptr;
+    bool bf16 = false;
+    std::vector<float> widened;
+    const float* values() const { return bf16 ? widened.data() : reinterpret_cast<const float*>(constant->data()); }
+  };
+  std::optional<WeightSource> weight_source(Value v);
+  // True when node `id` is the model's bfloat16 weight widened: a Cast from bfloat16 of a
+  // constant seen through views (fold_constants keeps it on the CPU when only products read it).
+  bool widened_bf16_weight(int32_t id) const;
+  // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views, or
+  // a relu / maximum / minimum / abs / neg / where picking among such values and bfloat16
+  // literals): rounding them to bfloat16 changes nothing.
+  bool bf16_valued(Value v, int depth = 0) const;
+  // The format of the model's bfloat16 weight where the policy keeps it float32: bf16, lossless,
+  // with bf16 activations when `activations` are a bfloat16 tensor's values, else the exact
+  // float32 kernels; the decision goes to the manifest.
+  void model_bf16_format(const std::string& cname, int64_t K, int64_t N, int64_t matrices, Value activations,
+                         quant::Format* wf, quant::Activations* acts);
+  // Convolution n runs in bfloat16 (Kernel::weight_format kBF16): a bfloat16 model's, its
+  // input a bfloat16 tensor's values and its weights all bfloat16 values (conversions exact).
+  bool conv_bf16(const Node& n);
+  // Product n (a bfloat16 model's, bfloat16 activations, many rows) as a kMatMul of weight
+  // format bf16 on oneDNN's bfloat16 matmul (chroma/cpu/matmul_dnnl.h); false: not possible.
+  bool bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src);
+
+  // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
+  // at compile time (a new constant; the original is dropped when nothing else reads it)
+  // and the product streams each panel once for all rows.
+  bool packed_matmul(const Node& n, Value v);
+  // A routed product's batches (or column blocks, which become its batches) tagged with
+  // their experts (Kernel::routed); left untagged when its expert axis cannot be split so.
+  void routed_jobs(const RoutedProduct& rp, const Shape& batch, int64_t kk, int64_t nn, quant::Format wf, Kernel* k);
+
+  // C = A @ B where one operand is, through views, a deferred Gather of a constant stack of
+  // matrices W [E, R, C] by a run-time index (a mixture of experts written as
+  // `W[expert_indices]` then a batched product or einsum). Nothing is gathered: every expert
+  // matrix is packed at compile time as for packed_matmul, and each product reads the panels
+  // of the expert its index selects (bounds-checked like the Gather). The operand's layout
+  // over the gathered tensor says which matrix each batch reads and how:
+  //  - B gathered, B_b = W[e], or W[e]^T or several experts' W^T side by side: C_b = A_b @ B_b,
+  //    column block by column block (A_b at most packed_max_rows rows);
+  //  - A gathered, A_b = W[e], W[e]^T, or several experts' W stacked by rows, and B_b one
+  //    column: C_b^T = B_b^T @ A_b^T, row block by row block.
+  bool gathered_matmul(const Node& n, Value v);
+
   // A Gather of rows of a float32 constant table that the weights policy quantizes (role
   // "embedding"): the table stored in the row layout, read by et::gather_quant.
   bool quantized_gather(const Node& n, Value v);
+  // A Gather or GatherElements kernel (a quantized gather where one applies; on the GPU
+  // targets an embedding table in its reduced format).
+  void emit_gather(const Node& n, Value v);
 
-  // A constant read through a view its layout cannot express (value v, read as `src`): a new
-  // constant holding v's values contiguously, made once at compile time and used for v from
-  // then on (the original stays for other readers).
-  int32_t relayout_constant(const Expr& src, Value v);
-  // A constant's weight name for the weights policy: its parameter's name ("folded" for a
-  // folded constant), without the suffix relayout_constant adds.
-  static std::string weight_name(const ConstantData& c);
+  // ==== GPU weights (gpu_weights.cpp) ===========================================================
+  //
+  // Rewrites a product's or Gather's constant operand expression in place to read a new
+  // constant made at compile time (added with add_packed_bytes / add_packed_constant), or
+  // leaves it as it is. reduced_weight acts only without packed panels (GPU targets) and
+  // records its decisions in p_.weight_decisions; visit_matmul calls row_major_constant where
+  // the target's LowerOptions::row_major_constant_b or ::pitch_constant_b asks.
 
   // GPU targets (no pre-packed panels) under a weights policy: a float32 constant read by a
   // matrix product (role "", `left`: its left operand [M, K]) or by a Gather of rows (role
@@ -206,85 +355,6 @@ class Lowerer {
   // of sgemm.h's kAliasPitch elements apart is stored again with a row pitch that is not
   // (LowerOptions::pitch_constant_b), so et::sgemm never copies it per call.
   void row_major_constant(Expr* e, bool pitch_only = false);
-
-  // C = A @ B with B a float32 constant and few rows: B is packed into 16-column panels
-  // at compile time (a new constant; the original is dropped when nothing else reads it)
-  // and the product streams each panel once for all rows.
-  bool packed_matmul(const Node& n, Value v);
-  // A routed product's batches (or column blocks, which become its batches) tagged with
-  // their experts (Kernel::routed); left untagged when its expert axis cannot be split so.
-  void routed_jobs(const RoutedProduct& rp, const Shape& batch, int64_t kk, int64_t nn, quant::Format wf, Kernel* k);
-  // True when node `id` is the model's bfloat16 weight widened: a Cast from bfloat16 of a
-  // constant seen through views (fold_constants keeps it on the CPU when only products read it).
-  bool widened_bf16_weight(int32_t id) const;
-  // True when v's values are a bfloat16 tensor's (a Cast from bfloat16, seen through views, or
-  // a relu / maximum / minimum / abs / neg / where picking among such values and bfloat16
-  // literals): rounding them to bfloat16 changes nothing.
-  bool bf16_valued(Value v, int depth = 0) const;
-  // A product's weight operand: a float32 constant seen through views, or the model's own
-  // bfloat16 weight (a bfloat16 constant's widening Cast seen through views, which
-  // fold_constants keeps when only products read it). `load` reads the constant as the
-  // operand (a bfloat16 load for the latter); values() are its float32 values, indexed as the
-  // constant (the bfloat16 ones widened, exactly).
-  struct WeightSource {
-    Expr load;
-    const ConstantData* constant = nullptr;
-    bool bf16 = false;
-    std::vector<float> widened;
-    const float* values() const { return bf16 ? widened.data() : reinterpret_cast<const float*>(constant->data()); }
-  };
-  std::optional<WeightSource> weight_source(Value v);
-  // Convolution n runs in bfloat16 (Kernel::weight_format kBF16): a bfloat16 model's, its
-  // input a bfloat16 tensor's values and its weights all bfloat16 values (conversions exact).
-  bool conv_bf16(const Node& n);
-  // Product n (a bfloat16 model's, bfloat16 activations, many rows) as a kMatMul of weight
-  // format bf16 on oneDNN's bfloat16 matmul (chroma/cpu/matmul_dnnl.h); false: not possible.
-  bool bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src);
-  // The format of the model's bfloat16 weight where the policy keeps it float32: bf16, lossless,
-  // with bf16 activations when `activations` are a bfloat16 tensor's values, else the exact
-  // float32 kernels; the decision goes to the manifest.
-  void model_bf16_format(const std::string& cname, int64_t K, int64_t N, int64_t matrices, Value activations,
-                         quant::Format* wf, quant::Activations* acts);
-
-  void emit_gather(const Node& n, Value v);
-
-  // C = A @ B where one operand is, through views, a deferred Gather of a constant stack of
-  // matrices W [E, R, C] by a run-time index (a mixture of experts written as
-  // `W[expert_indices]` then a batched product or einsum). Nothing is gathered: every expert
-  // matrix is packed at compile time as for packed_matmul, and each product reads the panels
-  // of the expert its index selects (bounds-checked like the Gather). The operand's layout
-  // over the gathered tensor says which matrix each batch reads and how:
-  //  - B gathered, B_b = W[e], or W[e]^T or several experts' W^T side by side: C_b = A_b @ B_b,
-  //    column block by column block (A_b at most packed_max_rows rows);
-  //  - A gathered, A_b = W[e], W[e]^T, or several experts' W stacked by rows, and B_b one
-  //    column: C_b^T = B_b^T @ A_b^T, row block by row block.
-  bool gathered_matmul(const Node& n, Value v);
-
-  // One node: a buffer for a leaf, a kernel for a kernel node (the longer cases in the
-  // visit_* methods below), nothing for a deferred node (its readers compute it).
-  void visit(int32_t id);
-  void visit_index_put(const Node& n, Value v);
-  void visit_reduce(const Node& n, Value v);
-  void visit_concat(const Node& n, Value v);
-  // A matrix product: gathered, packed, or a BLAS product of operands it can address.
-  void visit_matmul(const Node& n, Value v);
-  // A convolution: channels-last with its post-ops and epilogue where the target allows.
-  void visit_conv(const Node& n, Value v);
-
-  // Outputs not written in place by their producer (inputs, constants, views, repeats) get
-  // a copy kernel.
-  void finish_outputs();
-
-  // New state values not written in place are copied into their state after everything
-  // else has run (so every reader saw the old value); a value that is itself some state's
-  // buffer is first copied out, so updates like a swap read the old contents.
-  void finish_states();
-
-  int32_t new_buffer_of(const TensorType& t, Region r, const std::string& name);
-
-  static void reads(const Expr& e, std::vector<int32_t>& out);
-
-  void plan_memory();
 };
 
 }  // namespace chroma::lowering

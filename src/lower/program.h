@@ -101,7 +101,7 @@ struct Kernel {
   // kConv (and kMatMul with LowerOptions::product_epilogues): inputs[epilogue], when >= 0, is
   // an elementwise expression over the output shape whose loads of the output buffer itself
   // stand for the kernel's result; the CPU evaluates it in place on each slice of the result
-  // oneDNN stored, a GPU kernel on its accumulators before storing (lower.cpp
+  // oneDNN stored, a GPU kernel on its accumulators before storing (epilogue.cpp
   // conv_post_ops).
   int32_t epilogue = -1;
 };
@@ -146,7 +146,7 @@ struct LowerOptions {
   // pre-packed, memory-bound kernel (chroma/cpu/gemm_packed.h) instead of BLAS; 0: never.
   int packed_max_rows = 32;
   // Float32 convolutions run on oneDNN (built with its headers, blas on): their activations
-  // are kept channels-last between them (see lower.cpp), the layout oneDNN's direct kernels
+  // are kept channels-last between them (see lowerer.h), the layout oneDNN's direct kernels
   // read and write without reorders.
   bool channels_last = false;
   // Every arena offset is a multiple of this (GPU targets: 256, WebGPU's
