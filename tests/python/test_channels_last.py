@@ -1,4 +1,4 @@
-"""Channels-last activations in convolutional networks (lower.cpp, conv_dnnl.h).
+"""Channels-last activations in convolutional networks (src/lower/channels_last.cpp, conv_dnnl.h).
 
 With oneDNN, Chroma keeps the activations between float32 convolutions channels-last and
 splits a large convolution over threads by images or by output rows, each slice with the

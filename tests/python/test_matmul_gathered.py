@@ -1,4 +1,4 @@
-"""Gathered expert products (MatMul.gathered, src/lower/lower.cpp::gathered_matmul): mixtures
+"""Gathered expert products (MatMul.gathered, src/lower/cpu_products.cpp::gathered_matmul): mixtures
 of experts written with gathered expert weights, compared with eager PyTorch."""
 
 import numpy as np

@@ -4,7 +4,7 @@
 // (float64, blas=False) runs chroma::et::conv (conv.h), and so does a geometry oneDNN refuses.
 //
 // Layouts. The lowering keeps a convolutional network's activations channels-last
-// (ConvGeom::x_cl / y_cl; lower.cpp says when), and each primitive is made for the memory as
+// (ConvGeom::x_cl / y_cl; src/lower/channels_last.cpp says when), and each primitive is made for the memory as
 // it lies: oneDNN's direct kernels (brgconv, brdgmm depthwise, jit) read and write NHWC
 // without any reorder. Only when oneDNN offers nothing but its reference kernel for the
 // formats given (NCHW memory, say) is the primitive made with format `any` instead, and the

@@ -2,7 +2,7 @@
 // rows in A (the memory-bound products of small-batch inference: an 8-token unembedding
 // reads 100 MB of weights for 200 MFLOP).
 //
-// Packed layout (written by the compiler, Lowerer::packed_matmul in src/lower/lower.cpp):
+// Packed layout (written by the compiler, Lowerer::packed_matmul in src/lower/cpu_products.cpp):
 // B [K, N] is cut into panels
 // of 16 columns; panel p holds K rows of 16 floats, contiguous, zero past column N:
 //   Bp[(p * K + k) * 16 + j] = B[k, p * 16 + j]
