@@ -1,7 +1,8 @@
-"""A fast subset of the OpInfo conformance run (tools/opinfo_conformance.py): one or two
-OpInfo entries per op family, their first float32 samples compiled together into one program
-per entry and compared with eager PyTorch at torch.testing.assert_close's default
-tolerances. The full run (every entry, every sample) regenerates docs/ops.md.
+"""A fast subset of the OpInfo conformance run (tools/opinfo_conformance.py; its cases in
+tools/opinfo_cases.py): one or two OpInfo entries per op family, their first float32 samples
+compiled together into one program per entry and compared with eager PyTorch at
+torch.testing.assert_close's default tolerances. The full run (every entry, every sample)
+regenerates docs/ops.md.
 
 Run: cd /work/main && .venv/bin/python -m pytest tests/python/test_opinfo_subset.py -q
 """
@@ -14,7 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 
-from opinfo_conformance import Case, run_cases, tolerances  # noqa: E402
+from opinfo_cases import Case, run_cases, tolerances  # noqa: E402
 
 # Full tier: PyTorch's OpInfo samples over the supported ops and dtypes, a conformance sweep
 # (8 minutes of the CPU suite on two cores) beside the op suite, which the guarding tier runs.
