@@ -186,7 +186,7 @@ json describe_entry(const CompiledEntry& e, int64_t weight_bytes, int64_t state_
     const Kernel& k = p.kernels[i];
     ks.push_back({{"index", i}, {"kind", kernel_kind(k.kind)}, {"label", k.label}, {"node", k.name}, {"source", k.source}});
     // A bfloat16 model's convolution on oneDNN's bfloat16 kernel (where the CPU has AVX512-BF16).
-    if (k.kind == Kernel::kConv && k.weight_format == quant::Format::kBF16) ks.back()["precision"] = "bfloat16";
+    if (k.kind == Kernel::kConv && k.weight_format() == quant::Format::kBF16) ks.back()["precision"] = "bfloat16";
   }
   m["kernels"] = ks;
   m["stats"] = {{"kernels", p.kernels.size()},

@@ -170,8 +170,8 @@ bool Lowerer::bf16_dnnl_matmul(const Node& n, Value v, const WeightSource& src) 
   if (!flat_rows(ea.layout)) ea = buffer_load(n.inputs[0], Want::kContiguous);
   if (!flat_rows(ea.layout)) return false;
   Kernel k = start(n, Kernel::kMatMul);
-  k.weight_format = quant::Format::kBF16;
-  k.activations = quant::Activations::kBF16;
+  k.weights().format = quant::Format::kBF16;
+  k.weights().activations = quant::Activations::kBF16;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(src.load);
   push_over_output(std::move(k), n, v);
@@ -250,9 +250,9 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   for (int64_t b = 0; b < nb; ++b) {
     int64_t ao = ea.layout.offset;
     for (size_t d = 0; d < batch.size(); ++d) ao += idx[d] * ea.layout.strides[d];
-    k.batch_a.push_back(ao);
-    k.batch_b.push_back(b_of[static_cast<size_t>(b)] * (wf == quant::Format::kF32 ? panel_elems : mbytes));
-    k.batch_c.push_back(b * m * nn);
+    k.batches().a.push_back(ao);
+    k.batches().b.push_back(b_of[static_cast<size_t>(b)] * (wf == quant::Format::kF32 ? panel_elems : mbytes));
+    k.batches().c.push_back(b * m * nn);
     for (size_t d = batch.size(); d-- > 0;) {
       if (++idx[d] < batch[d]) break;
       idx[d] = 0;
@@ -264,12 +264,12 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
   const int32_t pb = wf == quant::Format::kF32
                          ? add_packed_constant(base + ".packed16", {static_cast<int64_t>(order.size()), panels, kk, 16}, packed)
                          : add_packed_bytes(base + "." + quant::format_name(wf), std::move(qpacked));
-  k.weight_format = wf;
-  k.activations = acts;
+  k.weights().format = wf;
+  k.weights().activations = acts;
   k.inputs.push_back(std::move(ea));
   k.inputs.push_back(load(pb));
-  if (!k.routed.experts.empty()) k.inputs.push_back(buffer_load(routed_it->second.mask, Want::kContiguous));
-  const bool routed = !k.routed.experts.empty();
+  if (!k.packed().routed.experts.empty()) k.inputs.push_back(buffer_load(routed_it->second.mask, Want::kContiguous));
+  const bool routed = !k.packed().routed.experts.empty();
   push_over_output(std::move(k), n, v);
   p_.kernels.back().label.replace(0, 6, (wf == quant::Format::kF32 ? "MatMul.packed" : std::string("MatMul.") + quant::format_name(wf)) +
                                             (routed ? ".routed" : ""));
@@ -278,12 +278,12 @@ bool Lowerer::packed_matmul(const Node& n, Value v) {
 
 void Lowerer::routed_jobs(const RoutedProduct& rp, const Shape& batch, int64_t kk, int64_t nn, quant::Format wf, Kernel* k) {
   const size_t r = batch.size() + 2;
-  const int64_t nb = static_cast<int64_t>(k->batch_a.size());
+  const int64_t nb = static_cast<int64_t>(k->batches().a.size());
   if (rp.axis < static_cast<int64_t>(r) - 2) {
     // A batch axis: batch b's expert from its index along that axis.
     std::vector<int64_t> idx(batch.size(), 0);
     for (int64_t b = 0; b < nb; ++b) {
-      k->routed.experts.push_back(idx[static_cast<size_t>(rp.axis)] / rp.step % rp.experts);
+      k->packed().routed.experts.push_back(idx[static_cast<size_t>(rp.axis)] / rp.step % rp.experts);
       for (size_t d = batch.size(); d-- > 0;) {
         if (++idx[d] < batch[d]) break;
         idx[d] = 0;
@@ -298,16 +298,16 @@ void Lowerer::routed_jobs(const RoutedProduct& rp, const Shape& batch, int64_t k
   std::vector<int64_t> a, bb, c;
   for (int64_t b = 0; b < nb; ++b) {
     for (int64_t j = 0; j < per; ++j) {
-      a.push_back(k->batch_a[static_cast<size_t>(b)]);
-      bb.push_back(k->batch_b[static_cast<size_t>(b)] + j * panel_step);
-      c.push_back(k->batch_c[static_cast<size_t>(b)] + j * rp.step);
-      k->routed.experts.push_back(j % rp.experts);
+      a.push_back(k->batches().a[static_cast<size_t>(b)]);
+      bb.push_back(k->batches().b[static_cast<size_t>(b)] + j * panel_step);
+      c.push_back(k->batches().c[static_cast<size_t>(b)] + j * rp.step);
+      k->packed().routed.experts.push_back(j % rp.experts);
     }
   }
-  k->batch_a = std::move(a);
-  k->batch_b = std::move(bb);
-  k->batch_c = std::move(c);
-  k->routed.n = rp.step;
+  k->batches().a = std::move(a);
+  k->batches().b = std::move(bb);
+  k->batches().c = std::move(c);
+  k->packed().routed.n = rp.step;
 }
 
 bool Lowerer::gathered_matmul(const Node& n, Value v) {
@@ -378,7 +378,7 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
     // The packed product: B side, m x K times K x N with B_b itself; A side, one row (B_b^T)
     // times A_b^T. Packed as stored (W[e], K = R) or transposed (W[e]^T, K = C).
     const bool stored = (side == 1) == row_major;
-    Kernel::Gathered& gg = k.gathered;
+    Kernel::Gathered& gg = k.gathered().job;
     gg.m = side == 1 ? m : 1;
     gg.k = stored ? R : C;
     gg.n = stored ? C : R;
@@ -419,9 +419,9 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
       int64_t yo = ey.layout.offset;
       for (size_t d = 0; d < batch.size(); ++d) yo += idx[d] * ey.layout.strides[d];
       for (int64_t i = 0; i < per; ++i) {
-        k.batch_a.push_back(yo);
-        k.batch_b.push_back(ei.layout.offset + base[static_cast<size_t>(b)] + i);
-        k.batch_c.push_back(b * m * nn + i * gg.n);
+        k.batches().a.push_back(yo);
+        k.batches().b.push_back(ei.layout.offset + base[static_cast<size_t>(b)] + i);
+        k.batches().c.push_back(b * m * nn + i * gg.n);
       }
       for (size_t d = batch.size(); d-- > 0;) {
         if (++idx[d] < batch[d]) break;
@@ -431,8 +431,8 @@ bool Lowerer::gathered_matmul(const Node& n, Value v) {
     const std::string stem = (cname.empty() ? "folded" : cname) + (stored ? "" : ".t");
     const int32_t pb = wf == quant::Format::kF32 ? add_packed_constant(stem + ".packed16", {experts, panels, gg.k, 16}, packed)
                                                  : add_packed_bytes(stem + "." + quant::format_name(wf), std::move(qpacked));
-    k.weight_format = wf;
-    k.activations = acts;
+    k.weights().format = wf;
+    k.weights().activations = acts;
     k.attrs.axis = 0;
     k.inputs.push_back(std::move(ey));
     k.inputs.push_back(load(pb));
@@ -470,7 +470,7 @@ bool Lowerer::quantized_gather(const Node& n, Value v) {
   }
   Kernel k = start(n, Kernel::kGather);
   const int32_t pb = add_packed_bytes(cname + ".rows." + quant::format_name(wf), std::move(packed));
-  k.weight_format = wf;
+  k.weights().format = wf;
   k.inputs.push_back(load(pb));
   k.inputs.push_back(dense_operand(n.inputs[1]));
   push_over_output(std::move(k), n, v);

@@ -68,13 +68,13 @@ Value Lowerer::post_op_prefix(Kernel& k, Value v) {
       else op = first ? P{P::kLinear, 1.0f, -c, -1} : P{P::kLinear, -1.0f, c, -1};
     } else if (constant_operand(o, shape, &e) && per_channel(e, shape) && (ew != EwOp::k_sub || first)) {
       op.kind = ew == EwOp::k_mul ? P::kMulC : ew == EwOp::k_sub ? P::kSubC : P::kAddC;
-      if (op.kind == P::kAddC && k.post_ops.empty()) op.kind = P::kBias;
+      if (op.kind == P::kAddC && k.conv().post_ops.empty()) op.kind = P::kBias;
       k.inputs.push_back(std::move(e));
       op.input = static_cast<int32_t>(k.inputs.size() - 1);
     } else {
       break;
     }
-    k.post_ops.push_back(op);
+    k.conv().post_ops.push_back(op);
     absorbed_[static_cast<size_t>(cs[0])] = true;
     fused_into_.push_back(cs[0]);
     cur = Value{cs[0], 0};
@@ -204,7 +204,7 @@ void Lowerer::push_with_epilogue(Kernel k, const Node& n, Value v, std::vector<i
     buffer_of_.erase(last);
     buffer_of_[root] = out;
     k.inputs.push_back(std::move(e));
-    k.epilogue = static_cast<int32_t>(k.inputs.size() - 1);
+    k.set_epilogue(static_cast<int32_t>(k.inputs.size() - 1));
   }
   push(std::move(k), n);
 }

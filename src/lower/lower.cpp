@@ -447,12 +447,12 @@ void Lowerer::visit(int32_t id) {
 void Lowerer::visit_index_put(const Node& n, Value v) {
   Kernel k = start(n, Kernel::kIndexPut);
   k.shape = g_.type(n.inputs[2]).shape;
-  k.in_place = in_place_[static_cast<size_t>(v.node)];
+  k.index_put().in_place = in_place_[static_cast<size_t>(v.node)];
   k.inputs.push_back(expr_of(n.inputs[0]));
   k.inputs.push_back(expr_of(n.inputs[1]));
   k.inputs.push_back(expr_of(n.inputs[2]));
   int32_t out;
-  if (k.in_place) {
+  if (k.index_put().in_place) {
     out = buffer_of_.at(n.inputs[0]);
     buffer_of_[v] = out;
   } else {

@@ -62,8 +62,8 @@ void Lowerer::visit_conv(const Node& n, Value v) {
   Kernel k = start(n, Kernel::kConv);
   const bool cl = opts_.channels_last && n.type().dtype == DType::kF32 && n.type().shape.size() >= 3;
   if (cl && conv_bf16(n)) {
-    k.weight_format = quant::Format::kBF16;
-    k.activations = quant::Activations::kBF16;
+    k.weights().format = quant::Format::kBF16;
+    k.weights().activations = quant::Activations::kBF16;
   }
   k.inputs.push_back(cl ? channels_last_operand(n.inputs[0]) : dense_operand(n.inputs[0]));
   k.inputs.push_back(dense_operand(n.inputs[1]));

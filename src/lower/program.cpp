@@ -1,5 +1,5 @@
-// The program's own functions (program.h): an expression's shape and depth, the kernel
-// kinds' names, and the listing `chroma inspect` prints. The lowering is in lower.cpp.
+// The program's own functions (program.h): an expression's shape and depth, a kernel's
+// payload checks, the kernel kinds' names, and the listing `chroma inspect` prints. The lowering is in lower.cpp.
 #include "lower/program.h"
 
 #include <algorithm>
@@ -25,6 +25,34 @@ int Expr::depth() const {
   int d = 0;
   for (const Expr& c : children) d = std::max(d, c.depth());
   return children.empty() ? 0 : d + 1;
+}
+
+void Kernel::wrong_kind(Kind want) const {
+  throw CompileError(std::string("internal: kernel ") + name + " (" + kernel_kind(kind) + ") asked for the payload of a " +
+                     kernel_kind(want) + " kernel");
+}
+
+Kernel::Weights& Kernel::weights() {
+  switch (kind) {
+    case kMatMul: return matmul().weights;
+    case kConv: return conv().weights;
+    case kMatMulPacked: return packed().weights;
+    case kMatMulGathered: return gathered().weights;
+    case kGather: return own<Gather>(kGather).weights;
+    default: wrong_kind(kGather);
+  }
+}
+
+const Kernel::Weights& Kernel::weights() const {
+  static const Weights kFloat32{};
+  switch (kind) {
+    case kMatMul: return matmul().weights;
+    case kConv: return conv().weights;
+    case kMatMulPacked: return packed().weights;
+    case kMatMulGathered: return gathered().weights;
+    case kGather: return view<Gather>(kGather).weights;
+    default: return kFloat32;  // no constant operand: what float32 weights would be
+  }
 }
 
 const char* kernel_kind(Kernel::Kind k) {

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ir/graph.h"
@@ -66,15 +67,25 @@ struct Kernel {
   Attrs attrs;                   // the IR node's attributes (axes, axis, k, ...)
   std::string label;             // e.g. "Reduce.sum <- add, sin"
   std::string name, source;      // IR node name and source line (for errors)
+
+  // ---- What only some kinds carry: one payload per kind, reached through the accessors
+  // below, which check the kind (a kind's payload read through another kind's accessor is an
+  // internal error, not a default silently used).
+
+  // How a kernel reads its constant operand (kMatMul, kConv, kMatMulPacked, kMatMulGathered,
+  // kGather): the constant's format (quant/quant.h; kF32: float, packed kernels' panels
+  // [batches][panels][K][16]; kBF16 on a kMatMul or kConv: oneDNN's bfloat16 kernel; else
+  // quant::pack's bytes) and what its products do with the activations (quant::Activations).
+  struct Weights {
+    quant::Format format = quant::Format::kF32;
+    quant::Activations activations = quant::Activations::kAuto;
+  };
   // kMatMulPacked: per batch (flattened), element offsets of A, of the packed panels, of C.
   // kMatMulGathered: per job, element offsets of A, of the job's index in the index buffer
-  // (its value selects the packed matrix), of C.
-  std::vector<int64_t> batch_a, batch_b, batch_c;
-  // kMatMulPacked / kMatMulGathered: the packed constant's format (quant/quant.h; kF32: float
-  // panels [batches][panels][K][16], else quant::pack's bytes, batch_b then in bytes) and
-  // what its products do with the activations (quant::Activations).
-  quant::Format weight_format = quant::Format::kF32;
-  quant::Activations activations = quant::Activations::kAuto;
+  // (its value selects the packed matrix), of C. (b: in bytes for packed bytes.)
+  struct Batches {
+    std::vector<int64_t> a, b, c;
+  };
   // kMatMulPacked of a routed product (LowerOptions::routed): inputs[2] loads the float32
   // expert mask [E]; batch b runs only when mask[experts[b]] != 0 (the others' results are
   // left as they are: only the masked contraction reads them). A product whose columns carry
@@ -82,13 +93,12 @@ struct Kernel {
   struct Routed {
     int64_t n = 0;                 // each job's columns (0: the output's)
     std::vector<int64_t> experts;  // per batch / job; empty: not routed
-  } routed;
+  };
   // kMatMulGathered (inputs: A, the packed experts [E, panels, K, 16], the index buffer):
   // each job is an m x k times k x n product, A addressed A[i * sar + kk * sac], C rows ldc apart.
   struct Gathered {
     int64_t m = 0, n = 0, k = 0, sar = 0, sac = 0, ldc = 0, experts = 0;
-  } gathered;
-  bool in_place = false;         // kIndexPut: the output already holds the base (state)
+  };
   // kConv (channels-last, on oneDNN): arithmetic oneDNN applies to the result before storing
   // it, in order (chroma/cpu/conv.h's ConvPostOp, same numbering); the per-channel ones read a
   // float32 constant vector of Cout elements, inputs[input].
@@ -97,13 +107,88 @@ struct Kernel {
     float a = 1, b = 0;            // kLinear: a * x + b
     int32_t input = -1;            // per-channel: its load among `inputs`
   };
-  std::vector<PostOp> post_ops;
-  // kConv (and kMatMul with LowerOptions::product_epilogues): inputs[epilogue], when >= 0, is
-  // an elementwise expression over the output shape whose loads of the output buffer itself
-  // stand for the kernel's result; the CPU evaluates it in place on each slice of the result
-  // oneDNN stored, a GPU kernel on its accumulators before storing (epilogue.cpp
-  // conv_post_ops).
-  int32_t epilogue = -1;
+
+  // The payloads. `epilogue` (kMatMul with LowerOptions::product_epilogues, kConv): when >= 0,
+  // inputs[epilogue] is an elementwise expression over the output shape whose loads of the
+  // output buffer itself stand for the kernel's result; the CPU evaluates it in place on each
+  // slice of the result oneDNN stored, a GPU kernel on its accumulators before storing
+  // (src/lower/epilogue.cpp).
+  struct MatMul {
+    Weights weights;
+    int32_t epilogue = -1;
+  };
+  struct Conv {
+    Weights weights;
+    std::vector<PostOp> post_ops;
+    int32_t epilogue = -1;
+  };
+  struct Packed {
+    Weights weights;
+    Batches batches;
+    Routed routed;
+  };
+  struct GatheredProduct {
+    Weights weights;
+    Batches batches;
+    Gathered job;
+  };
+  struct Gather {
+    Weights weights;               // format != kF32: rows of a quantized table (quant::row_bytes)
+  };
+  struct IndexPut {
+    bool in_place = false;         // the output already holds the base (state)
+  };
+  using Payload = std::variant<std::monostate, MatMul, Conv, Packed, GatheredProduct, Gather, IndexPut>;
+  Payload payload;
+
+  // The payload of this kernel's kind (created on first use). The const forms of a payload
+  // not yet created read its defaults.
+  MatMul& matmul() { return own<MatMul>(kMatMul); }
+  const MatMul& matmul() const { return view<MatMul>(kMatMul); }
+  Conv& conv() { return own<Conv>(kConv); }
+  const Conv& conv() const { return view<Conv>(kConv); }
+  Packed& packed() { return own<Packed>(kMatMulPacked); }
+  const Packed& packed() const { return view<Packed>(kMatMulPacked); }
+  GatheredProduct& gathered() { return own<GatheredProduct>(kMatMulGathered); }
+  const GatheredProduct& gathered() const { return view<GatheredProduct>(kMatMulGathered); }
+  IndexPut& index_put() { return own<IndexPut>(kIndexPut); }
+  const IndexPut& index_put() const { return view<IndexPut>(kIndexPut); }
+  // The packed products' batches (kMatMulPacked, kMatMulGathered).
+  Batches& batches() { return kind == kMatMulGathered ? gathered().batches : packed().batches; }
+  const Batches& batches() const { return kind == kMatMulGathered ? gathered().batches : packed().batches; }
+
+  // Questions asked of any kernel: its weights (kinds without a constant operand: float32,
+  // kAuto; writable for the kinds that have one) and its epilogue (-1: none).
+  bool has_weights() const {
+    return kind == kMatMul || kind == kConv || kind == kMatMulPacked || kind == kMatMulGathered || kind == kGather;
+  }
+  Weights& weights();
+  const Weights& weights() const;
+  quant::Format weight_format() const { return weights().format; }
+  quant::Activations activations() const { return weights().activations; }
+  int32_t epilogue() const { return kind == kMatMul ? matmul().epilogue : kind == kConv ? conv().epilogue : -1; }
+  void set_epilogue(int32_t input) { (kind == kMatMul ? matmul().epilogue : conv().epilogue) = input; }
+  // Makes this kernel one of another kind (a copy turned into an Assign), dropping the payload.
+  void become(Kind k) {
+    kind = k;
+    payload = std::monostate{};
+  }
+
+ private:
+  [[noreturn]] void wrong_kind(Kind want) const;
+  template <class P>
+  P& own(Kind want) {
+    if (kind != want) wrong_kind(want);
+    if (!std::holds_alternative<P>(payload)) payload = P{};
+    return std::get<P>(payload);
+  }
+  template <class P>
+  const P& view(Kind want) const {
+    if (kind != want) wrong_kind(want);
+    static const P kDefault{};
+    const P* p = std::get_if<P>(&payload);
+    return p ? *p : kDefault;
+  }
 };
 
 struct Program {

@@ -37,7 +37,7 @@ void Emitter::choose_dnnl_sites() {
     }
     // A bfloat16 model's many-row products on oneDNN's bfloat16 matmul (matmul_dnnl.h).
     for (const Kernel& k : e.program->kernels) {
-      if (k.kind != Kernel::kMatMul || k.weight_format != quant::Format::kBF16) continue;
+      if (k.kind != Kernel::kMatMul || k.weight_format() != quant::Format::kBF16) continue;
       if (!o_.dnnl) throw CompileError("internal: a bfloat16 oneDNN product (" + k.name + ") without oneDNN");
       mm_sites_.emplace(&k, static_cast<int>(mm_sites_.size()));
     }
@@ -258,7 +258,7 @@ std::string Emitter::main_file(const CpuArtifactInfo& info) {
       int64_t dim = 0;
       if (k.kind == Kernel::kGather || k.kind == Kernel::kGatherElements) dim = k.inputs[0].shape()[static_cast<size_t>(k.attrs.axis)];
       if (k.kind == Kernel::kIndexPut) dim = p_->buffers[static_cast<size_t>(k.outputs[0])].type.shape[static_cast<size_t>(k.attrs.axis)];
-      if (k.kind == Kernel::kMatMulGathered) dim = k.gathered.experts;
+      if (k.kind == Kernel::kMatMulGathered) dim = k.gathered().job.experts;
       o << "    {" << c_str(k.label) << ", " << c_str(k.name) << ", " << c_str(k.source) << ", " << dim << ", "
         << k.attrs.axis << "},\n";
     }

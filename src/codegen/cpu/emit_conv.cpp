@@ -22,7 +22,7 @@ bool Emitter::conv_input_channels_last(const Kernel& k, const Program& p) {
 // another channels-last buffer of the same shape the same element; the operations are the
 // scalar functions the expression templates use, so the values are the same bits.
 std::string Emitter::conv_epilogue(const Kernel& k) const {
-  const Expr& e = k.inputs[static_cast<size_t>(k.epilogue)];
+  const Expr& e = k.inputs[static_cast<size_t>(k.epilogue())];
   const int32_t out = k.outputs[0];
   const std::vector<int64_t> cl = channels_last_strides(k.shape);
   std::function<std::string(const Expr&)> print = [&](const Expr& x) -> std::string {
@@ -96,7 +96,7 @@ std::string Emitter::conv(const Kernel& k) const {
   o << "  static constexpr et::ConvGeom g = {" << xs[0] << ", " << xs[1] << ", " << ws[0] << ", " << k.attrs.k << ", " << l3(in)
     << ", " << l3(out) << ", " << l3(kk) << ", " << l3(st) << ", " << l3(pd) << ", " << l3(dl) << ", "
     << (x_cl ? "true" : "false") << ", " << (y_cl ? "true" : "false")
-    << (k.weight_format == quant::Format::kBF16 && dnnl_sites_.count(&k) ? ", true" : "") << "};\n";
+    << (k.weight_format() == quant::Format::kBF16 && dnnl_sites_.count(&k) ? ", true" : "") << "};\n";
   const std::string args = "static_cast<const " + t + "*>(" + ptr(x.buffer, false) + ") + " + std::to_string(x.layout.offset) +
                            ", static_cast<const " + t + "*>(" + ptr(w.buffer, false) + ") + " + std::to_string(w.layout.offset) +
                            ", static_cast<" + t + "*>(" + ptr(k.outputs[0], true) + ")";
@@ -104,10 +104,10 @@ std::string Emitter::conv(const Kernel& k) const {
     // oneDNN's glue (a heavy header) is compiled once, in dnnl.cpp.
     const bool const_w = p_->buffers[static_cast<size_t>(w.buffer)].region == Region::kConstant;
     static const char* kKinds[] = {"kBias", "kLinear", "kAddC", "kMulC", "kSubC"};
-    if (!k.post_ops.empty()) {
+    if (!k.conv().post_ops.empty()) {
       o << "  const et::ConvPostOp po[] = {";
-      for (size_t i = 0; i < k.post_ops.size(); ++i) {
-        const Kernel::PostOp& q = k.post_ops[i];
+      for (size_t i = 0; i < k.conv().post_ops.size(); ++i) {
+        const Kernel::PostOp& q = k.conv().post_ops[i];
         o << (i ? ",\n      " : "") << "{et::ConvPostOp::" << kKinds[q.kind] << ", " << float_lit(q.a) << ", "
           << float_lit(q.b) << ", ";
         if (q.input >= 0) {
@@ -120,13 +120,13 @@ std::string Emitter::conv(const Kernel& k) const {
       }
       o << "};\n";
     }
-    if (k.epilogue >= 0) o << conv_epilogue(k);
+    if (k.epilogue() >= 0) o << conv_epilogue(k);
     o << "  conv_dnnl_site(" << site->second << ", g, " << d << ", " << args << ", " << (const_w ? "true" : "false")
-      << ", " << (k.post_ops.empty() ? "nullptr, 0" : "po, " + std::to_string(k.post_ops.size())) << ", "
-      << (k.epilogue >= 0 ? "&epi" : "nullptr") << ", cx.pool);\n";
+      << ", " << (k.conv().post_ops.empty() ? "nullptr, 0" : "po, " + std::to_string(k.conv().post_ops.size())) << ", "
+      << (k.epilogue() >= 0 ? "&epi" : "nullptr") << ", cx.pool);\n";
     return o.str();
   }
-  if (x_cl || y_cl || !k.post_ops.empty() || k.epilogue >= 0) throw CompileError("internal: a channels-last convolution (" + k.name + ") without oneDNN");
+  if (x_cl || y_cl || !k.conv().post_ops.empty() || k.epilogue() >= 0) throw CompileError("internal: a channels-last convolution (" + k.name + ") without oneDNN");
   o << "  et::conv<" << t << ">(g, " << args << ", cx.pool,\n      ["
     << (o_.dnnl_sgemm && c.type.dtype == DType::kF32 ? "pool = cx.pool" : "") << "](int64_t m, int64_t n, int64_t kk, const " << t
     << "* A, int64_t lda, const " << t << "* B, int64_t ldb, " << t << "* C, int64_t ldc) {\n";

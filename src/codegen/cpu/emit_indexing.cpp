@@ -12,12 +12,12 @@ std::string Emitter::gather(const Kernel& k, size_t ki) const {
   std::ostringstream o;
   const Expr& src = k.inputs[0];
   const Expr& idx = k.inputs[1];
-  if (k.kind == Kernel::kGather && k.weight_format != quant::Format::kF32) {
+  if (k.kind == Kernel::kGather && k.weight_format() != quant::Format::kF32) {
     // Rows of a quantized table (quant::pack_rows), the index a contiguous load.
     const Buffer& tb = p_->buffers[static_cast<size_t>(src.buffer)];
     const Shape& os0 = k.shape;
-    const int64_t H = os0.back(), rows = tb.type.shape[0] / quant::row_bytes(k.weight_format, H);
-    o << "  int64_t bad = 0;\n  if (!et::gather_quant<" << static_cast<int>(k.weight_format) << ", " << rows << ", " << H
+    const int64_t H = os0.back(), rows = tb.type.shape[0] / quant::row_bytes(k.weight_format(), H);
+    o << "  int64_t bad = 0;\n  if (!et::gather_quant<" << static_cast<int>(k.weight_format()) << ", " << rows << ", " << H
       << ", " << numel(idx.shape()) << ">(static_cast<float*>(" << ptr(k.outputs[0], true)
       << "), static_cast<const uint8_t*>(" << ptr(src.buffer, false) << "), static_cast<const " << ctype(idx.dtype)
       << "*>(" << ptr(idx.buffer, false) << ") + " << idx.layout.offset << ", &bad)) return cx.index_error(" << ki
@@ -52,7 +52,7 @@ std::string Emitter::index_put(const Kernel& k, size_t ki) const {
   const Expr& base = k.inputs[0];
   const Buffer& b = p_->buffers[static_cast<size_t>(k.outputs[0])];
   const int64_t axis = k.attrs.axis;
-  if (!k.in_place && numel(b.type.shape) > 0) {
+  if (!k.index_put().in_place && numel(b.type.shape) > 0) {
     o << "  et::assign<" << shape_t(b.type.shape) << ">(" << out(k.outputs[0], k.out_layouts[0]) << ",\n      "
       << expr(base) << ");\n";
   }

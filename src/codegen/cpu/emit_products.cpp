@@ -10,7 +10,7 @@
 namespace chroma::cpu_codegen {
 
 std::string Emitter::matmul(const Kernel& k) const {
-  if (k.weight_format == quant::Format::kBF16) return matmul_bf16(k);
+  if (k.weight_format() == quant::Format::kBF16) return matmul_bf16(k);
   const Expr& a = k.inputs[0];
   const Expr& b = k.inputs[1];
   const Buffer& c = p_->buffers[static_cast<size_t>(k.outputs[0])];
@@ -112,33 +112,33 @@ std::string Emitter::matmul_packed(const Kernel& k) const {
   const Expr& b = k.inputs[1];
   const size_t r = k.shape.size();
   const int64_t m = k.shape[r - 2], ldc = k.shape[r - 1], kk = a.layout.shape[r - 1];
-  const bool routed = !k.routed.experts.empty();
-  const int64_t n = routed && k.routed.n > 0 ? k.routed.n : ldc;
+  const bool routed = !k.packed().routed.experts.empty();
+  const int64_t n = routed && k.packed().routed.n > 0 ? k.packed().routed.n : ldc;
   std::ostringstream o;
-  o << "  static constexpr int64_t ao[] = {" << int_list(k.batch_a) << "};\n";
-  o << "  static constexpr int64_t bo[] = {" << int_list(k.batch_b) << "};\n";
-  o << "  static constexpr int64_t co[] = {" << int_list(k.batch_c) << "};\n";
+  o << "  static constexpr int64_t ao[] = {" << int_list(k.batches().a) << "};\n";
+  o << "  static constexpr int64_t bo[] = {" << int_list(k.batches().b) << "};\n";
+  o << "  static constexpr int64_t co[] = {" << int_list(k.batches().c) << "};\n";
   std::string offs = "ao", boffs = "bo", coffs = "co", count;
   if (routed) {
     // Only the batches whose expert some token selected (Kernel::routed).
     const Expr& mk = k.inputs[2];
-    const size_t nb = k.batch_a.size();
-    o << "  static constexpr int64_t ex[] = {" << int_list(k.routed.experts) << "};\n";
+    const size_t nb = k.batches().a.size();
+    o << "  static constexpr int64_t ex[] = {" << int_list(k.packed().routed.experts) << "};\n";
     o << "  const float* mk = static_cast<const float*>(" << ptr(mk.buffer, false) << ") + " << mk.layout.offset << ";\n";
     o << "  int64_t ra[" << nb << "], rb[" << nb << "], rc[" << nb << "], nb = 0;\n";
     o << "  for (int64_t b = 0; b < " << nb << "; ++b) {\n    if (mk[ex[b] * " << mk.layout.strides[0]
       << "] == 0.0f) continue;\n    ra[nb] = ao[b];\n    rb[nb] = bo[b];\n    rc[nb] = co[b];\n    ++nb;\n  }\n";
     offs = "ra", boffs = "rb", coffs = "rc", count = ", nb";
   }
-  if (k.weight_format != quant::Format::kF32) {
-    o << "  et::gemm_quant<" << static_cast<int>(k.weight_format) << ", " << k.batch_a.size() << ", " << m << ", " << n << ", "
+  if (k.weight_format() != quant::Format::kF32) {
+    o << "  et::gemm_quant<" << static_cast<int>(k.weight_format()) << ", " << k.batches().a.size() << ", " << m << ", " << n << ", "
       << kk << ">(static_cast<const float*>(" << ptr(a.buffer, false) << "), " << offs << ", " << a.layout.strides[r - 2] << ", "
       << a.layout.strides[r - 1] << ",\n      static_cast<const uint8_t*>(" << ptr(b.buffer, false)
       << "), " << boffs << ", static_cast<float*>(" << ptr(k.outputs[0], true) << "), " << coffs << ", " << ldc << ", cx.pool, "
-      << quant_acts(k.activations) << count << ");\n";
+      << quant_acts(k.activations()) << count << ");\n";
     return o.str();
   }
-  o << "  et::gemm_packed<" << k.batch_a.size() << ", " << m << ", " << n << ", " << kk << ">(static_cast<const float*>("
+  o << "  et::gemm_packed<" << k.batches().a.size() << ", " << m << ", " << n << ", " << kk << ">(static_cast<const float*>("
     << ptr(a.buffer, false) << "), " << offs << ", " << a.layout.strides[r - 2] << ", " << a.layout.strides[r - 1]
     << ",\n      static_cast<const float*>(" << ptr(b.buffer, false) << "), " << boffs << ", static_cast<float*>("
     << ptr(k.outputs[0], true) << "), " << coffs << ", " << ldc << ", cx.pool" << count << ");\n";
@@ -148,19 +148,19 @@ std::string Emitter::matmul_packed(const Kernel& k) const {
 // Packed experts chosen per job by the index buffer (Kernel::Gathered); an index out of range
 // is reported.
 std::string Emitter::matmul_gathered(const Kernel& k, size_t ki) const {
-  const Kernel::Gathered& gg = k.gathered;
+  const Kernel::Gathered& gg = k.gathered().job;
   const Expr& idx = k.inputs[2];
   std::ostringstream o;
-  o << "  static constexpr int64_t ao[] = {" << int_list(k.batch_a) << "};\n";
-  o << "  static constexpr int64_t io[] = {" << int_list(k.batch_b) << "};\n";
-  o << "  static constexpr int64_t co[] = {" << int_list(k.batch_c) << "};\n";
-  const bool q = k.weight_format != quant::Format::kF32;
-  o << "  int64_t bad = 0;\n  if (!et::" << (q ? "gemm_quant_gathered<" + std::to_string(static_cast<int>(k.weight_format)) + ", " : "gemm_packed_gathered<")
-    << k.batch_a.size() << ", " << gg.m << ", " << gg.n << ", "
+  o << "  static constexpr int64_t ao[] = {" << int_list(k.batches().a) << "};\n";
+  o << "  static constexpr int64_t io[] = {" << int_list(k.batches().b) << "};\n";
+  o << "  static constexpr int64_t co[] = {" << int_list(k.batches().c) << "};\n";
+  const bool q = k.weight_format() != quant::Format::kF32;
+  o << "  int64_t bad = 0;\n  if (!et::" << (q ? "gemm_quant_gathered<" + std::to_string(static_cast<int>(k.weight_format())) + ", " : "gemm_packed_gathered<")
+    << k.batches().a.size() << ", " << gg.m << ", " << gg.n << ", "
     << gg.k << ", " << gg.experts << ">(static_cast<const float*>(" << ptr(k.inputs[0].buffer, false) << "), ao, "
     << gg.sar << ", " << gg.sac << ",\n      static_cast<const " << (q ? "uint8_t" : "float") << "*>(" << ptr(k.inputs[1].buffer, false)
     << "), static_cast<const " << ctype(idx.dtype) << "*>(" << ptr(idx.buffer, false) << "), io, static_cast<float*>("
-    << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, " << (q ? quant_acts(k.activations) + ", " : "")
+    << ptr(k.outputs[0], true) << "), co, " << gg.ldc << ", cx.pool, " << (q ? quant_acts(k.activations()) + ", " : "")
     << "&bad)) return cx.index_error(" << ki << ", bad);\n";
   return o.str();
 }

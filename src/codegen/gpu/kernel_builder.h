@@ -273,10 +273,10 @@ class KB {
   // epilogue when it has one (its loads of the output buffer stand for `acc`).
   void store_result(Block& b, const chroma::Kernel& lk, const std::vector<Ex>& coords, const Ex& acc) {
     Ex v = acc;
-    if (lk.epilogue >= 0) {
+    if (lk.epilogue() >= 0) {
       result_buffer_ = lk.outputs[0];
       result_ = acc;
-      v = eval(b, lk.inputs[static_cast<size_t>(lk.epilogue)], coords);
+      v = eval(b, lk.inputs[static_cast<size_t>(lk.epilogue())], coords);
       result_buffer_ = -1;
       result_ = nullptr;
     }

@@ -402,7 +402,7 @@ std::optional<LibraryGemm> library_gemm_call(const Program& p, const std::functi
 }
 
 void t_product_epilogue(KB& kb, const chroma::Kernel& lk) {
-  if (lk.epilogue < 0) return;  // an empty body: no dispatch
+  if (lk.epilogue() < 0) return;  // an empty body: no dispatch
   Expr result;
   result.kind = Expr::kLoad;
   result.dtype = DType::kF32;
@@ -423,7 +423,7 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
   const Expr& x = lk.inputs[0];
   const Expr& w = lk.inputs[1];
   if (compute_type(x.dtype) != Ty::kF32) throw Unsupported("convolution of a non-float32 tensor");
-  if (!lk.post_ops.empty()) throw Unsupported("convolution post-ops (a CPU lowering choice)");
+  if (!lk.conv().post_ops.empty()) throw Unsupported("convolution post-ops (a CPU lowering choice)");
   const Shape xs = x.shape(), ws = w.shape();
   const size_t d = xs.size() - 2;
   const int64_t groups = lk.attrs.k, cout = ws[0], cin_g = ws[1], cout_g = cout / groups;

@@ -239,7 +239,7 @@ bool group_stores(const Program& p, int32_t id, size_t end) {
 std::vector<size_t> row_group(const Program& p, const std::function<Placement(int32_t)>& place, size_t first) {
   const auto single = [](const chroma::Kernel& k) {
     return (k.kind == chroma::Kernel::kReduce || k.kind == chroma::Kernel::kAssign) && k.inputs.size() == 1 &&
-           k.outputs.size() == 1 && k.out_layouts.size() == 1 && k.epilogue < 0;
+           k.outputs.size() == 1 && k.out_layouts.size() == 1 && k.epilogue() < 0;
   };
   // the row structure: the first reduction's, after any leading assignments
   size_t ri = first;
@@ -828,7 +828,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
         case chroma::Kernel::kConv: internal::t_conv(make(""), lk); break;
         case chroma::Kernel::kIndexPut: {
           const Buffer& ob = p.buffers[static_cast<size_t>(lk.outputs[0])];
-          if (!lk.in_place && numel(ob.type.shape) > 0) {  // the base first, as an assign
+          if (!lk.index_put().in_place && numel(ob.type.shape) > 0) {  // the base first, as an assign
             chroma::Kernel copy;
             copy.kind = chroma::Kernel::kAssign;
             copy.shape = ob.type.shape;

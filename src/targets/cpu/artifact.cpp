@@ -40,7 +40,7 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
       if (!opts.blas || e.program.buffers[static_cast<size_t>(k.outputs[0])].type.dtype != DType::kF32) continue;
       co.dnnl_sgemm = co.dnnl_sgemm || (!sgemm_openblas && (k.kind == Kernel::kConv || k.kind == Kernel::kMatMul));
       co.dnnl = co.dnnl || k.kind == Kernel::kConv || co.dnnl_sgemm ||
-                (k.kind == Kernel::kMatMul && k.weight_format == quant::Format::kBF16);  // matmul_dnnl.h
+                (k.kind == Kernel::kMatMul && k.weight_format() == quant::Format::kBF16);  // matmul_dnnl.h
     }
   }
 #endif
