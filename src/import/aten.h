@@ -1,8 +1,9 @@
 // The ATen handler table: maps each ATen target ("aten.add.Tensor") onto IR primitives,
 // directly or by decomposition. Handlers are grouped by op family, one file each
 // (aten_elementwise.cpp, aten_shape.cpp, aten_reduce.cpp, aten_linalg.cpp, aten_index.cpp,
-// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp, aten_search.cpp,
-// aten_backward.cpp, aten_extra.cpp, aten_special.cpp, aten_lapack.cpp).
+// aten_conv.cpp, aten_pool.cpp, aten_norm.cpp, aten_misc.cpp, aten_scatter.cpp,
+// aten_sampling.cpp, aten_search.cpp, aten_backward.cpp, aten_extra.cpp, aten_special.cpp,
+// aten_lapack.cpp).
 #pragma once
 
 #include <functional>
@@ -73,7 +74,9 @@ void register_aten_conv(HandlerTable& t);   // convolution (plain, grouped, dept
 void register_aten_pool(HandlerTable& t);   // pooling, padding modes
 void register_aten_upsample(HandlerTable& t);  // nearest / linear upsampling, 1-3 spatial dims
 void register_aten_norm(HandlerTable& t);   // batch / group (and so instance) normalization
-void register_aten_misc(HandlerTable& t);   // scans, sorting, scatters, strided views, the rest of core ATen
+void register_aten_misc(HandlerTable& t);   // scans, sorting, order statistics, strided views, the rest of core ATen
+void register_aten_scatter(HandlerTable& t);   // scatter, scatter_add, scatter_reduce, masked_scatter
+void register_aten_sampling(HandlerTable& t);  // embedding bags and renorm, cdist / pdist, grid_sampler_2d
 void register_aten_search(HandlerTable& t);  // searchsorted, bucketize, histograms, nonzero_static, dist
 void register_aten_backward(HandlerTable& t);  // col2im, convolution / embedding / layer and group norm backward
 void register_aten_extra(HandlerTable& t);     // index_reduce, segment_reduce, grid_sampler_3d, unfold, *_copy views (after the views)

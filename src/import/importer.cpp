@@ -277,6 +277,8 @@ const HandlerTable& aten_handlers() {
     register_aten_upsample(t);
     register_aten_norm(t);
     register_aten_misc(t);
+    register_aten_scatter(t);
+    register_aten_sampling(t);
     register_aten_search(t);
     register_aten_backward(t);
     register_aten_extra(t);
