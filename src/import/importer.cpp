@@ -364,10 +364,10 @@ std::map<std::string, const json*> conv_bn_folds(const json& m, const std::set<s
   return folds;
 }
 
-// Builds the graph from a checked container. `ctx` names the part being read, for the
-// message when the JSON does not have the structure the format specifies.
-Graph import_document(const GraphFile& gf, const std::string& path, std::string& ctx) {
-  const json& m = gf.meta;
+// The document's structure that every later step relies on, checked once with a precise
+// message: the format and version, the top-level lists, and each input, weight, node and
+// output's required fields.
+void check_document(const json& m, const std::string& path, std::string& ctx) {
   ctx = "field 'format'";
   if (m.value("format", std::string()) != "chroma.graph") throw CompileError("graph file '" + path + "': not a chroma.graph document");
   ctx = "field 'version'";
@@ -381,7 +381,6 @@ Graph import_document(const GraphFile& gf, const std::string& path, std::string&
       throw CompileError("graph file '" + path + "': field '" + key + "' is missing or not a list");
     }
   }
-  // The structure every later step relies on, checked once with a precise message.
   auto require = [&](bool ok, const std::string& what) {
     if (!ok) throw CompileError("graph file '" + path + "': " + ctx + ": " + what);
   };
@@ -407,19 +406,11 @@ Graph import_document(const GraphFile& gf, const std::string& path, std::string&
     ctx = "field 'outputs'";
     require(o.is_object() && is_str(o, "ref"), "each output must be a REF ({\"ref\": name})");
   }
-  ctx = "the nodes' arguments";
-  const HandlerTable& handlers = aten_handlers();
+}
 
-  std::set<std::string> weight_names;
-  for (const json& w : m.at("weights")) {
-    if (w.value("kind", std::string()) != "state") weight_names.insert(w.at("name").get<std::string>());
-  }
-  const std::map<std::string, const json*> folds = conv_bn_folds(m, weight_names);
-  std::set<std::string> folded;
-  for (const auto& [conv, bn] : folds) folded.insert(bn->at("name").get<std::string>());
-
-  // Report every unsupported op at once, before building anything; ops that cannot be
-  // compiled by design say why.
+// Reports every unsupported op at once, before anything is built; ops that cannot be
+// compiled by design say why. A batch norm folded into its convolution needs no handler.
+void check_supported(const json& m, const HandlerTable& handlers, const std::set<std::string>& folded) {
   std::ostringstream unsupported;
   int n_unsupported = 0;
   for (const json& node : m.at("nodes")) {
@@ -437,141 +428,217 @@ Graph import_document(const GraphFile& gf, const std::string& path, std::string&
     throw CompileError("the model uses " + std::to_string(n_unsupported) + " unsupported op" +
                        (n_unsupported > 1 ? "s" : "") + ":" + unsupported.str());
   }
+}
 
-  Graph g;
-  Builder b(g);
-  std::unordered_map<std::string, std::vector<Value>> values;
-  auto define = [&](const std::string& name, std::vector<Value> v) {
-    if (!values.emplace(name, std::move(v)).second) {
-      throw CompileError("graph file '" + path + "': the name '" + name + "' is defined twice (" + ctx + ")");
-    }
-  };
-  for (size_t i = 0; i < m["inputs"].size(); ++i) {
-    const json& in = m["inputs"][i];
-    ctx = "inputs[" + std::to_string(i) + "]";
-    const std::string name = in.at("name").get<std::string>();
-    define(name, {g.input(name, parse_type(in, "input '" + name + "'"))});
-  }
-  const uint8_t* data = gf.data;
+// One checked document being built into a graph, step by step in the document's order:
+// inputs, weights (constants, or state inputs), nodes, outputs, state updates. `values` maps
+// each defined name to its values; `ctx` names the part being read, for error messages.
+class DocumentImport {
+ public:
+  DocumentImport(const GraphFile& gf, const std::string& path, std::string& ctx)
+      : gf_(gf), m_(gf.meta), path_(path), ctx_(ctx) {}
+
+  void add_inputs();
+  void add_weights();
+  void add_nodes(const HandlerTable& handlers, const std::map<std::string, const json*>& folds,
+                 const std::set<std::string>& folded);
+  void add_outputs();
+  void add_state_updates();
+  Graph take() { return std::move(g_); }
+
+ private:
+  void define(const std::string& name, std::vector<Value> v);
+  void add_node(const json& node, const HandlerTable& handlers, const std::map<std::string, const json*>& folds,
+                const std::set<std::string>& folded);
+
+  const GraphFile& gf_;
+  const json& m_;
+  const std::string& path_;
+  std::string& ctx_;
+  Graph g_;
+  Builder b_{g_};
+  std::unordered_map<std::string, std::vector<Value>> values_;
   // State (buffers the model updates in place) becomes extra graph inputs after the user's,
-  // and their new values extra outputs after the user's (see StateBinding).
-  std::map<std::string, size_t> state_of;
-  for (size_t i = 0; i < m["weights"].size(); ++i) {
-    const json& w = m["weights"][i];
-    ctx = "weights[" + std::to_string(i) + "]";
+  // and their new values extra outputs after the user's (see StateBinding): name -> index in
+  // g_.states.
+  std::map<std::string, size_t> state_of_;
+};
+
+void DocumentImport::define(const std::string& name, std::vector<Value> v) {
+  if (!values_.emplace(name, std::move(v)).second) {
+    throw CompileError("graph file '" + path_ + "': the name '" + name + "' is defined twice (" + ctx_ + ")");
+  }
+}
+
+void DocumentImport::add_inputs() {
+  for (size_t i = 0; i < m_["inputs"].size(); ++i) {
+    const json& in = m_["inputs"][i];
+    ctx_ = "inputs[" + std::to_string(i) + "]";
+    const std::string name = in.at("name").get<std::string>();
+    define(name, {g_.input(name, parse_type(in, "input '" + name + "'"))});
+  }
+}
+
+void DocumentImport::add_weights() {
+  const uint8_t* data = gf_.data;
+  for (size_t i = 0; i < m_["weights"].size(); ++i) {
+    const json& w = m_["weights"][i];
+    ctx_ = "weights[" + std::to_string(i) + "]";
     const std::string name = w.at("name").get<std::string>();
     ConstantData c;
     c.type = parse_type(w, "weight '" + name + "'");
     c.name = w.value("source", name);
     const uint64_t off = w.at("offset").get<uint64_t>(), nb = w.at("nbytes").get<uint64_t>();
-    if (off > gf.data_length || nb > gf.data_length - off) {
-      throw CompileError("graph file '" + path + "': weight '" + name + "': offset " + std::to_string(off) + " and nbytes " +
-                         std::to_string(nb) + " lie outside the " + std::to_string(gf.data_length) + "-byte data section");
+    if (off > gf_.data_length || nb > gf_.data_length - off) {
+      throw CompileError("graph file '" + path_ + "': weight '" + name + "': offset " + std::to_string(off) + " and nbytes " +
+                         std::to_string(nb) + " lie outside the " + std::to_string(gf_.data_length) + "-byte data section");
     }
     if (static_cast<int64_t>(nb) != c.type.nbytes()) {
-      throw CompileError("graph file '" + path + "': weight '" + name + "': nbytes " + std::to_string(nb) + " but " +
+      throw CompileError("graph file '" + path_ + "': weight '" + name + "': nbytes " + std::to_string(nb) + " but " +
                          c.type.str() + " has " + std::to_string(c.type.nbytes()) + " bytes");
     }
     c.bytes = std::make_shared<const std::vector<uint8_t>>(data + off, data + off + nb);
     if (w.value("kind", std::string()) == "state") {
       StateBinding s;
       s.name = c.name;
-      s.input = static_cast<int32_t>(g.inputs.size());
+      s.input = static_cast<int32_t>(g_.inputs.size());
       s.init = c;
-      define(name, {g.input(c.name, c.type)});
-      state_of[s.name] = g.states.size();
-      g.states.push_back(std::move(s));
+      define(name, {g_.input(c.name, c.type)});
+      state_of_[s.name] = g_.states.size();
+      g_.states.push_back(std::move(s));
       continue;
     }
-    define(name, {g.constant(std::move(c))});
+    define(name, {g_.constant(std::move(c))});
   }
-  for (size_t i = 0; i < m["nodes"].size(); ++i) {
-    const json& node = m["nodes"][i];
-    ctx = "nodes[" + std::to_string(i) + "]";
-    const std::string name = node.at("name").get<std::string>();
-    ctx = "node '" + name + "'";
-    g.set_origin(name, node.value("source", std::string()));
-    Call call(node, b, values);
-    std::vector<Value> outs;
-    if (auto f = folds.find(name); f != folds.end()) call.set_fused(f->second);
-    try {
-      if (folded.count(name)) {
-        // Folded into its convolution: the normalized value is the convolution's output, the
-        // (unused) statistics outputs are zeros of the recorded types.
-        outs.push_back(call.tensor(0, "input"));
-        for (size_t k = 1; k < node.at("outputs").size(); ++k) {
-          const TensorType t = call.out_type(k);
-          outs.push_back(b.full(Scalar::of_int(0), t.dtype, t.shape));
-        }
-      } else {
-        outs = handlers.at(call.target())(call);
-      }
-    } catch (const CompileError& e) {
-      const std::string msg = e.what();
-      if (msg.rfind("node '", 0) == 0) throw;
-      call.fail(msg);
-    } catch (const json::exception& e) {
-      // An argument of the wrong JSON type or a missing field.
-      call.fail(std::string("malformed arguments: ") + e.what());
-    } catch (const std::out_of_range& e) {
-      call.fail(std::string("an argument is out of range: ") + e.what());
-    } catch (const std::length_error& e) {
-      call.fail(std::string("an argument is out of range: ") + e.what());
-    } catch (const std::bad_alloc&) {
-      call.fail("out of memory building this node (are its sizes sane?)");
-    }
-    // The exporter recorded each output's type: the decomposition must agree.
-    if (outs.size() != node.at("outputs").size()) {
-      call.fail("the graph file records " + std::to_string(node.at("outputs").size()) + " outputs, the op has " +
-                std::to_string(outs.size()));
-    }
-    for (size_t k = 0; k < outs.size() && k < node.at("outputs").size(); ++k) {
-      if (node.at("outputs")[k].is_null()) continue;  // a Python scalar (item()): kept as a 0-d tensor
-      const TensorType want = call.out_type(k);
-      if (g.type(outs[k]) != want) {
-        call.fail("internal: lowered output " + std::to_string(k) + " has type " + g.type(outs[k]).str() +
-                  ", PyTorch says " + want.str());
-      }
-    }
-    define(name, std::move(outs));
+}
+
+void DocumentImport::add_nodes(const HandlerTable& handlers, const std::map<std::string, const json*>& folds,
+                               const std::set<std::string>& folded) {
+  for (size_t i = 0; i < m_["nodes"].size(); ++i) {
+    ctx_ = "nodes[" + std::to_string(i) + "]";
+    add_node(m_["nodes"][i], handlers, folds, folded);
   }
-  g.set_origin("", "");
-  ctx = "field 'outputs'";
-  for (const json& o : m.at("outputs")) {
+  g_.set_origin("", "");
+}
+
+// One node through its handler (or, folded into its convolution, as the convolution's
+// output), with the handler's errors turned into messages that name the node, and its
+// outputs checked against the types the exporter recorded.
+void DocumentImport::add_node(const json& node, const HandlerTable& handlers,
+                              const std::map<std::string, const json*>& folds, const std::set<std::string>& folded) {
+  const std::string name = node.at("name").get<std::string>();
+  ctx_ = "node '" + name + "'";
+  g_.set_origin(name, node.value("source", std::string()));
+  Call call(node, b_, values_);
+  std::vector<Value> outs;
+  if (auto f = folds.find(name); f != folds.end()) call.set_fused(f->second);
+  try {
+    if (folded.count(name)) {
+      // Folded into its convolution: the normalized value is the convolution's output, the
+      // (unused) statistics outputs are zeros of the recorded types.
+      outs.push_back(call.tensor(0, "input"));
+      for (size_t k = 1; k < node.at("outputs").size(); ++k) {
+        const TensorType t = call.out_type(k);
+        outs.push_back(b_.full(Scalar::of_int(0), t.dtype, t.shape));
+      }
+    } else {
+      outs = handlers.at(call.target())(call);
+    }
+  } catch (const CompileError& e) {
+    const std::string msg = e.what();
+    if (msg.rfind("node '", 0) == 0) throw;
+    call.fail(msg);
+  } catch (const json::exception& e) {
+    // An argument of the wrong JSON type or a missing field.
+    call.fail(std::string("malformed arguments: ") + e.what());
+  } catch (const std::out_of_range& e) {
+    call.fail(std::string("an argument is out of range: ") + e.what());
+  } catch (const std::length_error& e) {
+    call.fail(std::string("an argument is out of range: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    call.fail("out of memory building this node (are its sizes sane?)");
+  }
+  // The exporter recorded each output's type: the decomposition must agree.
+  if (outs.size() != node.at("outputs").size()) {
+    call.fail("the graph file records " + std::to_string(node.at("outputs").size()) + " outputs, the op has " +
+              std::to_string(outs.size()));
+  }
+  for (size_t k = 0; k < outs.size() && k < node.at("outputs").size(); ++k) {
+    if (node.at("outputs")[k].is_null()) continue;  // a Python scalar (item()): kept as a 0-d tensor
+    const TensorType want = call.out_type(k);
+    if (g_.type(outs[k]) != want) {
+      call.fail("internal: lowered output " + std::to_string(k) + " has type " + g_.type(outs[k]).str() +
+                ", PyTorch says " + want.str());
+    }
+  }
+  define(name, std::move(outs));
+}
+
+void DocumentImport::add_outputs() {
+  ctx_ = "field 'outputs'";
+  for (const json& o : m_.at("outputs")) {
     const std::string r = o.at("ref").get<std::string>();
-    auto it = values.find(r);
-    if (it == values.end()) throw CompileError("graph output refers to unknown value '" + r + "'");
-    g.outputs.push_back(it->second.at(o.value("index", 0)));
+    auto it = values_.find(r);
+    if (it == values_.end()) throw CompileError("graph output refers to unknown value '" + r + "'");
+    g_.outputs.push_back(it->second.at(o.value("index", 0)));
   }
-  ctx = "field 'output_structure'";
-  g.output_structure = m.value("output_structure", std::string("single"));
-  if (g.output_structure != "single" && g.output_structure != "tuple" && g.output_structure != "list") {
-    throw CompileError("graph file '" + path + "': field 'output_structure' is '" + g.output_structure +
+  ctx_ = "field 'output_structure'";
+  g_.output_structure = m_.value("output_structure", std::string("single"));
+  if (g_.output_structure != "single" && g_.output_structure != "tuple" && g_.output_structure != "list") {
+    throw CompileError("graph file '" + path_ + "': field 'output_structure' is '" + g_.output_structure +
                        "', expected 'single', 'tuple' or 'list'");
   }
-  if (g.output_structure == "single" && g.outputs.size() != 1) {
-    throw CompileError("graph file '" + path + "': output_structure 'single' with " + std::to_string(g.outputs.size()) +
+  if (g_.output_structure == "single" && g_.outputs.size() != 1) {
+    throw CompileError("graph file '" + path_ + "': output_structure 'single' with " + std::to_string(g_.outputs.size()) +
                        " outputs");
   }
-  ctx = "field 'state_updates'";
-  if (m.contains("state_updates")) {
-    for (const json& u : m.at("state_updates")) {
-      const std::string st = u.at("state").get<std::string>();
-      auto s = state_of.find(st);
-      if (s == state_of.end()) throw CompileError("graph file '" + path + "': state update of unknown state '" + st + "'");
-      const std::string r = u.at("ref").get<std::string>();
-      auto it = values.find(r);
-      if (it == values.end()) throw CompileError("state update of '" + st + "' refers to unknown value '" + r + "'");
-      const Value v = it->second.at(u.value("index", 0));
-      if (g.type(v) != g.states[s->second].init.type) {
-        throw CompileError("state '" + st + "' is updated with " + g.type(v).str() + " but holds " +
-                           g.states[s->second].init.type.str());
-      }
-      g.states[s->second].output = static_cast<int32_t>(g.outputs.size());
-      g.outputs.push_back(v);
+}
+
+// Each state's new value becomes an extra output after the user's.
+void DocumentImport::add_state_updates() {
+  ctx_ = "field 'state_updates'";
+  if (!m_.contains("state_updates")) return;
+  for (const json& u : m_.at("state_updates")) {
+    const std::string st = u.at("state").get<std::string>();
+    auto s = state_of_.find(st);
+    if (s == state_of_.end()) throw CompileError("graph file '" + path_ + "': state update of unknown state '" + st + "'");
+    const std::string r = u.at("ref").get<std::string>();
+    auto it = values_.find(r);
+    if (it == values_.end()) throw CompileError("state update of '" + st + "' refers to unknown value '" + r + "'");
+    const Value v = it->second.at(u.value("index", 0));
+    if (g_.type(v) != g_.states[s->second].init.type) {
+      throw CompileError("state '" + st + "' is updated with " + g_.type(v).str() + " but holds " +
+                         g_.states[s->second].init.type.str());
     }
+    g_.states[s->second].output = static_cast<int32_t>(g_.outputs.size());
+    g_.outputs.push_back(v);
   }
-  return g;
+}
+
+// Builds the graph from a checked container. `ctx` names the part being read, for the
+// message when the JSON does not have the structure the format specifies.
+Graph import_document(const GraphFile& gf, const std::string& path, std::string& ctx) {
+  const json& m = gf.meta;
+  check_document(m, path, ctx);
+  ctx = "the nodes' arguments";
+  const HandlerTable& handlers = aten_handlers();
+
+  std::set<std::string> weight_names;
+  for (const json& w : m.at("weights")) {
+    if (w.value("kind", std::string()) != "state") weight_names.insert(w.at("name").get<std::string>());
+  }
+  const std::map<std::string, const json*> folds = conv_bn_folds(m, weight_names);
+  std::set<std::string> folded;
+  for (const auto& [conv, bn] : folds) folded.insert(bn->at("name").get<std::string>());
+  check_supported(m, handlers, folded);
+
+  DocumentImport doc(gf, path, ctx);
+  doc.add_inputs();
+  doc.add_weights();
+  doc.add_nodes(handlers, folds, folded);
+  doc.add_outputs();
+  doc.add_state_updates();
+  return doc.take();
 }
 
 }  // namespace
