@@ -106,6 +106,310 @@ bool compiler_is_gcc(const std::string& cxx) {
   return gcc;
 }
 
+// The compiler and the flags of one build. Every compile runs `cxx` + `flags`; the link runs
+// `cxx` + `env_flags` + "-shared -o <library>" + the objects + `libs`.
+struct Toolchain {
+  std::string cxx;
+  std::vector<std::string> flags;
+  std::vector<std::string> env_flags;  // $CHROMA_EXTRA_CXXFLAGS: also on the link line
+  std::vector<std::string> libs;       // the libraries and the link flags, last on the link line
+
+  // The whole command (the manifest's, and part of the library's cache key).
+  std::string command() const { return cxx + " " + join(flags) + " " + join(libs); }
+  // What an object depends on: the libraries do not change objects.
+  std::string compile_command() const { return cxx + " " + join(flags); }
+};
+
+Toolchain toolchain(const BuildOptions& opts) {
+  Toolchain tc;
+  tc.cxx = opts.compiler;
+  if (const char* env = std::getenv("CXX"); env && *env && opts.compiler == "c++") tc.cxx = env;
+  // -fvect-cost-model=cheap: -O2's default ("very cheap") leaves fused loops with a strided
+  // operand scalar (a SwiGLU over interleaved halves, for one: bench/results/README.md). It changes
+  // no result: float reductions are never reassociated without -ffast-math.
+  // -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
+  // keeps a select whose one side divides (erf, tanh, log1p in chroma/cpu/scalar.h) as a branch,
+  // which leaves the loop scalar (bench/results/README.md). It changes no value: no reassociation,
+  // no contraction.
+  tc.flags = {"-std=c++20",       "-O2", "-fvect-cost-model=cheap", "-fPIC", "-fvisibility=hidden",
+              "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-march=native", "-w",
+              "-I" + opts.include_dir};
+  if (!opts.python_include.empty()) {
+    tc.flags.push_back("-DCHROMA_WITH_PYTHON=1");
+    tc.flags.push_back("-I" + opts.python_include);
+  }
+  tc.flags.insert(tc.flags.end(), opts.extra_flags.begin(), opts.extra_flags.end());
+  for (const std::string& d : opts.header_dirs) tc.flags.push_back("-I" + d);
+  // $CHROMA_EXTRA_CXXFLAGS (space-separated) is appended to the compile and link commands:
+  // scripts/sanitize.sh builds the generated code with ASan and UBSan this way. The flags are
+  // part of the command, hence of the cache key.
+  if (const char* extra = std::getenv("CHROMA_EXTRA_CXXFLAGS")) {
+    std::istringstream in(extra);
+    for (std::string f; in >> f;) tc.env_flags.push_back(f);
+  }
+  tc.flags.insert(tc.flags.end(), tc.env_flags.begin(), tc.env_flags.end());
+  if (opts.blas) tc.libs.push_back("-lopenblas");
+  if (opts.dnnl) tc.libs.insert(tc.libs.end(), {"-ldnnl", "-lgomp"});
+  if (opts.crypto) tc.libs.push_back("-lcrypto");  // chroma/detail/sha256.h
+  tc.libs.insert(tc.libs.end(), opts.link_flags.begin(), opts.link_flags.end());
+  return tc;
+}
+
+// Every header a unit can include: the extra header directories' (metal-cpp's) and the
+// runtime's. Both cache keys (the library's and each object's) cover them.
+std::string headers_key(const BuildOptions& opts) {
+  std::string hd;
+  for (const std::string& d : opts.header_dirs) hd += headers_digest(d);
+  // Objects were cached without the extra directories' headers before: a library linked from
+  // such an object may sit in a cache under the key a correct build now has. "v2" moves these
+  // builds (metal-cpp's) to new keys.
+  if (!opts.header_dirs.empty()) hd += "objects-v2";
+  hd += headers_digest(opts.include_dir);
+  return hd;
+}
+
+// The library's cache key: every source file (name and contents), the command, the headers.
+std::string library_key(const std::vector<std::pair<std::string, std::string>>& files, const std::string& cmd,
+                        const std::string& hd) {
+  chroma::detail::Sha256 key;
+  for (const auto& [name, body] : files) {
+    key.update(name.data(), name.size());
+    key.update(body.data(), body.size());
+  }
+  key.update(cmd.data(), cmd.size());
+  key.update(hd.data(), hd.size());
+  return key.hex_digest();
+}
+
+// Copies `from` to `to` through a temporary file and a rename: a new inode, so a process
+// that has the old library loaded keeps its mapping intact and a later dlopen of this path
+// loads the new file. Throws when the copy fails.
+void copy_by_rename(const fs::path& from, const std::string& to) {
+  const std::string tmp = to + unique_suffix();
+  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing);
+  fs::rename(tmp, to);
+}
+
+// One source file to compile: into `obj`, then stored at `cached_obj` ("" when not caching).
+struct Unit {
+  std::string name, src, obj, cached_obj;
+  bool pch = false;  // includes the precompiled header
+};
+
+// What the compile step has to do: the units whose objects are not in the object cache
+// (those that do not use the precompiled header first), and every object the link takes, in
+// the files' order (cached ones linked in place: cache entries are only ever replaced by
+// rename).
+struct UnitPlan {
+  std::vector<Unit> units;
+  std::vector<std::string> objects;
+  bool any_pch_user = false;
+};
+
+// Object files are cached by content too (source, command, headers): the files that are the
+// same for every model (host.cpp, dnnl.cpp) compile once per command, and so does the
+// precompiled kernel header.
+UnitPlan plan_units(const std::vector<std::pair<std::string, std::string>>& files, const std::string& src_dir,
+                    const fs::path& obj_dir, const fs::path& obj_cache, const std::string& compile_cmd,
+                    const std::string& hd, const std::string& pch_header) {
+  auto object_key = [&](const std::string& body) {
+    chroma::detail::Sha256 h;
+    h.update(compile_cmd.data(), compile_cmd.size());
+    h.update(hd.data(), hd.size());
+    h.update(body.data(), body.size());
+    return h.hex_digest();
+  };
+  const std::string pch_include = "#include \"" + pch_header + "\"";
+  auto uses_pch = [&](const std::string& body) { return !pch_header.empty() && body.find(pch_include) != std::string::npos; };
+  UnitPlan p;
+  for (const auto& [name, body] : files) {
+    Unit u;
+    u.name = name;
+    u.src = (fs::path(src_dir) / name).string();
+    u.obj = (obj_dir / (name + ".o")).string();
+    if (!obj_cache.empty()) {
+      const fs::path c = obj_cache / (object_key(body) + ".o");
+      if (fs::exists(c)) {
+        p.objects.push_back(c.string());
+        continue;
+      }
+      u.cached_obj = c.string();
+    }
+    u.pch = uses_pch(body);
+    p.any_pch_user = p.any_pch_user || u.pch;
+    p.objects.push_back(u.obj);
+    p.units.push_back(std::move(u));
+  }
+  // Files that do not use the precompiled header go first, next to the header's own compile.
+  std::stable_partition(p.units.begin(), p.units.end(), [](const Unit& u) { return !u.pch; });
+  return p;
+}
+
+// The precompiled header: <cache>/build/pch/<key>/<header>.gch, found by GCC through a -I
+// ahead of the header library's (GCC looks for "<header>.gch" in each include directory
+// before the header itself, and skips one it cannot use, so a stale or foreign file only
+// costs the time it saves). `dir` is empty when there is none; `pending`: it is to be built.
+struct Pch {
+  fs::path dir, file;
+  bool pending = false;
+};
+
+Pch pch_location(bool any_pch_user, const BuildOptions& opts, const Toolchain& tc, const std::string& hd) {
+  Pch p;
+  if (any_pch_user && !opts.cache_dir.empty() && compiler_is_gcc(tc.cxx) && !std::getenv("CHROMA_NO_PCH")) {
+    const std::string compile_cmd = tc.compile_command();
+    chroma::detail::Sha256 h;
+    h.update(compile_cmd.data(), compile_cmd.size());
+    h.update(hd.data(), hd.size());
+    p.dir = fs::path(opts.cache_dir) / "build" / "pch" / h.hex_digest().substr(0, 24);
+    p.file = p.dir / (opts.pch_header + ".gch");
+    p.pending = !fs::exists(p.file);
+  }
+  return p;
+}
+
+// The compile step: each unit in its own compiler process, at most `jobs` at a time, the
+// precompiled header (when pending) first; units that use it wait until it is done (without
+// it they still compile, only slower). Each finished object goes into the object cache, each
+// process's wall time into `steps`. No new unit starts after a failure; run() throws the
+// first failure's log once the running ones are reaped. Logs are written under `obj_dir`.
+class CompileQueue {
+ public:
+  CompileQueue(const Toolchain& tc, const BuildOptions& opts, const fs::path& obj_dir, const fs::path& obj_cache,
+               const std::vector<Unit>& units, Pch pch, std::vector<std::pair<std::string, double>>& steps)
+      : tc_(tc), opts_(opts), obj_dir_(obj_dir), obj_cache_(obj_cache), units_(units), pch_(std::move(pch)),
+        steps_(steps) {}
+
+  void run(int jobs, bool tty);
+
+ private:
+  void start_pch();
+  void start(size_t unit);
+  void finish(size_t i, int status, bool tty);
+  void wait_one(bool tty);
+
+  const Toolchain& tc_;
+  const BuildOptions& opts_;
+  const fs::path obj_dir_, obj_cache_;
+  const std::vector<Unit>& units_;
+  Pch pch_;
+  std::vector<std::pair<std::string, double>>& steps_;
+  std::vector<Job> running_;
+  size_t done_ = 0;
+  std::string failure_;
+  std::string pch_tmp_;
+};
+
+void CompileQueue::run(int jobs, bool tty) {
+  if (pch_.pending) start_pch();
+  size_t next = 0;
+  while (next < units_.size() || !running_.empty()) {
+    while (next < units_.size() && static_cast<int>(running_.size()) < jobs && failure_.empty() &&
+           !(units_[next].pch && pch_.pending)) {
+      start(next);
+      ++next;
+    }
+    if (running_.empty()) break;
+    wait_one(tty);
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  if (!failure_.empty()) throw CompileError("building the generated code: " + failure_);
+}
+
+void CompileQueue::start_pch() {
+  std::error_code ec;
+  fs::create_directories(pch_.file.parent_path(), ec);
+  pch_tmp_ = pch_.file.string() + unique_suffix();
+  std::vector<std::string> argv = {tc_.cxx};
+  argv.insert(argv.end(), tc_.flags.begin(), tc_.flags.end());
+  argv.insert(argv.end(), {"-x", "c++-header", (fs::path(opts_.include_dir) / opts_.pch_header).string(), "-o", pch_tmp_});
+  Job j;
+  j.name = opts_.pch_header;
+  j.log = (obj_dir_ / "pch.log").string();
+  j.pid = spawn(argv, j.log);
+  j.unit = -1;
+  running_.push_back(j);
+}
+
+void CompileQueue::start(size_t unit) {
+  const Unit& u = units_[unit];
+  std::vector<std::string> argv = {tc_.cxx};
+  if (u.pch && !pch_.dir.empty() && fs::exists(pch_.file)) argv.push_back("-I" + pch_.dir.string());
+  argv.insert(argv.end(), tc_.flags.begin(), tc_.flags.end());
+  argv.insert(argv.end(), {"-c", u.src, "-o", u.obj});
+  Job j;
+  j.name = u.name;
+  j.log = (obj_dir_ / (u.name + ".log")).string();
+  j.pid = spawn(argv, j.log);
+  j.unit = static_cast<int>(unit);
+  running_.push_back(j);
+}
+
+void CompileQueue::finish(size_t i, int status, bool tty) {
+  const bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  Job j = running_[i];
+  running_.erase(running_.begin() + static_cast<long>(i));
+  steps_.emplace_back(j.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - j.start).count());
+  if (j.unit < 0) {  // the precompiled header: without it the files still compile, only slower
+    std::error_code ec;
+    if (ok) fs::rename(pch_tmp_, pch_.file, ec);
+    if (!ok || ec) fs::remove(pch_tmp_, ec);
+    pch_.pending = false;
+    return;
+  }
+  const Unit& u = units_[static_cast<size_t>(j.unit)];
+  ++done_;
+  if (!ok && failure_.empty()) failure_ = "compiling " + u.name + " failed:\n" + read_text(j.log);
+  if (ok && !u.cached_obj.empty()) {
+    std::error_code ec;
+    fs::create_directories(obj_cache_, ec);
+    const std::string tmp = u.cached_obj + unique_suffix();
+    fs::copy_file(u.obj, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(tmp, u.cached_obj, ec);
+    if (ec) fs::remove(tmp, ec);
+  }
+  if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done_, units_.size(), u.name.c_str());
+}
+
+// Reaps one of this build's own compiler processes (never another child of the process: a
+// second build in another thread, or the user's own subprocesses).
+void CompileQueue::wait_one(bool tty) {
+  int status = 0;
+  for (;;) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      const pid_t pid = ::waitpid(running_[i].pid, &status, WNOHANG);
+      if (pid == 0) continue;
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid < 0) status = -1;  // lost (ECHILD: someone reaped it): count it as failed
+      finish(i, status, tty);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// Links `objects` into `library_path` (through a temporary file and a rename), its wall time
+// into `steps`; throws with the linker's log when it fails.
+void link_library(const Toolchain& tc, const std::vector<std::string>& objects, const std::string& library_path,
+                  const fs::path& obj_dir, std::vector<std::pair<std::string, double>>& steps) {
+  std::vector<std::string> argv = {tc.cxx};
+  argv.insert(argv.end(), tc.env_flags.begin(), tc.env_flags.end());
+  argv.insert(argv.end(), {"-shared", "-o"});
+  const std::string tmp_lib = library_path + unique_suffix();
+  argv.push_back(tmp_lib);
+  argv.insert(argv.end(), objects.begin(), objects.end());
+  argv.insert(argv.end(), tc.libs.begin(), tc.libs.end());
+  const std::string log = (obj_dir / "link.log").string();
+  const auto link_start = std::chrono::steady_clock::now();
+  pid_t pid = spawn(argv, log);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  steps.emplace_back("link", std::chrono::duration<double>(std::chrono::steady_clock::now() - link_start).count());
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) throw CompileError("linking the generated code failed:\n" + read_text(log));
+  fs::rename(tmp_lib, library_path);
+}
+
 }  // namespace
 
 std::string unique_suffix() {
@@ -119,60 +423,10 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
                           const std::string& out_dir, const BuildOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   BuildResult r;
-  std::string cxx = opts.compiler;
-  if (const char* env = std::getenv("CXX"); env && *env && opts.compiler == "c++") cxx = env;
-  // -fvect-cost-model=cheap: -O2's default ("very cheap") leaves fused loops with a strided
-  // operand scalar (a SwiGLU over interleaved halves, for one: bench/results/README.md). It changes
-  // no result: float reductions are never reassociated without -ffast-math.
-  // -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
-  // keeps a select whose one side divides (erf, tanh, log1p in chroma/cpu/scalar.h) as a branch,
-  // which leaves the loop scalar (bench/results/README.md). It changes no value: no reassociation,
-  // no contraction.
-  std::vector<std::string> flags = {"-std=c++20",       "-O2", "-fvect-cost-model=cheap", "-fPIC", "-fvisibility=hidden",
-                                    "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-march=native", "-w",
-                                    "-I" + opts.include_dir};
-  if (!opts.python_include.empty()) {
-    flags.push_back("-DCHROMA_WITH_PYTHON=1");
-    flags.push_back("-I" + opts.python_include);
-  }
-  flags.insert(flags.end(), opts.extra_flags.begin(), opts.extra_flags.end());
-  for (const std::string& d : opts.header_dirs) flags.push_back("-I" + d);
-  // $CHROMA_EXTRA_CXXFLAGS (space-separated) is appended to the compile and link commands:
-  // scripts/sanitize.sh builds the generated code with ASan and UBSan this way. The flags are
-  // part of the command, hence of the cache key.
-  std::vector<std::string> env_flags;
-  if (const char* extra = std::getenv("CHROMA_EXTRA_CXXFLAGS")) {
-    std::istringstream in(extra);
-    for (std::string f; in >> f;) env_flags.push_back(f);
-  }
-  flags.insert(flags.end(), env_flags.begin(), env_flags.end());
-  std::vector<std::string> link = {cxx, "-shared", "-o"};
-  link.insert(link.begin() + 1, env_flags.begin(), env_flags.end());
-
-  chroma::detail::Sha256 key;
-  for (const auto& [name, body] : files) {
-    key.update(name.data(), name.size());
-    key.update(body.data(), body.size());
-  }
-  std::vector<std::string> libs;
-  if (opts.blas) libs.push_back("-lopenblas");
-  if (opts.dnnl) libs.insert(libs.end(), {"-ldnnl", "-lgomp"});
-  if (opts.crypto) libs.push_back("-lcrypto");  // chroma/detail/sha256.h
-  libs.insert(libs.end(), opts.link_flags.begin(), opts.link_flags.end());
-  const std::string cmd = cxx + " " + join(flags) + " " + join(libs);
-  key.update(cmd.data(), cmd.size());
-  // Every header a unit can include: the extra header directories' (metal-cpp's) and the
-  // runtime's. Both keys below (the library's and each object's) cover them.
-  std::string hd;
-  for (const std::string& d : opts.header_dirs) hd += headers_digest(d);
-  // Objects were cached without the extra directories' headers before: a library linked from
-  // such an object may sit in a cache under the key a correct build now has. "v2" moves these
-  // builds (metal-cpp's) to new keys.
-  if (!opts.header_dirs.empty()) hd += "objects-v2";
-  hd += headers_digest(opts.include_dir);
-  key.update(hd.data(), hd.size());
-  r.cache_key = key.hex_digest();
-  r.command = cmd;
+  const Toolchain tc = toolchain(opts);
+  const std::string hd = headers_key(opts);
+  r.command = tc.command();
+  r.cache_key = library_key(files, r.command, hd);
   // Named by content: the dynamic loader hands back an already loaded library for a path it
   // has seen, so recompiling another model into the same directory must give a new name.
   r.library_file = "model-" + r.cache_key.substr(0, 16) + ".so";
@@ -183,11 +437,7 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
   if (!opts.cache_dir.empty()) {
     cached = fs::path(opts.cache_dir) / "build" / (r.cache_key + ".so");
     if (fs::exists(cached)) {
-      // Copy then rename: a new inode, so a process that has the old library loaded keeps
-      // its mapping intact and a later dlopen of this path loads the new file.
-      const std::string tmp = r.library_path + unique_suffix();
-      fs::copy_file(cached, tmp, fs::copy_options::overwrite_existing);
-      fs::rename(tmp, r.library_path);
+      copy_by_rename(cached, r.library_path);
       r.cached = true;
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return r;
@@ -196,159 +446,12 @@ BuildResult build_library(const std::vector<std::pair<std::string, std::string>>
 
   const fs::path obj_dir = fs::path(out_dir) / (".build" + unique_suffix());
   fs::create_directories(obj_dir);
-  // Object files are cached by content too (source, command, headers): the files that are
-  // the same for every model (host.cpp, dnnl.cpp) compile once per command, and so does the
-  // precompiled kernel header.
   const fs::path obj_cache = opts.cache_dir.empty() ? fs::path() : fs::path(opts.cache_dir) / "build" / "obj";
-  const std::string compile_cmd = cxx + " " + join(flags);  // the libraries do not change objects
-  auto object_key = [&](const std::string& body) {
-    chroma::detail::Sha256 h;
-    h.update(compile_cmd.data(), compile_cmd.size());
-    h.update(hd.data(), hd.size());
-    h.update(body.data(), body.size());
-    return h.hex_digest();
-  };
-  const std::string pch_include = "#include \"" + opts.pch_header + "\"";
-  auto uses_pch = [&](const std::string& body) { return !opts.pch_header.empty() && body.find(pch_include) != std::string::npos; };
-
-  struct Unit {
-    std::string name, src, obj, cached_obj;  // cached_obj: where to store it ("" when not caching)
-    bool pch = false;
-  };
-  std::vector<Unit> units;
-  std::vector<std::string> objects;
-  bool any_pch_user = false;
-  for (const auto& [name, body] : files) {
-    Unit u;
-    u.name = name;
-    u.src = (fs::path(src_dir) / name).string();
-    u.obj = (obj_dir / (name + ".o")).string();
-    if (!obj_cache.empty()) {
-      const fs::path c = obj_cache / (object_key(body) + ".o");
-      if (fs::exists(c)) {
-        objects.push_back(c.string());  // linked in place: cache entries are only ever replaced by rename
-        continue;
-      }
-      u.cached_obj = c.string();
-    }
-    u.pch = uses_pch(body);
-    any_pch_user = any_pch_user || u.pch;
-    objects.push_back(u.obj);
-    units.push_back(std::move(u));
-  }
-  // Files that do not use the precompiled header go first, next to the header's own compile.
-  std::stable_partition(units.begin(), units.end(), [](const Unit& u) { return !u.pch; });
-
-  // The precompiled header: <cache>/build/pch/<key>/<header>.gch, found by GCC through a -I
-  // ahead of the header library's (GCC looks for "<header>.gch" in each include directory
-  // before the header itself, and skips one it cannot use, so a stale or foreign file only
-  // costs the time it saves).
-  fs::path pch_dir, pch_file;
-  bool pch_pending = false;
-  if (any_pch_user && !opts.cache_dir.empty() && compiler_is_gcc(cxx) && !std::getenv("CHROMA_NO_PCH")) {
-    chroma::detail::Sha256 h;
-    h.update(compile_cmd.data(), compile_cmd.size());
-    h.update(hd.data(), hd.size());
-    pch_dir = fs::path(opts.cache_dir) / "build" / "pch" / h.hex_digest().substr(0, 24);
-    pch_file = pch_dir / (opts.pch_header + ".gch");
-    pch_pending = !fs::exists(pch_file);
-  }
-
-  int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<Job> running;
-  size_t next = 0, done = 0;
-  std::string failure;
-  std::string pch_tmp;
-  auto finish = [&](size_t i, int status) {
-    const bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    Job j = running[i];
-    running.erase(running.begin() + static_cast<long>(i));
-    r.steps.emplace_back(j.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - j.start).count());
-    if (j.unit < 0) {  // the precompiled header: without it the files still compile, only slower
-      std::error_code ec;
-      if (ok) fs::rename(pch_tmp, pch_file, ec);
-      if (!ok || ec) fs::remove(pch_tmp, ec);
-      pch_pending = false;
-      return;
-    }
-    const Unit& u = units[static_cast<size_t>(j.unit)];
-    ++done;
-    if (!ok && failure.empty()) failure = "compiling " + u.name + " failed:\n" + read_text(j.log);
-    if (ok && !u.cached_obj.empty()) {
-      std::error_code ec;
-      fs::create_directories(obj_cache, ec);
-      const std::string tmp = u.cached_obj + unique_suffix();
-      fs::copy_file(u.obj, tmp, fs::copy_options::overwrite_existing, ec);
-      if (!ec) fs::rename(tmp, u.cached_obj, ec);
-      if (ec) fs::remove(tmp, ec);
-    }
-    if (tty) std::fprintf(stderr, "\r[chroma] compiled %zu/%zu %-24s", done, units.size(), u.name.c_str());
-  };
-  // Reaps one of this build's own compiler processes (never another child of the process:
-  // a second build in another thread, or the user's own subprocesses).
-  auto wait_one = [&]() {
-    int status = 0;
-    for (;;) {
-      for (size_t i = 0; i < running.size(); ++i) {
-        const pid_t pid = ::waitpid(running[i].pid, &status, WNOHANG);
-        if (pid == 0) continue;
-        if (pid < 0 && errno == EINTR) continue;
-        if (pid < 0) status = -1;  // lost (ECHILD: someone reaped it): count it as failed
-        finish(i, status);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  };
-  if (pch_pending) {
-    std::error_code ec;
-    fs::create_directories(pch_file.parent_path(), ec);
-    pch_tmp = pch_file.string() + unique_suffix();
-    std::vector<std::string> argv = {cxx};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.insert(argv.end(), {"-x", "c++-header", (fs::path(opts.include_dir) / opts.pch_header).string(), "-o", pch_tmp});
-    Job j;
-    j.name = opts.pch_header;
-    j.log = (obj_dir / "pch.log").string();
-    j.pid = spawn(argv, j.log);
-    j.unit = -1;
-    running.push_back(j);
-  }
-  while (next < units.size() || !running.empty()) {
-    while (next < units.size() && static_cast<int>(running.size()) < jobs && failure.empty() &&
-           !(units[next].pch && pch_pending)) {
-      const Unit& u = units[next];
-      std::vector<std::string> argv = {cxx};
-      if (u.pch && !pch_dir.empty() && fs::exists(pch_file)) argv.push_back("-I" + pch_dir.string());
-      argv.insert(argv.end(), flags.begin(), flags.end());
-      argv.insert(argv.end(), {"-c", u.src, "-o", u.obj});
-      Job j;
-      j.name = u.name;
-      j.log = (obj_dir / (u.name + ".log")).string();
-      j.pid = spawn(argv, j.log);
-      j.unit = static_cast<int>(next);
-      running.push_back(j);
-      ++next;
-    }
-    if (running.empty()) break;
-    wait_one();
-  }
-  if (tty) std::fprintf(stderr, "\n");
-  if (!failure.empty()) throw CompileError("building the generated code: " + failure);
-  std::vector<std::string> argv = link;
-  const std::string tmp_lib = r.library_path + unique_suffix();
-  argv.push_back(tmp_lib);
-  argv.insert(argv.end(), objects.begin(), objects.end());
-  argv.insert(argv.end(), libs.begin(), libs.end());
-  const std::string log = (obj_dir / "link.log").string();
-  const auto link_start = std::chrono::steady_clock::now();
-  pid_t pid = spawn(argv, log);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.steps.emplace_back("link", std::chrono::duration<double>(std::chrono::steady_clock::now() - link_start).count());
-  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) throw CompileError("linking the generated code failed:\n" + read_text(log));
-  fs::rename(tmp_lib, r.library_path);
+  const UnitPlan plan = plan_units(files, src_dir, obj_dir, obj_cache, tc.compile_command(), hd, opts.pch_header);
+  const int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CompileQueue(tc, opts, obj_dir, obj_cache, plan.units, pch_location(plan.any_pch_user, opts, tc, hd), r.steps)
+      .run(jobs, tty);
+  link_library(tc, plan.objects, r.library_path, obj_dir, r.steps);
   fs::remove_all(obj_dir);
   if (!cached.empty()) {
     std::error_code ec;
