@@ -1,7 +1,7 @@
-"""The rest of the core ATen opset (src/import/aten_misc.cpp): scans, sort, scatters,
-strided views, fills, masked_scatter, embedding_bag, cdist/pdist, fold/unfold (indexing
-with several index tensors), grid_sample, and the ops refused by design (random numbers,
-data-dependent shapes, complex numbers).
+"""The rest of the core ATen opset (src/import/aten_misc.cpp, aten_scatter.cpp,
+aten_sampling.cpp): scans, sort, scatters, strided views, fills, masked_scatter,
+embedding_bag, cdist/pdist, fold/unfold (indexing with several index tensors), grid_sample,
+and the ops refused by design (random numbers, data-dependent shapes, complex numbers).
 
 Every test compiles with Chroma and compares with eager PyTorch at rtol=atol=1e-5 unless
 it says why not; integer and bool outputs must match exactly.
