@@ -96,6 +96,237 @@ __attribute__((always_inline)) inline void panel_blocks(int64_t w0, int64_t w1, 
   }
 }
 
+// A product's operands, as gemm_quant takes them, and its work items (`work`: batches x
+// panels); `pool` is null when the product runs on the calling thread.
+struct QuantProduct {
+  const float* A;
+  const int64_t* a_off;
+  int64_t sar, sac;
+  const uint8_t* Bq;
+  const int64_t* b_off;
+  float* C;
+  const int64_t* c_off;
+  int64_t ldc, batches, work;
+  rt::ThreadPool* pool;
+};
+
+// Runs range(w0, w1) over the work items [0, q.work): split over q.pool's threads, or here.
+template <class Range>
+inline void run_items(const QuantProduct& q, Range&& range) {
+  if (q.pool) {
+    q.pool->parallel_for(q.work, range);
+  } else {
+    range(0, q.work);
+  }
+}
+
+
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+// AMX tiles, rows in blocks of up to 16 (gemm_quant: from 2 rows), two panels at once where
+// they can; the activations rounded to bfloat16 once per call.
+template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void amx_product(const QuantProduct& q) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  constexpr int64_t kPanelBytes = panel_bytes<F, K>();
+  constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+  const float* A = q.A;
+  const int64_t *a_off = q.a_off, *b_off = q.b_off, *c_off = q.c_off;
+  const int64_t sar = q.sar, sac = q.sac, ldc = q.ldc, batches = q.batches;
+  const uint8_t* Bq = q.Bq;
+  float* C = q.C;
+  constexpr int R = M < 16 ? static_cast<int>(M) : 16;
+  // A result of 4 MB or more (the logits) is streamed to memory (amx_panel).
+  constexpr bool kStream = BATCH * M * N * 4 >= (int64_t{4} << 20);
+  constexpr int64_t MP = (M + R - 1) / R * R;
+  thread_local Activations<K> x;
+  x.resize(BATCH * MP, F == kQ8);
+  for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * MP, F == kQ8);
+  // Pointers, not the thread_local itself: a worker naming `x` would see its own.
+  const uint32_t* pairs = x.pairs.data();
+  const uint32_t* pairs16 = F == kQ8 ? x.pairs16.data() : nullptr;
+  const float* sums = x.sums.data();
+  run_items(q, [&](int64_t w0, int64_t w1) {
+    alignas(64) uint16_t wb[2 * 2048];
+    alignas(64) float cb[2 * 16 * kPanel];
+    amx_configure(R);
+    for (int64_t w = w0; w < w1;) {
+      const int64_t b = w / P, p = w % P;
+      const uint32_t* xp = pairs + b * MP * kPairs;
+      const uint32_t* xp16 = pairs16 ? pairs16 + b * MP * kPairs : nullptr;
+      const float* sb = sums + b * MP * kGroups;
+      const uint8_t* src = Bq + b_off[b] + p * kPanelBytes;
+      float* dst = C + c_off[b] + p * kPanel;
+      // Two panels at once (their tiles overlap in the AMX unit) while both lie in this range.
+      if constexpr (M <= 8) {
+        if (w + 1 < w1 && p + 1 < P) {
+          amx_panels<F, M, R, K, 2>(xp, xp16, sb, src, dst, ldc, N - p * kPanel, wb, cb, kStream);
+          w += 2;
+          continue;
+        }
+      }
+      amx_panels<F, M, R, K, 1>(xp, xp16, sb, src, dst, ldc, N - p * kPanel, wb, cb, kStream);
+      w += 1;
+    }
+    _tile_release();
+    if (kStream) _mm_sfence();  // the streamed stores are visible before the range is done
+  });
+}
+#endif
+
+#if defined(CHROMA_QUANT_INT8_KERNELS) || defined(CHROMA_QUANT_INT8_AVX2)
+// q4 and q6 with int8 activations, quantized once per call: vpdpbusd (AVX512-VNNI), rows in
+// blocks of 8, or vpmaddubsw (AVX2), rows in blocks of 4.
+template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void int8_product(const QuantProduct& q) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  constexpr int64_t kPanelBytes = panel_bytes<F, K>();
+  constexpr int64_t kGroups = Activations<K>::kGroups;
+  const float* A = q.A;
+  const int64_t *a_off = q.a_off, *b_off = q.b_off, *c_off = q.c_off;
+  const int64_t sar = q.sar, sac = q.sac, ldc = q.ldc, batches = q.batches;
+  const int64_t work = q.work;
+  const uint8_t* Bq = q.Bq;
+  float* C = q.C;
+  thread_local Activations8<K> x;
+  x.resize(BATCH * M);
+  for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
+  const float* scales = x.scales.data();
+  const float* sums = x.sums.data();
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+  constexpr int64_t kWords = Activations8<K>::kQuads;  // a row's activations: quads (vpdpbusd)
+  const uint32_t* words = x.quads.data();
+  constexpr int kBlock = 8;
+#else
+  constexpr int64_t kWords = 2 * Activations8<K>::kQuads;  // pairs, each twice (vpmaddubsw)
+  const uint32_t* words = x.pairs.data();
+  constexpr int kBlock = 4;
+#endif
+#if defined(CHROMA_QUANT_INT8_AVX2)
+  // q6 with more than two blocks of rows: each panel decoded once, every block reading
+  // that (faster from 16 rows on; at 8 rows, and for q4 whose steps take 3 instructions
+  // to decode, no gain: the decoding the kernel does runs beside its multiplies, the
+  // panel's own pass does not; figures: bench/results/README.md).
+  if constexpr (F == kQ6 && M > 2 * kBlock) {
+    run_items(q, [&](int64_t w0, int64_t w1) {
+      thread_local std::vector<uint8_t> dec;
+      if (dec.size() < static_cast<size_t>(decoded_panel_bytes<K>())) dec.resize(static_cast<size_t>(decoded_panel_bytes<K>()));
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t b = w / P, p = w % P;
+        decode_panel_int8_avx2<F, K>(Bq + b_off[b] + p * kPanelBytes, dec.data());
+        panel_blocks<M, P, kBlock>(w, w + 1, [&](auto mr, int64_t, int64_t, int64_t r0) {
+          const int64_t row = b * M + r0;
+          int8_panel_avx2<F, decltype(mr)::value, K, true>(words + row * kWords, scales + row * kGroups,
+                                                           sums + row * kGroups, dec.data(),
+                                                           C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
+        });
+      }
+    });
+    return;
+  }
+#endif
+  auto range = [&](auto stream, int64_t w0, int64_t w1) {
+    (void)stream;
+    panel_blocks<M, P, kBlock>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+      const int64_t row = b * M + r0;
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+      int8_panel<F, decltype(mr)::value, K>(
+#else
+      int8_panel_avx2<F, decltype(mr)::value, K, false, decltype(stream)::value>(
+#endif
+          words + row * kWords, scales + row * kGroups, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
+          C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
+    });
+  };
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+  constexpr bool kStreams = false;  // the AVX-512 kernels keep T0 (docs/cpu_kernels.md, "Streamed weights")
+#else
+  constexpr bool kStreams = M <= kBlock;
+#endif
+  run_streamed<BATCH, P * kPanelBytes, kStreams>(range, work, b_off, batches, q.pool);
+}
+#endif
+
+#if defined(CHROMA_QUANT_BF16_KERNELS)
+// vdpbf16ps against the activations rounded once per call to bfloat16, rows in blocks of 8.
+template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void bf16_product(const QuantProduct& q) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  constexpr int64_t kPanelBytes = panel_bytes<F, K>();
+  constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+  const float* A = q.A;
+  const int64_t *a_off = q.a_off, *b_off = q.b_off, *c_off = q.c_off;
+  const int64_t sar = q.sar, sac = q.sac, ldc = q.ldc, batches = q.batches;
+  const uint8_t* Bq = q.Bq;
+  float* C = q.C;
+  thread_local Activations<K> x;
+  x.resize(BATCH * M, false);
+  for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * M, false);
+  const uint32_t* pairs = x.pairs.data();
+  const float* sums = x.sums.data();
+  run_items(q, [&](int64_t w0, int64_t w1) {
+    panel_blocks<M, P>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+      const int64_t row = b * M + r0;
+      bf16_panel<F, decltype(mr)::value, K>(pairs + row * kPairs, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
+                                            C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
+    });
+  });
+}
+#endif
+
+#if defined(CHROMA_QUANT_FP32_AVX2) && !defined(CHROMA_QUANT_BF16_KERNELS)
+// Without AVX512-BF16 (AVX2, or AVX-512 without it), few rows: float32 decoded in registers
+// (q8 and bf16 weights at any setting, q4 and q6 where it is "fp32" or no int8 kernel
+// runs), each block of 4 rows decoding the panel again from the cache; more rows: each
+// panel decoded once into the buffer serves every row. Where the two cross depends on
+// what a step costs to decode (bfloat16: a shift; q6: two loads and six shifts); kRegRows
+// is where they crossed when measured (bench/results/README.md).
+template <int F>
+inline constexpr int64_t kRegRows = (F == kBF16 || F == kQ8) ? 16 : (F == kQ4 ? 8 : 4);
+
+// Up to kRegRows<F> rows: each step of a panel decoded to float32 in registers, rows in blocks
+// of 4 (fp32_panel_avx2).
+template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void fp32_register_product(const QuantProduct& q) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  constexpr int64_t kPanelBytes = panel_bytes<F, K>();
+  const float* A = q.A;
+  const int64_t *a_off = q.a_off, *b_off = q.b_off, *c_off = q.c_off;
+  const int64_t sar = q.sar, sac = q.sac, ldc = q.ldc, batches = q.batches;
+  const int64_t work = q.work;
+  const uint8_t* Bq = q.Bq;
+  float* C = q.C;
+  auto range = [&](auto stream, int64_t w0, int64_t w1) {
+    panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
+      fp32_panel_avx2<F, decltype(mr)::value, K, decltype(stream)::value>(
+          A + a_off[b] + r0 * sar, sar, sac, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel, ldc,
+          N - p * kPanel);
+    });
+  };
+  run_streamed<BATCH, P * kPanelBytes, M <= 4>(range, work, b_off, batches, q.pool);
+}
+#endif
+
+// The exact path: each panel dequantized to float32 (exact_panels), whole batches or ranges of
+// a batch's panels per work item.
+template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void exact_product(const QuantProduct& q) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  const float* A = q.A;
+  const int64_t *a_off = q.a_off, *b_off = q.b_off, *c_off = q.c_off;
+  const int64_t sar = q.sar, sac = q.sac, ldc = q.ldc;
+  const uint8_t* Bq = q.Bq;
+  float* C = q.C;
+  run_items(q, [&](int64_t w0, int64_t w1) {
+    while (w0 < w1) {
+      const int64_t b = w0 / P;
+      const int64_t p0 = w0 % P;
+      const int64_t p1 = (w1 - b * P) < P ? (w1 - b * P) : P;
+      exact_panels<F, M, N, K>(A + a_off[b], sar, sac, Bq + b_off[b], C + c_off[b], ldc, p0, p1);
+      w0 = b * P + p1;
+    }
+  });
+}
+
 }  // namespace quant_detail
 
 // What the products do with the activations (the `activations` option, quant::Activations):
@@ -114,170 +345,36 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
   const int64_t work = batches * P;
   constexpr int64_t kPanelBytes = panel_bytes<F, K>();
   const bool threaded = pool && pool->size() > 1 && work * kPanelBytes >= (int64_t{128} << 10) && work > 1;
-  auto run = [&](auto&& range) {
-    if (threaded) {
-      pool->parallel_for(work, range);
-    } else {
-      range(0, work);
-    }
-  };
+  const QuantProduct q{A, a_off, sar, sac, Bq, b_off, C, c_off, ldc, batches, work, threaded ? pool : nullptr};
   if (acts != QuantActs::kFP32) {
     // Activations rounded (bfloat16) or quantized (int8) once per call, by the calling thread.
-    constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
-    (void)kPairs;
-    (void)kGroups;
 #if defined(CHROMA_QUANT_AMX_KERNELS)
-    // AMX from 2 rows (one row is bound by memory either way), in blocks of up to 16 rows.
+    // AMX from 2 rows (one row is bound by memory either way).
     if (M >= 2 && amx_ready()) {
-      constexpr int R = M < 16 ? static_cast<int>(M) : 16;
-      // A result of 4 MB or more (the logits) is streamed to memory (amx_panel).
-      constexpr bool kStream = BATCH * M * N * 4 >= (int64_t{4} << 20);
-      constexpr int64_t MP = (M + R - 1) / R * R;
-      thread_local Activations<K> x;
-      x.resize(BATCH * MP, F == kQ8);
-      for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * MP, F == kQ8);
-      // Pointers, not the thread_local itself: a worker naming `x` would see its own.
-      const uint32_t* pairs = x.pairs.data();
-      const uint32_t* pairs16 = F == kQ8 ? x.pairs16.data() : nullptr;
-      const float* sums = x.sums.data();
-      run([&](int64_t w0, int64_t w1) {
-        alignas(64) uint16_t wb[2 * 2048];
-        alignas(64) float cb[2 * 16 * kPanel];
-        amx_configure(R);
-        for (int64_t w = w0; w < w1;) {
-          const int64_t b = w / P, p = w % P;
-          const uint32_t* xp = pairs + b * MP * kPairs;
-          const uint32_t* xp16 = pairs16 ? pairs16 + b * MP * kPairs : nullptr;
-          const float* sb = sums + b * MP * kGroups;
-          const uint8_t* src = Bq + b_off[b] + p * kPanelBytes;
-          float* dst = C + c_off[b] + p * kPanel;
-          // Two panels at once (their tiles overlap in the AMX unit) while both lie in this range.
-          if constexpr (M <= 8) {
-            if (w + 1 < w1 && p + 1 < P) {
-              amx_panels<F, M, R, K, 2>(xp, xp16, sb, src, dst, ldc, N - p * kPanel, wb, cb, kStream);
-              w += 2;
-              continue;
-            }
-          }
-          amx_panels<F, M, R, K, 1>(xp, xp16, sb, src, dst, ldc, N - p * kPanel, wb, cb, kStream);
-          w += 1;
-        }
-        _tile_release();
-        if (kStream) _mm_sfence();  // the streamed stores are visible before the range is done
-      });
+      amx_product<F, BATCH, M, N, K>(q);
       return;
     }
 #endif
 #if defined(CHROMA_QUANT_INT8_KERNELS) || defined(CHROMA_QUANT_INT8_AVX2)
     if constexpr (F == kQ4 || F == kQ6) {
       if (acts == QuantActs::kAuto) {
-        thread_local Activations8<K> x;
-        x.resize(BATCH * M);
-        for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * M);
-        const float* scales = x.scales.data();
-        const float* sums = x.sums.data();
-#if defined(CHROMA_QUANT_INT8_KERNELS)
-        constexpr int64_t kWords = Activations8<K>::kQuads;  // a row's activations: quads (vpdpbusd)
-        const uint32_t* words = x.quads.data();
-        constexpr int kBlock = 8;
-#else
-        constexpr int64_t kWords = 2 * Activations8<K>::kQuads;  // pairs, each twice (vpmaddubsw)
-        const uint32_t* words = x.pairs.data();
-        constexpr int kBlock = 4;
-#endif
-#if defined(CHROMA_QUANT_INT8_AVX2)
-        // q6 with more than two blocks of rows: each panel decoded once, every block reading
-        // that (faster from 16 rows on; at 8 rows, and for q4 whose steps take 3 instructions
-        // to decode, no gain: the decoding the kernel does runs beside its multiplies, the
-        // panel's own pass does not; figures: bench/results/README.md).
-        if constexpr (F == kQ6 && M > 2 * kBlock) {
-          run([&](int64_t w0, int64_t w1) {
-            thread_local std::vector<uint8_t> dec;
-            if (dec.size() < static_cast<size_t>(decoded_panel_bytes<K>())) dec.resize(static_cast<size_t>(decoded_panel_bytes<K>()));
-            for (int64_t w = w0; w < w1; ++w) {
-              const int64_t b = w / P, p = w % P;
-              decode_panel_int8_avx2<F, K>(Bq + b_off[b] + p * kPanelBytes, dec.data());
-              panel_blocks<M, P, kBlock>(w, w + 1, [&](auto mr, int64_t, int64_t, int64_t r0) {
-                const int64_t row = b * M + r0;
-                int8_panel_avx2<F, decltype(mr)::value, K, true>(words + row * kWords, scales + row * kGroups,
-                                                                 sums + row * kGroups, dec.data(),
-                                                                 C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
-              });
-            }
-          });
-          return;
-        }
-#endif
-        auto range = [&](auto stream, int64_t w0, int64_t w1) {
-          (void)stream;
-          panel_blocks<M, P, kBlock>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
-            const int64_t row = b * M + r0;
-#if defined(CHROMA_QUANT_INT8_KERNELS)
-            int8_panel<F, decltype(mr)::value, K>(
-#else
-            int8_panel_avx2<F, decltype(mr)::value, K, false, decltype(stream)::value>(
-#endif
-                words + row * kWords, scales + row * kGroups, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
-                C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
-          });
-        };
-#if defined(CHROMA_QUANT_INT8_KERNELS)
-        constexpr bool kStreams = false;  // the AVX-512 kernels keep T0 (docs/cpu_kernels.md, "Streamed weights")
-#else
-        constexpr bool kStreams = M <= kBlock;
-#endif
-        run_streamed<BATCH, P * kPanelBytes, kStreams>(range, work, b_off, batches, threaded ? pool : nullptr);
+        int8_product<F, BATCH, M, N, K>(q);
         return;
       }
     }
 #endif
 #if defined(CHROMA_QUANT_BF16_KERNELS)
-    {
-      thread_local Activations<K> x;
-      x.resize(BATCH * M, false);
-      for (int64_t b = 0; b < batches; ++b) x.fill(A + a_off[b], sar, sac, M, b * M, false);
-      const uint32_t* pairs = x.pairs.data();
-      const float* sums = x.sums.data();
-      run([&](int64_t w0, int64_t w1) {
-        panel_blocks<M, P>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
-          const int64_t row = b * M + r0;
-          bf16_panel<F, decltype(mr)::value, K>(pairs + row * kPairs, sums + row * kGroups, Bq + b_off[b] + p * kPanelBytes,
-                                                C + c_off[b] + r0 * ldc + p * kPanel, ldc, N - p * kPanel);
-        });
-      });
-      return;
-    }
+    bf16_product<F, BATCH, M, N, K>(q);
+    return;
 #endif
   }
 #if defined(CHROMA_QUANT_FP32_AVX2) && !defined(CHROMA_QUANT_BF16_KERNELS)
-  // Without AVX512-BF16 (AVX2, or AVX-512 without it), few rows: float32 decoded in registers
-  // (q8 and bf16 weights at any setting, q4 and q6 where it is "fp32" or no int8 kernel
-  // runs), each block of 4 rows decoding the panel again from the cache; more rows: each
-  // panel decoded once into the buffer serves every row. Where the two cross depends on
-  // what a step costs to decode (bfloat16: a shift; q6: two loads and six shifts); kRegRows
-  // is where they crossed when measured (bench/results/README.md).
-  constexpr int64_t kRegRows = (F == kBF16 || F == kQ8) ? 16 : (F == kQ4 ? 8 : 4);
-  if constexpr (M <= kRegRows) {
-    auto range = [&](auto stream, int64_t w0, int64_t w1) {
-      panel_blocks<M, P, 4>(w0, w1, [&](auto mr, int64_t b, int64_t p, int64_t r0) {
-        fp32_panel_avx2<F, decltype(mr)::value, K, decltype(stream)::value>(
-            A + a_off[b] + r0 * sar, sar, sac, Bq + b_off[b] + p * kPanelBytes, C + c_off[b] + r0 * ldc + p * kPanel, ldc,
-            N - p * kPanel);
-      });
-    };
-    run_streamed<BATCH, P * kPanelBytes, M <= 4>(range, work, b_off, batches, threaded ? pool : nullptr);
+  if constexpr (M <= kRegRows<F>) {
+    fp32_register_product<F, BATCH, M, N, K>(q);
     return;
   }
 #endif
-  run([&](int64_t w0, int64_t w1) {
-    while (w0 < w1) {
-      const int64_t b = w0 / P;
-      const int64_t p0 = w0 % P;
-      const int64_t p1 = (w1 - b * P) < P ? (w1 - b * P) : P;
-      exact_panels<F, M, N, K>(A + a_off[b], sar, sac, Bq + b_off[b], C + c_off[b], ldc, p0, p1);
-      w0 = b * P + p1;
-    }
-  });
+  exact_product<F, BATCH, M, N, K>(q);
 }
 
 // The products of a mixture of experts with quantized expert matrices (gemm_packed_gathered).

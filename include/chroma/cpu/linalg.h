@@ -172,6 +172,248 @@ inline void expm(int64_t n, double* a) {
   }
 }
 
+namespace detail {
+
+// One matrix of run()'s batch, for the function of its kind: its index bi in the batch, the
+// first input's sizes (m x n, mn = min(m, n)), run()'s dims, flags and pointers, src (this
+// matrix of the first input) and a, a column-major scratch of m x n elements (at least one)
+// shared by the batch.
+template <class T> struct Job {
+  int64_t bi, m, n, mn;
+  const int64_t* dims;
+  int flags;
+  char uplo;
+  const T* src;
+  const T* const* in;
+  void* const* out;
+  T* a;
+};
+
+template <class T> void run_cholesky(const Job<T>& job) {
+  const int64_t bi = job.bi, n = job.n;
+  const char uplo = job.uplo;
+  const int flags = job.flags;
+  const T* src = job.src;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  to_col(src, n, n, a);
+  if (n > 0) potrf(uplo, static_cast<int>(n), a, ld(n), &info);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < n; ++i)
+      if ((flags & kUpper) ? i > j : i < j) a[static_cast<size_t>(j * n + i)] = T(0);
+  from_col(a, n, n, n, static_cast<T*>(out[0]) + bi * n * n);
+  static_cast<int32_t*>(out[1])[bi] = n > 0 ? info : 0;
+}
+
+template <class T> void run_lu(const Job<T>& job) {
+  const int64_t bi = job.bi, m = job.m, n = job.n, mn = job.mn;
+  const T* src = job.src;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  to_col(src, m, n, a);
+  int32_t* piv = static_cast<int32_t*>(out[1]) + bi * mn;
+  if (mn > 0) getrf(static_cast<int>(m), static_cast<int>(n), a, ld(m), piv, &info);
+  from_col(a, m, n, m, static_cast<T*>(out[0]) + bi * m * n);
+  static_cast<int32_t*>(out[2])[bi] = info;
+}
+
+template <class T> void run_tri_solve(const Job<T>& job) {
+  const int64_t bi = job.bi, m = job.m;
+  const char uplo = job.uplo;
+  const int64_t* dims = job.dims;
+  const int flags = job.flags;
+  const T* src = job.src;
+  const T* const* in = job.in;
+  void* const* out = job.out;
+  T* a = job.a;
+  const int64_t bm = dims[2], bk = dims[3];
+  std::vector<T> x(static_cast<size_t>(std::max<int64_t>(bm * bk, 1)));
+  to_col(src, m, m, a);
+  to_col(in[1] + bi * bm * bk, bm, bk, x.data());
+  if (bm > 0 && bk > 0) {
+    trsm((flags & kLeft) ? 'L' : 'R', uplo, (flags & kTrans) ? 'T' : 'N', (flags & kUnit) ? 'U' : 'N',
+         static_cast<int>(bm), static_cast<int>(bk), a, ld(m), x.data(), ld(bm));
+  }
+  from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
+}
+
+template <class T> void run_geqrf(const Job<T>& job) {
+  const int64_t bi = job.bi, m = job.m, n = job.n, mn = job.mn;
+  const T* src = job.src;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  to_col(src, m, n, a);
+  T* tau = static_cast<T*>(out[1]) + bi * mn;
+  if (mn > 0) {
+    T q = 0;
+    geqrf(static_cast<int>(m), static_cast<int>(n), a, ld(m), tau, &q, -1, &info);
+    std::vector<T> w(static_cast<size_t>(work_size(q)));
+    geqrf(static_cast<int>(m), static_cast<int>(n), a, ld(m), tau, w.data(), static_cast<int>(w.size()), &info);
+  }
+  from_col(a, m, n, m, static_cast<T*>(out[0]) + bi * m * n);
+}
+
+template <class T> void run_orgqr(const Job<T>& job) {
+  const int64_t bi = job.bi, m = job.m, n = job.n;
+  const int64_t* dims = job.dims;
+  const T* src = job.src;
+  const T* const* in = job.in;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  const int64_t k = dims[3];
+  to_col(src, m, n, a);
+  if (n > 0) {
+    const T* tau = in[1] + bi * k;
+    T q = 0;
+    orgqr(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a, ld(m), tau, &q, -1, &info);
+    std::vector<T> w(static_cast<size_t>(work_size(q)));
+    orgqr(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a, ld(m), tau, w.data(),
+          static_cast<int>(w.size()), &info);
+  }
+  from_col(a, m, n, m, static_cast<T*>(out[0]) + bi * m * n);
+}
+
+template <class T> void run_ormqr(const Job<T>& job) {
+  const int64_t bi = job.bi, m = job.m, n = job.n;
+  const int64_t* dims = job.dims;
+  const int flags = job.flags;
+  const T* src = job.src;
+  const T* const* in = job.in;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  const int64_t k = dims[3], cm = dims[4], cn = dims[5];
+  std::vector<T> c(static_cast<size_t>(std::max<int64_t>(cm * cn, 1)));
+  to_col(src, m, n, a);
+  to_col(in[2] + bi * cm * cn, cm, cn, c.data());
+  if (cm > 0 && cn > 0) {
+    const T* tau = in[1] + bi * k;
+    const char side = (flags & kLeft) ? 'L' : 'R', tr = (flags & kTrans) ? 'T' : 'N';
+    T q = 0;
+    ormqr(side, tr, static_cast<int>(cm), static_cast<int>(cn), static_cast<int>(k), a, ld(m), tau, c.data(),
+          ld(cm), &q, -1, &info);
+    std::vector<T> w(static_cast<size_t>(work_size(q)));
+    ormqr(side, tr, static_cast<int>(cm), static_cast<int>(cn), static_cast<int>(k), a, ld(m), tau, c.data(),
+          ld(cm), w.data(), static_cast<int>(w.size()), &info);
+  }
+  from_col(c.data(), cm, cn, cm, static_cast<T*>(out[0]) + bi * cm * cn);
+}
+
+template <class T> void run_eigh(const Job<T>& job) {
+  const int64_t bi = job.bi, n = job.n;
+  const char uplo = job.uplo;
+  const int flags = job.flags;
+  const T* src = job.src;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  const bool vec = flags & kVectors;
+  to_col(src, n, n, a);
+  T* w = static_cast<T*>(out[0]) + bi * n;
+  if (n > 0) {
+    const char jobz = vec ? 'V' : 'N';
+    T q = 0;
+    int iq = 0;
+    syevd(jobz, uplo, static_cast<int>(n), a, ld(n), w, &q, -1, &iq, -1, &info);
+    std::vector<T> wk(static_cast<size_t>(work_size(q)));
+    std::vector<int> iw(static_cast<size_t>(std::max(iq, 1)));
+    syevd(jobz, uplo, static_cast<int>(n), a, ld(n), w, wk.data(), static_cast<int>(wk.size()), iw.data(),
+          static_cast<int>(iw.size()), &info);
+  }
+  if (vec) from_col(a, n, n, n, static_cast<T*>(out[1]) + bi * n * n);
+}
+
+template <class T> void run_svd(const Job<T>& job) {
+  const int64_t bi = job.bi, m = job.m, n = job.n, mn = job.mn;
+  const int flags = job.flags;
+  const T* src = job.src;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  const bool vec = flags & kVectors, full = flags & kFull;
+  const int64_t uc = full ? m : mn, vr = full ? n : mn;
+  to_col(src, m, n, a);
+  T* s = static_cast<T*>(out[0]) + bi * mn;
+  std::vector<T> u(static_cast<size_t>(vec ? std::max<int64_t>(m * uc, 1) : 1));
+  std::vector<T> vt(static_cast<size_t>(vec ? std::max<int64_t>(vr * n, 1) : 1));
+  if (mn > 0) {
+    const char jobz = vec ? (full ? 'A' : 'S') : 'N';
+    std::vector<int> iw(static_cast<size_t>(8 * mn));
+    T q = 0;
+    gesdd(jobz, static_cast<int>(m), static_cast<int>(n), a, ld(m), s, u.data(), ld(m), vt.data(), ld(vr), &q,
+          -1, iw.data(), &info);
+    std::vector<T> wk(static_cast<size_t>(work_size(q)));
+    gesdd(jobz, static_cast<int>(m), static_cast<int>(n), a, ld(m), s, u.data(), ld(m), vt.data(), ld(vr),
+          wk.data(), static_cast<int>(wk.size()), iw.data(), &info);
+  } else if (vec && full) {
+    // An empty matrix: PyTorch returns identity factors for the non-empty side.
+    std::fill(u.begin(), u.end(), T(0));
+    std::fill(vt.begin(), vt.end(), T(0));
+    for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i * m + i)] = T(1);
+    for (int64_t i = 0; i < n; ++i) vt[static_cast<size_t>(i * n + i)] = T(1);
+  }
+  if (vec) {
+    from_col(u.data(), m, uc, m, static_cast<T*>(out[1]) + bi * m * uc);
+    from_col(vt.data(), vr, n, vr, static_cast<T*>(out[2]) + bi * vr * n);
+  }
+}
+
+template <class T> void run_ldl(const Job<T>& job) {
+  const int64_t bi = job.bi, n = job.n;
+  const T* src = job.src;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  to_col(src, n, n, a);
+  int32_t* piv = static_cast<int32_t*>(out[1]) + bi * n;
+  if (n > 0) {
+    T q = 0;
+    sytrf(static_cast<int>(n), a, ld(n), piv, &q, -1, &info);
+    std::vector<T> w(static_cast<size_t>(work_size(q)));
+    sytrf(static_cast<int>(n), a, ld(n), piv, w.data(), static_cast<int>(w.size()), &info);
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < j; ++i) a[static_cast<size_t>(j * n + i)] = T(0);
+  from_col(a, n, n, n, static_cast<T*>(out[0]) + bi * n * n);
+  static_cast<int32_t*>(out[2])[bi] = info;
+}
+
+template <class T> void run_ldl_solve(const Job<T>& job) {
+  const int64_t bi = job.bi, n = job.n;
+  const int64_t* dims = job.dims;
+  const T* src = job.src;
+  const T* const* in = job.in;
+  void* const* out = job.out;
+  T* a = job.a;
+  int info = 0;
+  const int64_t bm = dims[4], bk = dims[5];
+  std::vector<T> x(static_cast<size_t>(std::max<int64_t>(bm * bk, 1)));
+  to_col(src, n, n, a);
+  to_col(in[2] + bi * bm * bk, bm, bk, x.data());
+  const int32_t* piv = reinterpret_cast<const int32_t*>(in[1]) + bi * n;
+  if (n > 0 && bk > 0) sytrs(static_cast<int>(n), static_cast<int>(bk), a, ld(n), piv, x.data(), ld(bm), &info);
+  from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
+}
+
+template <class T> void run_expm(const Job<T>& job) {
+  const int64_t bi = job.bi, n = job.n;
+  const T* src = job.src;
+  void* const* out = job.out;
+  std::vector<double> w(static_cast<size_t>(std::max<int64_t>(n * n, 1)));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) w[static_cast<size_t>(j * n + i)] = static_cast<double>(src[i * n + j]);
+  if (n > 0) expm(n, w.data());
+  T* o = static_cast<T*>(out[0]) + bi * n * n;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) o[i * n + j] = static_cast<T>(w[static_cast<size_t>(j * n + i)]);
+}
+
+}  // namespace detail
+
 // Runs `kind` over `batch` matrices. dims: the last two dims of each input, in order (a
 // vector as [1, k]). in: the inputs (dense, row-major); out: the outputs (T, or int32 for
 // pivots and info).
@@ -181,167 +423,20 @@ void run(int kind, int flags, int64_t batch, const int64_t* dims, const T* const
   const int64_t m = dims[0], n = dims[1], mn = std::min(m, n);
   const char uplo = (flags & kUpper) ? 'U' : 'L';
   std::vector<T> a(static_cast<size_t>(std::max<int64_t>(m * n, 1)));
-  int info = 0;
   for (int64_t bi = 0; bi < batch; ++bi) {
-    const T* src = in[0] + bi * m * n;
+    const Job<T> job{bi, m, n, mn, dims, flags, uplo, in[0] + bi * m * n, in, out, a.data()};
     switch (kind) {
-      case kCholesky: {
-        to_col(src, n, n, a.data());
-        if (n > 0) potrf(uplo, static_cast<int>(n), a.data(), ld(n), &info);
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t i = 0; i < n; ++i)
-            if ((flags & kUpper) ? i > j : i < j) a[static_cast<size_t>(j * n + i)] = T(0);
-        from_col(a.data(), n, n, n, static_cast<T*>(out[0]) + bi * n * n);
-        static_cast<int32_t*>(out[1])[bi] = n > 0 ? info : 0;
-        break;
-      }
-      case kLu: {
-        to_col(src, m, n, a.data());
-        int32_t* piv = static_cast<int32_t*>(out[1]) + bi * mn;
-        info = 0;
-        if (mn > 0) getrf(static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), piv, &info);
-        from_col(a.data(), m, n, m, static_cast<T*>(out[0]) + bi * m * n);
-        static_cast<int32_t*>(out[2])[bi] = info;
-        break;
-      }
-      case kTriSolve: {
-        const int64_t bm = dims[2], bk = dims[3];
-        std::vector<T> x(static_cast<size_t>(std::max<int64_t>(bm * bk, 1)));
-        to_col(src, m, m, a.data());
-        to_col(in[1] + bi * bm * bk, bm, bk, x.data());
-        if (bm > 0 && bk > 0) {
-          trsm((flags & kLeft) ? 'L' : 'R', uplo, (flags & kTrans) ? 'T' : 'N', (flags & kUnit) ? 'U' : 'N',
-               static_cast<int>(bm), static_cast<int>(bk), a.data(), ld(m), x.data(), ld(bm));
-        }
-        from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
-        break;
-      }
-      case kGeqrf: {
-        to_col(src, m, n, a.data());
-        T* tau = static_cast<T*>(out[1]) + bi * mn;
-        if (mn > 0) {
-          T q = 0;
-          geqrf(static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), tau, &q, -1, &info);
-          std::vector<T> w(static_cast<size_t>(work_size(q)));
-          geqrf(static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), tau, w.data(), static_cast<int>(w.size()), &info);
-        }
-        from_col(a.data(), m, n, m, static_cast<T*>(out[0]) + bi * m * n);
-        break;
-      }
-      case kOrgqr: {
-        const int64_t k = dims[3];
-        to_col(src, m, n, a.data());
-        if (n > 0) {
-          const T* tau = in[1] + bi * k;
-          T q = 0;
-          orgqr(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a.data(), ld(m), tau, &q, -1, &info);
-          std::vector<T> w(static_cast<size_t>(work_size(q)));
-          orgqr(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a.data(), ld(m), tau, w.data(),
-                static_cast<int>(w.size()), &info);
-        }
-        from_col(a.data(), m, n, m, static_cast<T*>(out[0]) + bi * m * n);
-        break;
-      }
-      case kOrmqr: {
-        const int64_t k = dims[3], cm = dims[4], cn = dims[5];
-        std::vector<T> c(static_cast<size_t>(std::max<int64_t>(cm * cn, 1)));
-        to_col(src, m, n, a.data());
-        to_col(in[2] + bi * cm * cn, cm, cn, c.data());
-        if (cm > 0 && cn > 0) {
-          const T* tau = in[1] + bi * k;
-          const char side = (flags & kLeft) ? 'L' : 'R', tr = (flags & kTrans) ? 'T' : 'N';
-          T q = 0;
-          ormqr(side, tr, static_cast<int>(cm), static_cast<int>(cn), static_cast<int>(k), a.data(), ld(m), tau, c.data(),
-                ld(cm), &q, -1, &info);
-          std::vector<T> w(static_cast<size_t>(work_size(q)));
-          ormqr(side, tr, static_cast<int>(cm), static_cast<int>(cn), static_cast<int>(k), a.data(), ld(m), tau, c.data(),
-                ld(cm), w.data(), static_cast<int>(w.size()), &info);
-        }
-        from_col(c.data(), cm, cn, cm, static_cast<T*>(out[0]) + bi * cm * cn);
-        break;
-      }
-      case kEigh: {
-        const bool vec = flags & kVectors;
-        to_col(src, n, n, a.data());
-        T* w = static_cast<T*>(out[0]) + bi * n;
-        if (n > 0) {
-          const char jobz = vec ? 'V' : 'N';
-          T q = 0;
-          int iq = 0;
-          syevd(jobz, uplo, static_cast<int>(n), a.data(), ld(n), w, &q, -1, &iq, -1, &info);
-          std::vector<T> wk(static_cast<size_t>(work_size(q)));
-          std::vector<int> iw(static_cast<size_t>(std::max(iq, 1)));
-          syevd(jobz, uplo, static_cast<int>(n), a.data(), ld(n), w, wk.data(), static_cast<int>(wk.size()), iw.data(),
-                static_cast<int>(iw.size()), &info);
-        }
-        if (vec) from_col(a.data(), n, n, n, static_cast<T*>(out[1]) + bi * n * n);
-        break;
-      }
-      case kSvd: {
-        const bool vec = flags & kVectors, full = flags & kFull;
-        const int64_t uc = full ? m : mn, vr = full ? n : mn;
-        to_col(src, m, n, a.data());
-        T* s = static_cast<T*>(out[0]) + bi * mn;
-        std::vector<T> u(static_cast<size_t>(vec ? std::max<int64_t>(m * uc, 1) : 1));
-        std::vector<T> vt(static_cast<size_t>(vec ? std::max<int64_t>(vr * n, 1) : 1));
-        if (mn > 0) {
-          const char jobz = vec ? (full ? 'A' : 'S') : 'N';
-          std::vector<int> iw(static_cast<size_t>(8 * mn));
-          T q = 0;
-          gesdd(jobz, static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), s, u.data(), ld(m), vt.data(), ld(vr), &q,
-                -1, iw.data(), &info);
-          std::vector<T> wk(static_cast<size_t>(work_size(q)));
-          gesdd(jobz, static_cast<int>(m), static_cast<int>(n), a.data(), ld(m), s, u.data(), ld(m), vt.data(), ld(vr),
-                wk.data(), static_cast<int>(wk.size()), iw.data(), &info);
-        } else if (vec && full) {
-          // An empty matrix: PyTorch returns identity factors for the non-empty side.
-          std::fill(u.begin(), u.end(), T(0));
-          std::fill(vt.begin(), vt.end(), T(0));
-          for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i * m + i)] = T(1);
-          for (int64_t i = 0; i < n; ++i) vt[static_cast<size_t>(i * n + i)] = T(1);
-        }
-        if (vec) {
-          from_col(u.data(), m, uc, m, static_cast<T*>(out[1]) + bi * m * uc);
-          from_col(vt.data(), vr, n, vr, static_cast<T*>(out[2]) + bi * vr * n);
-        }
-        break;
-      }
-      case kLdl: {
-        to_col(src, n, n, a.data());
-        int32_t* piv = static_cast<int32_t*>(out[1]) + bi * n;
-        info = 0;
-        if (n > 0) {
-          T q = 0;
-          sytrf(static_cast<int>(n), a.data(), ld(n), piv, &q, -1, &info);
-          std::vector<T> w(static_cast<size_t>(work_size(q)));
-          sytrf(static_cast<int>(n), a.data(), ld(n), piv, w.data(), static_cast<int>(w.size()), &info);
-        }
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t i = 0; i < j; ++i) a[static_cast<size_t>(j * n + i)] = T(0);
-        from_col(a.data(), n, n, n, static_cast<T*>(out[0]) + bi * n * n);
-        static_cast<int32_t*>(out[2])[bi] = info;
-        break;
-      }
-      case kLdlSolve: {
-        const int64_t bm = dims[4], bk = dims[5];
-        std::vector<T> x(static_cast<size_t>(std::max<int64_t>(bm * bk, 1)));
-        to_col(src, n, n, a.data());
-        to_col(in[2] + bi * bm * bk, bm, bk, x.data());
-        const int32_t* piv = reinterpret_cast<const int32_t*>(in[1]) + bi * n;
-        if (n > 0 && bk > 0) sytrs(static_cast<int>(n), static_cast<int>(bk), a.data(), ld(n), piv, x.data(), ld(bm), &info);
-        from_col(x.data(), bm, bk, bm, static_cast<T*>(out[0]) + bi * bm * bk);
-        break;
-      }
-      case kExpm: {
-        std::vector<double> w(static_cast<size_t>(std::max<int64_t>(n * n, 1)));
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < n; ++j) w[static_cast<size_t>(j * n + i)] = static_cast<double>(src[i * n + j]);
-        if (n > 0) expm(n, w.data());
-        T* o = static_cast<T*>(out[0]) + bi * n * n;
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < n; ++j) o[i * n + j] = static_cast<T>(w[static_cast<size_t>(j * n + i)]);
-        break;
-      }
+      case kCholesky: run_cholesky(job); break;
+      case kLu: run_lu(job); break;
+      case kTriSolve: run_tri_solve(job); break;
+      case kGeqrf: run_geqrf(job); break;
+      case kOrgqr: run_orgqr(job); break;
+      case kOrmqr: run_ormqr(job); break;
+      case kEigh: run_eigh(job); break;
+      case kSvd: run_svd(job); break;
+      case kLdl: run_ldl(job); break;
+      case kLdlSolve: run_ldl_solve(job); break;
+      case kExpm: run_expm(job); break;
       default: break;
     }
   }
