@@ -50,7 +50,8 @@ struct ConvPostOp {
 };
 
 // An elementwise function applied in place to whole pixels [i0, i0 + n) (elements) of a
-// channels-last result once they are stored (generated per convolution: emit.cpp).
+// channels-last result once they are stored (generated per convolution:
+// src/codegen/cpu/emit_conv.cpp).
 struct ConvEpilogue {
   void (*fn)(const void* ctx, float* y, int64_t i0, int64_t n);
   const void* ctx;

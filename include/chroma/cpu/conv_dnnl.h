@@ -179,49 +179,51 @@ inline void gather_pixels(const ConvGeom& g, int first, const float* x, float* d
   }
 }
 
-// g is normalised to 3 spatial dims with leading unit dims; d is the real spatial rank. The
-// calling thread's OpenMP count must be 1: oneDNN fixes the work split when it creates the
-// primitive. `share`: an earlier slice whose reordered weights this one reuses when it wants
-// the same layout (constant weights only). ops: the post-ops (ConvPostOp), applied by oneDNN.
-inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, const float* w, const Prim* share,
-                                  const ConvPostOp* ops, int nops) {
-  using dt = dnnl::memory::data_type;
-  using dims = dnnl::memory::dims;
-  auto p = std::make_unique<Prim>();
+// A slice's convolution but for its input and output: the weights' dims, the bias, oneDNN's
+// strides, dilation (counted from 0) and padding (on the outer dimension, the slice's own),
+// and the attributes (a scratchpad of the slice's own, the post-ops).
+struct ConvDesc {
+  dnnl::memory::dims wei, strides, dil, pad_l, pad_r;
+  bool bias = false;
+  dnnl::memory::desc bias_md;
+  dnnl::primitive_attr attr;
+};
+
+// Slice s's strides, dilation and padding into *c; *in_r0 and *in_r1: the first and last rows
+// of the outer spatial dimension (first = 3 - d) it reads.
+inline void slice_geometry(const ConvGeom& g, int d, const Slice& s, ConvDesc* c, int64_t* in_r0, int64_t* in_r1) {
   const int first = 3 - d;
-  const int64_t cin_g = g.c / g.groups, cout_g = g.cout / g.groups;
   // The input rows this slice reads and the padding it really has on each side.
   const int64_t top = s.r0 * g.stride[first] - g.pad[first];
   const int64_t bottom = (s.r0 + s.rows - 1) * g.stride[first] - g.pad[first] + (g.k[first] - 1) * g.dil[first];
-  const int64_t in_r0 = std::max<int64_t>(top, 0), in_r1 = std::min<int64_t>(bottom, g.in[first] - 1);
-  dims strides, dil, pad_l, pad_r;
+  *in_r0 = std::max<int64_t>(top, 0);
+  *in_r1 = std::min<int64_t>(bottom, g.in[first] - 1);
   for (int i = first; i < 3; ++i) {
-    strides.push_back(g.stride[i]);
-    dil.push_back(g.dil[i] - 1);  // oneDNN counts dilation from 0
+    c->strides.push_back(g.stride[i]);
+    c->dil.push_back(g.dil[i] - 1);  // oneDNN counts dilation from 0
     if (i == first) {
-      pad_l.push_back(in_r0 - top);
-      pad_r.push_back(bottom - in_r1);
+      c->pad_l.push_back(*in_r0 - top);
+      c->pad_r.push_back(bottom - *in_r1);
     } else {
-      pad_l.push_back(g.pad[i]);
-      pad_r.push_back((g.out[i] - 1) * g.stride[i] + (g.k[i] - 1) * g.dil[i] + 1 - g.in[i] - g.pad[i]);
+      c->pad_l.push_back(g.pad[i]);
+      c->pad_r.push_back((g.out[i] - 1) * g.stride[i] + (g.k[i] - 1) * g.dil[i] + 1 - g.in[i] - g.pad[i]);
     }
   }
-  dnnl::memory::desc x_md = block_desc(g.n, g.c, g.in, d, g.x_cl, s.n0, s.nn, in_r0, in_r1 - in_r0 + 1, &p->x_off);
-  const dnnl::memory::desc y_md = block_desc(g.n, g.cout, g.out, d, g.y_cl, s.n0, s.nn, s.r0, s.rows, &p->y_off);
-  const bool grouped = g.groups > 1;
-  dims wei = grouped ? dims{g.groups, cout_g, cin_g} : dims{g.cout, g.c};
-  for (int i = first; i < 3; ++i) wei.push_back(g.k[i]);
-  const auto any = dnnl::memory::format_tag::any;
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each slice its own: slices run at once
-  // Bias and post-ops; a per-channel operand is a [1, Cout, 1...] tensor.
-  const bool bias = nops > 0 && ops[0].kind == ConvPostOp::kBias;
-  const dnnl::memory::desc bias_md({g.cout}, dt::f32, dnnl::memory::format_tag::x);
+}
+
+// The bias and the post-ops (ConvPostOp) as c's attributes, their operands bound in p->args;
+// a per-channel operand is a [1, Cout, 1...] tensor.
+inline void add_post_ops(const ConvGeom& g, int d, const ConvPostOp* ops, int nops, Prim* p, ConvDesc* c) {
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  c->attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each slice its own: slices run at once
+  c->bias = nops > 0 && ops[0].kind == ConvPostOp::kBias;
+  c->bias_md = dnnl::memory::desc({g.cout}, dt::f32, dnnl::memory::format_tag::x);
   dims chan(static_cast<size_t>(2 + d), 1);
   chan[1] = g.cout;
   const auto plain = d == 1 ? dnnl::memory::format_tag::abc : d == 2 ? dnnl::memory::format_tag::abcd : dnnl::memory::format_tag::abcde;
   const dnnl::memory::desc chan_md(chan, dt::f32, plain);
-  if (bias) p->args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, p->eng, const_cast<float*>(ops[0].c));
+  if (c->bias) p->args[DNNL_ARG_BIAS] = dnnl::memory(c->bias_md, p->eng, const_cast<float*>(ops[0].c));
   // The arithmetic as binary post-ops: per-channel vectors, or a literal as a one-element
   // tensor (y - 0.5 is y + (-0.5), the same rounding as eager's). No eltwise post-ops: oneDNN
   // 2.6's relu and clip turn NaN into 0 or the lower bound (eager keeps NaN), and its brgconv
@@ -235,7 +237,7 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
     p->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len()) | DNNL_ARG_SRC_1] = dnnl::memory(md, p->eng, const_cast<float*>(data));
     po.append_binary(alg, md);
   };
-  for (int i = bias ? 1 : 0; i < nops; ++i) {
+  for (int i = c->bias ? 1 : 0; i < nops; ++i) {
     const ConvPostOp& q = ops[i];
     if (q.kind == ConvPostOp::kLinear) {
       if (q.a != 1.0f) {
@@ -253,86 +255,104 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
              chan_md, q.c);
     }
   }
-  attr.set_post_ops(po);
-  p->y_elems = s.nn * g.cout * s.rows;
-  for (int i = first + 1; i < 3; ++i) p->y_elems *= g.out[i];
-  auto primitive = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
-    const dnnl::memory::desc wei_any(wei, src.data_type(), any);
-    if (bias) {
-      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                           wei_any, bias_md, dst, strides, dil, pad_l, pad_r);
-      return dnnl::convolution_forward::primitive_desc(desc, attr, p->eng);
-    }
+  c->attr.set_post_ops(po);
+}
+
+// c's primitive for input src and output dst, the weights in the layout oneDNN picks.
+inline dnnl::convolution_forward::primitive_desc conv_primitive(const ConvDesc& c, const dnnl::engine& eng,
+                                                                const dnnl::memory::desc& src,
+                                                                const dnnl::memory::desc& dst) {
+  const auto any = dnnl::memory::format_tag::any;
+  const dnnl::memory::desc wei_any(c.wei, src.data_type(), any);
+  if (c.bias) {
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                         wei_any, dst, strides, dil, pad_l, pad_r);
-    return dnnl::convolution_forward::primitive_desc(desc, attr, p->eng);
-  };
-  // The primitive for input x_md: oneDNN's direct kernel for the memory as it lies (bfloat16
-  // first where it applies), else the one it picks for layouts of its own.
-  auto choose = [&](const dnnl::memory::desc& src_md) {
-    dnnl::convolution_forward::primitive_desc pd;
-    bool direct = false;
-    if (g.bf16 && dnnl_bf16_kernels()) {
-      // The input converted into a dense bfloat16 copy laid out as it lies (or as the
-      // primitive wants it); the result float32 as it lies.
-      try {
-        pd = primitive(dense_desc(src_md.dims(), dt::bf16, g.x_cl), y_md);
+                                         wei_any, c.bias_md, dst, c.strides, c.dil, c.pad_l, c.pad_r);
+    return dnnl::convolution_forward::primitive_desc(desc, c.attr, eng);
+  }
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                       wei_any, dst, c.strides, c.dil, c.pad_l, c.pad_r);
+  return dnnl::convolution_forward::primitive_desc(desc, c.attr, eng);
+}
+
+// The primitive for input src_md: oneDNN's direct kernel for the memory as it lies (bfloat16
+// first where it applies), else the one it picks for layouts of its own.
+inline dnnl::convolution_forward::primitive_desc choose_primitive(const ConvDesc& c, const ConvGeom& g,
+                                                                  const dnnl::engine& eng,
+                                                                  const dnnl::memory::desc& src_md,
+                                                                  const dnnl::memory::desc& y_md) {
+  using dt = dnnl::memory::data_type;
+  const auto any = dnnl::memory::format_tag::any;
+  dnnl::convolution_forward::primitive_desc pd;
+  bool direct = false;
+  if (g.bf16 && dnnl_bf16_kernels()) {
+    // The input converted into a dense bfloat16 copy laid out as it lies (or as the
+    // primitive wants it); the result float32 as it lies.
+    try {
+      pd = conv_primitive(c, eng, dense_desc(src_md.dims(), dt::bf16, g.x_cl), y_md);
+      direct = !is_reference(pd);
+      if (!direct) {
+        pd = conv_primitive(c, eng, dnnl::memory::desc(src_md.dims(), dt::bf16, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
         direct = !is_reference(pd);
-        if (!direct) {
-          pd = primitive(dnnl::memory::desc(src_md.dims(), dt::bf16, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
-          direct = !is_reference(pd);
-        }
-      } catch (const dnnl::error&) {
-        direct = false;
       }
-    }
-    // oneDNN's im2col kernel (gemm) on channels-last memory: what oneDNN picks for layouts
-    // of its own, reorders included, is preferred unless that is its reference kernel
-    // (ResNeXt's 32 groups of 4 channels on AVX2 ran faster in oneDNN's own layout:
-    // bench/results/README.md).
-    bool gemm_cl = false;
-    if (!direct) {  // float32
-      try {
-        pd = primitive(src_md, y_md);
-        direct = !is_reference(pd);
-        gemm_cl = direct && g.x_cl && is_im2col(pd);
-      } catch (const dnnl::error&) {
-      }
-    }
-    if (!direct || gemm_cl) {
-      auto own = primitive(dnnl::memory::desc(src_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
-      if (!direct || !is_reference(own)) pd = own;
-    }
-    return pd;
-  };
-  dnnl::convolution_forward::primitive_desc pd = choose(x_md);
-  if (unit_stride_candidate(g) && !one_by_one_kernel(pd)) {
-    // The gathered pixels: [nn, c, rows, out...] dense channels-last, unit strides.
-    dims xd = {s.nn, g.c};
-    for (int i = first; i < 3; ++i) xd.push_back(i == first ? s.rows : g.out[i]);
-    const dnnl::memory::desc c_md = dense_desc(xd, dt::f32, true);
-    const dims saved_strides = strides, saved_l = pad_l, saved_r = pad_r;
-    std::fill(strides.begin(), strides.end(), 1);
-    std::fill(pad_l.begin(), pad_l.end(), 0);
-    std::fill(pad_r.begin(), pad_r.end(), 0);
-    const dnnl::convolution_forward::primitive_desc unit = choose(c_md);
-    if (one_by_one_kernel(unit)) {
-      pd = unit;
-      x_md = c_md;
-      p->x_off = 0;
-      p->geom = g;
-      p->g_first = first;
-      p->g_n0 = s.n0;
-      p->g_nn = s.nn;
-      p->g_r0 = s.r0;
-      p->g_rows = s.rows;
-      p->compact.assign(static_cast<size_t>(c_md.get_size() / sizeof(float)), 0.0f);
-    } else {
-      strides = saved_strides;
-      pad_l = saved_l;
-      pad_r = saved_r;
+    } catch (const dnnl::error&) {
+      direct = false;
     }
   }
+  // oneDNN's im2col kernel (gemm) on channels-last memory: what oneDNN picks for layouts
+  // of its own, reorders included, is preferred unless that is its reference kernel
+  // (ResNeXt's 32 groups of 4 channels on AVX2 ran faster in oneDNN's own layout:
+  // bench/results/README.md).
+  bool gemm_cl = false;
+  if (!direct) {  // float32
+    try {
+      pd = conv_primitive(c, eng, src_md, y_md);
+      direct = !is_reference(pd);
+      gemm_cl = direct && g.x_cl && is_im2col(pd);
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (!direct || gemm_cl) {
+    auto own = conv_primitive(c, eng, dnnl::memory::desc(src_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
+    if (!direct || !is_reference(own)) pd = own;
+  }
+  return pd;
+}
+
+// A candidate for a unit-stride run (unit_stride_candidate()) whose primitive *pd is no 1x1
+// kernel: when oneDNN has a 1x1 kernel for the gathered pixels, *pd and *x_md become that
+// primitive and its dense input, and p gathers them before each run; else nothing changes.
+inline void try_unit_stride(const ConvGeom& g, int d, const Slice& s, ConvDesc c, const dnnl::memory::desc& y_md, Prim* p,
+                            dnnl::convolution_forward::primitive_desc* pd, dnnl::memory::desc* x_md) {
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  const int first = 3 - d;
+  // The gathered pixels: [nn, c, rows, out...] dense channels-last, unit strides.
+  dims xd = {s.nn, g.c};
+  for (int i = first; i < 3; ++i) xd.push_back(i == first ? s.rows : g.out[i]);
+  const dnnl::memory::desc c_md = dense_desc(xd, dt::f32, true);
+  std::fill(c.strides.begin(), c.strides.end(), 1);
+  std::fill(c.pad_l.begin(), c.pad_l.end(), 0);
+  std::fill(c.pad_r.begin(), c.pad_r.end(), 0);
+  const dnnl::convolution_forward::primitive_desc unit = choose_primitive(c, g, p->eng, c_md, y_md);
+  if (!one_by_one_kernel(unit)) return;
+  *pd = unit;
+  *x_md = c_md;
+  p->x_off = 0;
+  p->geom = g;
+  p->g_first = first;
+  p->g_n0 = s.n0;
+  p->g_nn = s.nn;
+  p->g_r0 = s.r0;
+  p->g_rows = s.rows;
+  p->compact.assign(static_cast<size_t>(c_md.get_size() / sizeof(float)), 0.0f);
+}
+
+// The slice's primitive pd, its scratchpad, and its input (x_md, as it lies) and output
+// (y_md): reordered into and out of pd's layouts where they differ, a bfloat16 input
+// converted.
+inline void bind_memories(const ConvGeom& g, const dnnl::convolution_forward::primitive_desc& pd,
+                          const dnnl::memory::desc& x_md, const dnnl::memory::desc& y_md, Prim* p) {
+  using dt = dnnl::memory::data_type;
   p->conv = dnnl::convolution_forward(pd);
   p->scratch = dnnl::memory(pd.scratchpad_desc(), p->eng);
   p->x_user = dnnl::memory(x_md, p->eng, DNNL_MEMORY_NONE);
@@ -351,16 +371,49 @@ inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, cons
   p->ym = p->reorder_y ? dnnl::memory(pd.dst_desc(), p->eng) : p->y_user;
   if (p->reorder_x) p->rx = dnnl::reorder(p->x_user, p->xm);
   if (p->reorder_y) p->ry = dnnl::reorder(p->ym, p->y_user);
+}
+
+// The weights w (dims wei) in pd's layout: share's copy when it has that layout (constant
+// weights), else reordered once into a copy of p's own.
+inline void bind_weights(const dnnl::convolution_forward::primitive_desc& pd, int d, bool grouped,
+                         const dnnl::memory::dims& wei, const float* w, const Prim* share, Prim* p) {
   // Weights [Cout, C/groups, k...] (or [groups, Cout/g, C/g, k...]), all of them per slice.
-  p->w_user = dnnl::memory({wei, dt::f32, plain_weights(d, grouped)}, p->eng, const_cast<float*>(w));
+  p->w_user = dnnl::memory({wei, dnnl::memory::data_type::f32, plain_weights(d, grouped)}, p->eng, const_cast<float*>(w));
   if (share && share->wm->get_desc() == pd.weights_desc()) {
     p->wm = share->wm;
-    return p;
+    return;
   }
   p->wm = std::make_shared<dnnl::memory>(pd.weights_desc(), p->eng);
   p->rw = dnnl::reorder(p->w_user, *p->wm);
   p->rw.execute(p->st, p->w_user, *p->wm);
   p->st.wait();
+}
+
+// g is normalised to 3 spatial dims with leading unit dims; d is the real spatial rank. The
+// calling thread's OpenMP count must be 1: oneDNN fixes the work split when it creates the
+// primitive. `share`: an earlier slice whose reordered weights this one reuses when it wants
+// the same layout (constant weights only). ops: the post-ops (ConvPostOp), applied by oneDNN.
+inline std::unique_ptr<Prim> make(const ConvGeom& g, int d, const Slice& s, const float* w, const Prim* share,
+                                  const ConvPostOp* ops, int nops) {
+  using dims = dnnl::memory::dims;
+  auto p = std::make_unique<Prim>();
+  const int first = 3 - d;
+  const int64_t cin_g = g.c / g.groups, cout_g = g.cout / g.groups;
+  ConvDesc c;
+  int64_t in_r0 = 0, in_r1 = 0;
+  slice_geometry(g, d, s, &c, &in_r0, &in_r1);
+  dnnl::memory::desc x_md = block_desc(g.n, g.c, g.in, d, g.x_cl, s.n0, s.nn, in_r0, in_r1 - in_r0 + 1, &p->x_off);
+  const dnnl::memory::desc y_md = block_desc(g.n, g.cout, g.out, d, g.y_cl, s.n0, s.nn, s.r0, s.rows, &p->y_off);
+  const bool grouped = g.groups > 1;
+  c.wei = grouped ? dims{g.groups, cout_g, cin_g} : dims{g.cout, g.c};
+  for (int i = first; i < 3; ++i) c.wei.push_back(g.k[i]);
+  add_post_ops(g, d, ops, nops, p.get(), &c);
+  p->y_elems = s.nn * g.cout * s.rows;
+  for (int i = first + 1; i < 3; ++i) p->y_elems *= g.out[i];
+  dnnl::convolution_forward::primitive_desc pd = choose_primitive(c, g, p->eng, x_md, y_md);
+  if (unit_stride_candidate(g) && !one_by_one_kernel(pd)) try_unit_stride(g, d, s, c, y_md, p.get(), &pd, &x_md);
+  bind_memories(g, pd, x_md, y_md, p.get());
+  bind_weights(pd, d, grouped, c.wei, w, share, p.get());
   return p;
 }
 
