@@ -159,7 +159,7 @@ class Lowerer {
   // convolution (a large share of mobilenet_v2's time: bench/results/README.md). The layout then
   // spreads to what lies between convolutions: an Assign (bias, activation, residual add) or a
   // Concat whose operands include a channels-last buffer of its own shape is written channels-last
-  // too, and the elementwise loops run in the destination's memory order (codegen/cpu/emit.cpp), so
+  // too, and the elementwise loops run in the destination's memory order (codegen/cpu/emit_elementwise.cpp), so
   // both are contiguous passes. Everything else reads a channels-last buffer through its layout
   // like any strided view; a consumer that needs row-major memory (a BLAS operand, a reshape the
   // layout cannot express, a graph output) gets a row-major copy, made once per value.
@@ -222,7 +222,7 @@ class Lowerer {
   //     literals, per-channel or scalar constants, or channels-last buffers of the same shape
   //     (read at the same element). It runs on each slice of the result right after oneDNN
   //     stores it, while it is in cache, and computes exactly what those Maps compute
-  //     (emit.cpp prints it with the same scalar functions).
+  //     (emit_conv.cpp prints it with the same scalar functions).
   // The absorbed Maps are never computed again; returns the value the convolution's buffer
   // holds (the last node absorbed), and sets *epilogue_root to the epilogue's root (or to
   // an invalid value when there is none) for the caller to build its expression.
