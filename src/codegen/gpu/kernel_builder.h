@@ -1,4 +1,4 @@
-// The kernel builder the GPU templates share (templates.cpp, products.cpp): one dispatch
+// The kernel builder the GPU templates share (templates.h, products.cpp): one dispatch
 // under construction, with the fused-expression evaluator, stores through the output layouts
 // (packed types included), the status block, index helpers and workgroup trees. Internal to
 // src/codegen/gpu.

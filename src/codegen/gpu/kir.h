@@ -1,5 +1,5 @@
 // The GPU kernel IR (docs/gpu_generator.md, "Layers", A): one structured
-// representation for every GPU dialect. Kernels are built over it by the templates (templates.cpp),
+// representation for every GPU dialect. Kernels are built over it by the templates (templates.h),
 // checked and rewritten by the legalization passes (legalize.cpp) and printed by a dialect table
 // (printer.cpp). Nothing here knows which dialect will print it.
 //
