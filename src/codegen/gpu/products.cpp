@@ -26,6 +26,93 @@ bool grouped_rows(const Expr& B, size_t nbatch, int64_t K) {
   return true;
 }
 
+// How a skinny product (t_matmul_skinny) spreads over a workgroup: Wc columns, C each (Wc
+// apart), times S slices of K's `steps` (S = 1: no split).
+struct SkinnySpread {
+  int64_t Wc, C, S;
+};
+
+SkinnySpread skinny_spread(bool split_k, int64_t L, int64_t nb, int64_t steps, bool grouped) {
+  int64_t Wc = pow2_at_least(L, 64, 256), C = L >= 16 * Wc ? 4 : 1, S = 1;
+  // the split: fewer than kFewInvocations without it, and at least kMinSlice steps of K (a
+  // grouped weight's groups of 64) per slice
+  constexpr int64_t kFewInvocations = 16384, kMinSlice = 16;
+  const int64_t min_slice = grouped ? 1 : kMinSlice;
+  if (split_k && nb * ((L + Wc * C - 1) / (Wc * C)) * Wc < kFewInvocations && steps >= 2 * min_slice) {
+    const int64_t wc = pow2_at_least(L, 8, 32);
+    int64_t s = 1;
+    while (s * 2 * wc <= 256 && steps / (s * 2) >= min_slice) s *= 2;
+    if (s > 1) {
+      Wc = wc;
+      C = 1;
+      S = s;
+    }
+  }
+  return {Wc, C, S};
+}
+
+// A skinny product's (t_matmul_skinny) walk over its large operand, groups [s0, s1) of K, when
+// it is a grouped weight (Expr::quant; quant::pack_rows, docs/quantization.md) whose large
+// index l is a stored row (grouped_rows): each invocation walks its columns' rows (`clamped`)
+// a group at a time, the group's header (float16 scale and bias) read once per 64 weights,
+// each word of values once, the values decoded from it with constant shifts; `accumulate(in,
+// k, lv)` adds the columns' values lv at step k to their sums. A chunk is the fewest words that
+// hold whole values (q4, q8: one word of 8 or 4; q6: three words of 16). The same arithmetic
+// per weight as KB::dequantize, in the same order.
+void accumulate_grouped_rows(KB& kb, Block& b, const Expr& B, const Shape& batch, const std::vector<Ex>& bc, int64_t K,
+                             const std::vector<Ex>& clamped, const Ex& s0, const Ex& s1,
+                             const std::function<void(Block&, const Ex&, const std::vector<Ex>&)>& accumulate) {
+  const int64_t C = static_cast<int64_t>(clamped.size());
+  const int bits = quant::format_bits(B.quant);
+  const int64_t group_words = KB::quant_group_words(bits), row_words = K / quant::kGroup * group_words;
+  const int64_t chunk_words = bits / std::gcd(bits, 32);
+  const int64_t chunk_values = 32 * chunk_words / bits, chunks = quant::kGroup / chunk_values;
+  const std::pair<int, Ex> sb = kb.base(&B, B.buffer, 0, false);  // a uint8 buffer: counted in bytes
+  const int s = sb.first;
+  const Ex word0 = b.let(bin(">>", sb.second, lit_i(2)));
+  std::vector<int64_t> row_strides = B.layout.strides;
+  row_strides[batch.size()] = 0;  // the k stride (1): the rest addresses whole rows
+  std::vector<Ex> row_at;  // each column's first word
+  for (int64_t j = 0; j < C; ++j) {
+    std::vector<Ex> c = bc;
+    c.push_back(lit_i(0));
+    c.push_back(clamped[static_cast<size_t>(j)]);
+    const Ex row = b.let(bin("/", KB::address(lit_i(0), row_strides, c), lit_i(K)));
+    row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
+  }
+  const Ex mask = lit_u((1u << bits) - 1u);
+  b.loop("g", s0, s1, lit_i(1), [&](Block& gl, const Ex& gi) {
+    std::vector<Ex> gw, scale, bias;
+    for (int64_t j = 0; j < C; ++j) {
+      gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(gi, lit_i(group_words))), "gw"));
+      const std::pair<Ex, Ex> sc = KB::group_header(gl, s, gw.back());
+      scale.push_back(sc.first);
+      bias.push_back(sc.second);
+    }
+    const Ex k0 = gl.let(mul(gi, lit_i(quant::kGroup)), "k0");
+    gl.loop("ch", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& in, const Ex& ch) {
+      std::vector<std::vector<Ex>> words(static_cast<size_t>(C));
+      for (int64_t j = 0; j < C; ++j) {
+        const Ex w0 = in.let(add(add(gw[static_cast<size_t>(j)], lit_i(1)), mul(ch, lit_i(chunk_words))));
+        for (int64_t w = 0; w < chunk_words; ++w) words[static_cast<size_t>(j)].push_back(in.let(load_word(s, add(w0, lit_i(w))), "qw"));
+      }
+      const Ex kc = in.let(add(k0, mul(ch, lit_i(chunk_values))), "kc");
+      for (int64_t v = 0; v < chunk_values; ++v) {
+        const int64_t bit = v * bits, wi = bit / 32, sh = bit % 32;
+        std::vector<Ex> lv;
+        for (int64_t j = 0; j < C; ++j) {
+          const std::vector<Ex>& wj = words[static_cast<size_t>(j)];
+          Ex q = sh ? bin(">>", wj[static_cast<size_t>(wi)], lit_u(static_cast<uint64_t>(sh))) : wj[static_cast<size_t>(wi)];
+          if (sh + bits > 32) q = bin("|", q, bin("<<", wj[static_cast<size_t>(wi + 1)], lit_u(static_cast<uint64_t>(32 - sh))));
+          const Ex qv = in.let(convert(Ty::kF32, bin("&", q, mask)));
+          lv.push_back(in.let(add(mul(scale[static_cast<size_t>(j)], qv), bias[static_cast<size_t>(j)])));
+        }
+        accumulate(in, in.let(add(kc, lit_i(v))), lv);
+      }
+    });
+  });
+}
+
 // A product with few rows (M <= 8, `rows`) or few columns (N <= 8): the R = M (or N) sums of
 // each column (row) of the large dimension stay in registers, so the large operand is read
 // once (memory-bound: the unembedding of a decoder, a GEMV). Each invocation owns C columns Wc
@@ -45,21 +132,9 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   const Expr& B = lk.inputs[1];
   const int64_t R = rows ? M : N, L = rows ? N : M, nb = numel(batch);
   const bool grouped = rows && grouped_rows(B, batch.size(), K);
-  int64_t Wc = pow2_at_least(L, 64, 256), C = L >= 16 * Wc ? 4 : 1, S = 1;
-  // the split: fewer than kFewInvocations without it, and at least kMinSlice steps of K (a
-  // grouped weight's groups of 64) per slice
-  constexpr int64_t kFewInvocations = 16384, kMinSlice = 16;
-  const int64_t steps = grouped ? K / quant::kGroup : K, min_slice = grouped ? 1 : kMinSlice;
-  if (kb.split_k && nb * ((L + Wc * C - 1) / (Wc * C)) * Wc < kFewInvocations && steps >= 2 * min_slice) {
-    const int64_t wc = pow2_at_least(L, 8, 32);
-    int64_t s = 1;
-    while (s * 2 * wc <= 256 && steps / (s * 2) >= min_slice) s *= 2;
-    if (s > 1) {
-      Wc = wc;
-      C = 1;
-      S = s;
-    }
-  }
+  const int64_t steps = grouped ? K / quant::kGroup : K;
+  const SkinnySpread spread = skinny_spread(kb.split_k, L, nb, steps, grouped);
+  const int64_t Wc = spread.Wc, C = spread.C, S = spread.S;
   const int W = static_cast<int>(Wc * S);
   const int64_t groups = (L + Wc * C - 1) / (Wc * C);
   if (nb * groups >= (1ll << 31) || nb * M * N >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
@@ -115,60 +190,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
     }
   };
   if (grouped) {
-    // A grouped weight (Expr::quant; quant::pack_rows, docs/quantization.md) whose large
-    // index l is a stored row: each invocation walks its columns' rows a group at a time, the
-    // group's header (float16 scale and bias) read once per 64 weights, each word of values
-    // once, the values decoded from it with constant shifts. A chunk is the fewest words that
-    // hold whole values (q4, q8: one word of 8 or 4; q6: three words of 16). The same
-    // arithmetic per weight as KB::dequantize, in the same order.
-    const int bits = quant::format_bits(B.quant);
-    const int64_t group_words = KB::quant_group_words(bits), row_words = K / quant::kGroup * group_words;
-    const int64_t chunk_words = bits / std::gcd(bits, 32);
-    const int64_t chunk_values = 32 * chunk_words / bits, chunks = quant::kGroup / chunk_values;
-    const std::pair<int, Ex> sb = kb.base(&B, B.buffer, 0, false);  // a uint8 buffer: counted in bytes
-    const int s = sb.first;
-    const Ex word0 = b.let(bin(">>", sb.second, lit_i(2)));
-    std::vector<int64_t> row_strides = B.layout.strides;
-    row_strides[batch.size()] = 0;  // the k stride (1): the rest addresses whole rows
-    std::vector<Ex> row_at;  // each column's first word
-    for (int64_t j = 0; j < C; ++j) {
-      std::vector<Ex> c = bc;
-      c.push_back(lit_i(0));
-      c.push_back(clamped[static_cast<size_t>(j)]);
-      const Ex row = b.let(bin("/", KB::address(lit_i(0), row_strides, c), lit_i(K)));
-      row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
-    }
-    const Ex mask = lit_u((1u << bits) - 1u);
-    b.loop("g", s0, s1, lit_i(1), [&](Block& gl, const Ex& gi) {
-      std::vector<Ex> gw, scale, bias;
-      for (int64_t j = 0; j < C; ++j) {
-        gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(gi, lit_i(group_words))), "gw"));
-        const std::pair<Ex, Ex> sc = KB::group_header(gl, s, gw.back());
-        scale.push_back(sc.first);
-        bias.push_back(sc.second);
-      }
-      const Ex k0 = gl.let(mul(gi, lit_i(quant::kGroup)), "k0");
-      gl.loop("ch", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& in, const Ex& ch) {
-        std::vector<std::vector<Ex>> words(static_cast<size_t>(C));
-        for (int64_t j = 0; j < C; ++j) {
-          const Ex w0 = in.let(add(add(gw[static_cast<size_t>(j)], lit_i(1)), mul(ch, lit_i(chunk_words))));
-          for (int64_t w = 0; w < chunk_words; ++w) words[static_cast<size_t>(j)].push_back(in.let(load_word(s, add(w0, lit_i(w))), "qw"));
-        }
-        const Ex kc = in.let(add(k0, mul(ch, lit_i(chunk_values))), "kc");
-        for (int64_t v = 0; v < chunk_values; ++v) {
-          const int64_t bit = v * bits, wi = bit / 32, sh = bit % 32;
-          std::vector<Ex> lv;
-          for (int64_t j = 0; j < C; ++j) {
-            const std::vector<Ex>& wj = words[static_cast<size_t>(j)];
-            Ex q = sh ? bin(">>", wj[static_cast<size_t>(wi)], lit_u(static_cast<uint64_t>(sh))) : wj[static_cast<size_t>(wi)];
-            if (sh + bits > 32) q = bin("|", q, bin("<<", wj[static_cast<size_t>(wi + 1)], lit_u(static_cast<uint64_t>(32 - sh))));
-            const Ex qv = in.let(convert(Ty::kF32, bin("&", q, mask)));
-            lv.push_back(in.let(add(mul(scale[static_cast<size_t>(j)], qv), bias[static_cast<size_t>(j)])));
-          }
-          accumulate(in, in.let(add(kc, lit_i(v))), lv);
-        }
-      });
-    });
+    accumulate_grouped_rows(kb, b, B, batch, bc, K, clamped, s0, s1, accumulate);
   } else {
     b.loop("k", s0, s1, lit_i(1), [&](Block& in, const Ex& k) {
       std::vector<Ex> lv;
