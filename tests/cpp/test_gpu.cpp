@@ -24,7 +24,7 @@ Kernel exp_kernel(int64_t n) {
   int counter = 0;
   Block b(&k.body, &counter);
   const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(64)), var("lid", Ty::kI32)), "i");
-  b.if_(bin("<", i, lit_i(n)), [&](Block& t) {
+  b.if_(lt(i, lit_i(n)), [&](Block& t) {
     const Ex x = t.let(bitcast(Ty::kF32, load_word(0, add(param(0), i))));
     t.store(1, add(param(1), i), bitcast(Ty::kU32, call("exp", Ty::kF32, {x})));
   });
@@ -124,7 +124,7 @@ TEST(GpuLegalize, RefusesABarrierInDivergentControlFlow) {
   Kernel k = exp_kernel(64);
   int counter = 50;
   Block b(&k.body, &counter);
-  b.if_(bin("<", var("lid", Ty::kI32), lit_i(4)), [](Block& t) { t.barrier(); });
+  b.if_(lt(var("lid", Ty::kI32), lit_i(4)), [](Block& t) { t.barrier(); });
   EXPECT_THROW(
       {
         try {
@@ -141,7 +141,7 @@ TEST(GpuLegalize, RefusesABarrierUnderAVariableDerivedFromLid) {
   Kernel k = exp_kernel(64);
   int counter = 50;
   Block b(&k.body, &counter);
-  const Ex half = b.let(bin("/", var("lid", Ty::kI32), lit_i(2)), "h");  // non-uniform through a let
+  const Ex half = b.let(var("lid", Ty::kI32) / lit_i(2), "h");  // non-uniform through a let
   b.loop("j", lit_i(0), half, lit_i(1), [](Block& t, const Ex&) { t.barrier(); });
   EXPECT_THROW(legalize(k, Capabilities{}), Unsupported);
 }
@@ -151,7 +151,7 @@ TEST(GpuLegalize, AcceptsBarriersInUniformLoops) {
   int counter = 50;
   Block b(&k.body, &counter);
   b.loop("j", lit_i(0), lit_i(8), lit_i(1), [](Block& t, const Ex&) { t.barrier(); });
-  b.if_(bin("==", var("wg", Ty::kI32), lit_i(0)), [](Block& t) { t.barrier(); });  // wg is uniform
+  b.if_(eq(var("wg", Ty::kI32), lit_i(0)), [](Block& t) { t.barrier(); });  // wg is uniform
   EXPECT_NO_THROW(legalize(k, Capabilities{}));
 }
 

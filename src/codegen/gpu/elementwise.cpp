@@ -16,8 +16,8 @@ namespace chroma::gpu {
 namespace {
 
 Ex bits(const Ex& x) { return bitcast(Ty::kU32, x); }
-Ex is_nan(const Ex& x) { return bin(">", bin("&", bits(x), lit_u(0x7fffffffu)), lit_u(0x7f800000u)); }
-Ex is_inf(const Ex& x) { return bin("==", bin("&", bits(x), lit_u(0x7fffffffu)), lit_u(0x7f800000u)); }
+Ex is_nan(const Ex& x) { return gt(bits(x) & lit_u(0x7fffffffu), lit_u(0x7f800000u)); }
+Ex is_inf(const Ex& x) { return eq(bits(x) & lit_u(0x7fffffffu), lit_u(0x7f800000u)); }
 Ex f(double v) { return lit_f(v); }
 Ex fcall(const char* fn, std::vector<Ex> a) { return call(fn, Ty::kF32, std::move(a)); }
 Ex fma(Ex a, Ex b, Ex c) { return fcall("fma", {std::move(a), std::move(b), std::move(c)}); }
@@ -25,40 +25,40 @@ Ex fma(Ex a, Ex b, Ex c) { return fcall("fma", {std::move(a), std::move(b), std:
 // x != 0 as a bool, for any compute type (NaN is true: a bit test, not a float comparison).
 Ex truthy(const Ex& x) {
   if (x->ty == Ty::kBool) return x;
-  if (x->ty == Ty::kF32) return bin("!=", bin("&", bits(x), lit_u(0x7fffffffu)), lit_u(0));
-  return bin("!=", x, lit(x->ty, 0));
+  if (x->ty == Ty::kF32) return ne(bits(x) & lit_u(0x7fffffffu), lit_u(0));
+  return ne(x, lit(x->ty, 0));
 }
 
 // erf in float32: the same polynomial and branch points as the CPU's erf_f32 (scalar.h).
 Ex erf_f32(Block& b, const Ex& x) {
   const Ex a = b.let(fcall("abs", {x}));
-  const Ex s = b.let(bin("*", a, a));
+  const Ex s = b.let(a * a);
   Ex p = fma(f(-5.99085295e-4), s, f(4.99318028e-3));
   for (double c : {-2.67666169e-2, 1.12818159e-1, -3.76124948e-1, 1.28379151e-1}) p = fma(b.let(p), s, f(c));
   const Ex small = b.let(fma(b.let(p), a, a));
-  const Ex t = b.let(select(a, f(4.0), bin(">", a, f(4.0))));
+  const Ex t = b.let(select(a, f(4.0), gt(a, f(4.0))));
   Ex q = fma(f(1.95720786e-4), t, f(-3.04109394e-3));
   for (double c : {2.22184546e-2, -1.03914030e-1, 3.62797737e-1, -1.12766373e+0, -1.98554044e-4}) q = fma(b.let(q), t, f(c));
-  const Ex big = b.let(bin("-", f(1.0), fcall("exp", {fma(un("-", t), t, b.let(q))})));
-  const Ex mag = b.let(select(big, small, bin("<", a, f(0.921875))));
+  const Ex big = b.let(f(1.0) - fcall("exp", {fma(-t, t, b.let(q))}));
+  const Ex mag = b.let(select(big, small, lt(a, f(0.921875))));
   // with the sign of x
-  const Ex r = bitcast(Ty::kF32, bin("|", bits(mag), bin("&", bits(x), lit_u(0x80000000u))));
+  const Ex r = bitcast(Ty::kF32, bits(mag) | (bits(x) & lit_u(0x80000000u)));
   return select(r, x, is_nan(x));
 }
 
 // a / b with IEEE results for a zero divisor (WGSL leaves x / 0 to the implementation; Mesa's
 // lavapipe returns a finite value for 0 / 0): +-inf with the sign of a * b, NaN for 0 / 0.
 Ex ieee_div(Block& bl, const Ex& a, const Ex& d) {
-  const Ex sign = bin("&", bin("^", bits(a), bits(d)), lit_u(0x80000000u));
-  const Ex inf = bitcast(Ty::kF32, bin("|", lit_u(0x7f800000u), sign));
-  const Ex zero_num = bin("==", bin("&", bits(a), lit_u(0x7fffffffu)), lit_u(0));
-  const Ex special = select(inf, lit_f(std::nan("")), bin("||", zero_num, is_nan(a)));
-  return select(bin("/", a, d), special, bl.let(bin("==", bin("&", bits(d), lit_u(0x7fffffffu)), lit_u(0))));
+  const Ex sign = (bits(a) ^ bits(d)) & lit_u(0x80000000u);
+  const Ex inf = bitcast(Ty::kF32, lit_u(0x7f800000u) | sign);
+  const Ex zero_num = eq(bits(a) & lit_u(0x7fffffffu), lit_u(0));
+  const Ex special = select(inf, lit_f(std::nan("")), lor(zero_num, is_nan(a)));
+  return select(a / d, special, bl.let(eq(bits(d) & lit_u(0x7fffffffu), lit_u(0))));
 }
 
 Ex maximum_f(const Ex& a, const Ex& b, bool max) {
-  const Ex pick = select(b, a, bin(max ? ">" : "<", a, b));
-  return select(pick, bin("+", a, b), bin("||", is_nan(a), is_nan(b)));
+  const Ex pick = select(b, a, bin(max ? BinOp::kGt : BinOp::kLt, a, b));
+  return select(pick, a + b, lor(is_nan(a), is_nan(b)));
 }
 
 // a ** b for float32 with C's pow semantics on negative bases and special values.
@@ -66,19 +66,19 @@ Ex pow_f(Block& bl, const Ex& a, const Ex& b, const Expr& exponent) {
   if (exponent.kind == Expr::kLiteral) {
     const double e = exponent.literal.as_double();
     if (e == 1) return a;
-    if (e == 2) return bin("*", a, a);
-    if (e == 3) return bin("*", bl.let(bin("*", a, a)), a);
-    if (e == -1) return bin("/", f(1.0), a);
-    if (e == -2) return bin("/", f(1.0), bin("*", a, a));
+    if (e == 2) return a * a;
+    if (e == 3) return bl.let(a * a) * a;
+    if (e == -1) return f(1.0) / a;
+    if (e == -2) return f(1.0) / (a * a);
     if (e == 0.5) return fcall("sqrt", {a});
   }
   const Ex r0 = bl.let(fcall("pow", {fcall("abs", {a}), b}));
-  const Ex integral = bl.let(bin("&&", bin("==", b, fcall("floor", {b})), bin("<", fcall("abs", {b}), f(16777216.0))));
-  const Ex odd = bin("&&", integral, bin("!=", bin("&", convert(Ty::kI32, b), lit_i(1)), lit_i(0)));
-  const Ex neg = bl.let(bin("<", a, f(0.0)));
-  Ex r = select(r0, un("-", r0), bin("&&", neg, odd));
-  r = select(r, f(std::nan("")), bin("&&", neg, un("!", integral)));
-  r = select(r, f(1.0), bin("||", bin("==", b, f(0.0)), bin("==", a, f(1.0))));
+  const Ex integral = bl.let(land(eq(b, fcall("floor", {b})), lt(fcall("abs", {b}), f(16777216.0))));
+  const Ex odd = land(integral, ne(convert(Ty::kI32, b) & lit_i(1), lit_i(0)));
+  const Ex neg = bl.let(lt(a, f(0.0)));
+  Ex r = select(r0, -r0, land(neg, odd));
+  r = select(r, f(std::nan("")), land(neg, lnot(integral)));
+  r = select(r, f(1.0), lor(eq(b, f(0.0)), eq(a, f(1.0))));
   return r;
 }
 
@@ -86,16 +86,16 @@ Ex pow_f(Block& bl, const Ex& a, const Ex& b, const Expr& exponent) {
 Ex pow_i(Block& bl, const Ex& a, const Ex& b) {
   const Ex r = bl.mut(Ty::kI32, lit_i(1), "pw");
   const Ex base = bl.mut(Ty::kI32, a, "pb");
-  const Ex e = bl.mut(Ty::kI32, select(b, lit_i(0), bin("<", b, lit_i(0))), "pe");
+  const Ex e = bl.mut(Ty::kI32, select(b, lit_i(0), lt(b, lit_i(0))), "pe");
   bl.loop("pi", lit_i(0), lit_i(32), lit_i(1), [&](Block& in, const Ex&) {
-    in.if_(bin("!=", bin("&", e, lit_i(1)), lit_i(0)), [&](Block& t) { t.assign(r, bin("*", r, base)); });
-    in.assign(base, bin("*", base, base));
-    in.assign(e, bin(">>", e, lit_i(1)));
+    in.if_(ne(e & lit_i(1), lit_i(0)), [&](Block& t) { t.assign(r, r * base); });
+    in.assign(base, base * base);
+    in.assign(e, e >> lit_i(1));
   });
   // negative exponents: 1 for a == 1, +-1 for a == -1, else 0
-  const Ex negexp = bin("<", b, lit_i(0));
-  Ex neg_result = select(lit_i(0), lit_i(1), bin("==", a, lit_i(1)));
-  neg_result = select(neg_result, select(lit_i(-1), lit_i(1), bin("==", bin("&", b, lit_i(1)), lit_i(0))), bin("==", a, lit_i(-1)));
+  const Ex negexp = lt(b, lit_i(0));
+  Ex neg_result = select(lit_i(0), lit_i(1), eq(a, lit_i(1)));
+  neg_result = select(neg_result, select(lit_i(-1), lit_i(1), eq(b & lit_i(1), lit_i(0))), eq(a, lit_i(-1)));
   return select(r, neg_result, negexp);
 }
 
@@ -119,55 +119,55 @@ Ty compute_type(DType t) {
 
 Ex wrap_to(DType t, Ex v) {
   switch (t) {
-    case DType::kU8: return bin("&", v, lit_i(255));
-    case DType::kI8: return bin(">>", bin("<<", v, lit_i(24)), lit_i(24));
-    case DType::kI16: return bin(">>", bin("<<", v, lit_i(16)), lit_i(16));
+    case DType::kU8: return v & lit_i(255);
+    case DType::kI8: return v << lit_i(24) >> lit_i(24);
+    case DType::kI16: return v << lit_i(16) >> lit_i(16);
     default: return v;
   }
 }
 
 Ex half_bits(Block& b, DType t, const Ex& v) {
   const Ex x = b.let(bitcast(Ty::kU32, v), "hb");
-  const Ex is_nan = b.let(bin(">", bin("&", x, lit_u(0x7fffffffu)), lit_u(0x7f800000u)));
+  const Ex is_nan = b.let(gt(x & lit_u(0x7fffffffu), lit_u(0x7f800000u)));
   if (t == DType::kBF16) {  // the upper half, rounded to nearest even; NaN kept quiet
-    const Ex r = bin(">>", add(add(x, lit_u(0x7fffu)), bin("&", bin(">>", x, lit_i(16)), lit_u(1))), lit_i(16));
-    return b.let(select(r, bin("|", bin(">>", x, lit_i(16)), lit_u(0x40u)), is_nan));
+    const Ex r = add(add(x, lit_u(0x7fffu)), (x >> lit_i(16)) & lit_u(1)) >> lit_i(16);
+    return b.let(select(r, (x >> lit_i(16)) | lit_u(0x40u), is_nan));
   }
-  const Ex sign = b.let(bin("&", bin(">>", x, lit_i(16)), lit_u(0x8000u)));
-  const Ex man = b.let(bin("&", x, lit_u(0x7fffffu)));
-  const Ex e = b.let(bin("-", bitcast(Ty::kI32, bin("&", bin(">>", x, lit_i(23)), lit_u(0xffu))), lit_i(112)));  // binary16 exponent
+  const Ex sign = b.let((x >> lit_i(16)) & lit_u(0x8000u));
+  const Ex man = b.let(x & lit_u(0x7fffffu));
+  const Ex e = b.let(bitcast(Ty::kI32, (x >> lit_i(23)) & lit_u(0xffu)) - lit_i(112));  // binary16 exponent
   // normal: round the 13 dropped bits to nearest even (a carry into the exponent is right, up to infinity)
-  const Ex m = bin(">>", man, lit_i(13)), rest = b.let(bin("&", man, lit_u(0x1fffu)));
-  const Ex up = bin("||", bin(">", rest, lit_u(0x1000u)), bin("&&", bin("==", rest, lit_u(0x1000u)), bin("==", bin("&", m, lit_u(1)), lit_u(1))));
-  const Ex normal = add(bin("|", bin("<<", bitcast(Ty::kU32, call("max", Ty::kI32, {e, lit_i(0)})), lit_i(10)), m), convert(Ty::kU32, up));
+  const Ex m = man >> lit_i(13), rest = b.let(man & lit_u(0x1fffu));
+  const Ex up = lor(gt(rest, lit_u(0x1000u)), land(eq(rest, lit_u(0x1000u)), eq(m & lit_u(1), lit_u(1))));
+  const Ex normal = ((bitcast(Ty::kU32, call("max", Ty::kI32, {e, lit_i(0)})) << lit_i(10)) | m) + convert(Ty::kU32, up);
   // subnormal (e in [-10, 0]): the 24-bit significand shifted right by 14 - e, rounded
-  const Ex sh = b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {bin("-", lit_i(14), e), lit_i(14)}), lit_i(24)}));
-  const Ex full = b.let(bin("|", man, lit_u(0x800000u)));
-  const Ex sm = b.let(bin(">>", full, sh));
-  const Ex srest = b.let(bin("&", full, bin("-", bin("<<", lit_u(1), sh), lit_u(1))));
-  const Ex shalf = b.let(bin("<<", lit_u(1), bin("-", sh, lit_i(1))));
-  const Ex sup = bin("||", bin(">", srest, shalf), bin("&&", bin("==", srest, shalf), bin("==", bin("&", sm, lit_u(1)), lit_u(1))));
+  const Ex sh = b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {lit_i(14) - e, lit_i(14)}), lit_i(24)}));
+  const Ex full = b.let(man | lit_u(0x800000u));
+  const Ex sm = b.let(full >> sh);
+  const Ex srest = b.let(full & ((lit_u(1) << sh) - lit_u(1)));
+  const Ex shalf = b.let(lit_u(1) << (sh - lit_i(1)));
+  const Ex sup = lor(gt(srest, shalf), land(eq(srest, shalf), eq(sm & lit_u(1), lit_u(1))));
   const Ex sub = add(sm, convert(Ty::kU32, sup));
-  Ex h = select(lit_u(0), sub, bin(">=", e, lit_i(-10)));   // below half the smallest subnormal: 0
-  h = select(h, normal, bin(">=", e, lit_i(1)));
-  h = select(h, lit_u(0x7c00u), bin(">=", e, lit_i(31)));     // overflow (and infinity): infinity
-  h = select(h, bin("|", lit_u(0x7e00u), bin(">>", man, lit_i(13))), is_nan);
-  return b.let(bin("|", sign, h));
+  Ex h = select(lit_u(0), sub, ge(e, lit_i(-10)));   // below half the smallest subnormal: 0
+  h = select(h, normal, ge(e, lit_i(1)));
+  h = select(h, lit_u(0x7c00u), ge(e, lit_i(31)));     // overflow (and infinity): infinity
+  h = select(h, lit_u(0x7e00u) | (man >> lit_i(13)), is_nan);
+  return b.let(sign | h);
 }
 
 Ex half_value(Block& b, DType t, const Ex& bits) {
-  if (t == DType::kBF16) return b.let(bitcast(Ty::kF32, bin("<<", bin("&", bits, lit_u(0xffffu)), lit_i(16))));
-  const Ex h = b.let(bin("&", bits, lit_u(0xffffu)), "hv");
-  const Ex sign = b.let(bin("<<", bin("&", h, lit_u(0x8000u)), lit_i(16)));
-  const Ex exp = b.let(bin("&", bin(">>", h, lit_i(10)), lit_u(0x1fu)));
-  const Ex man = b.let(bin("&", h, lit_u(0x3ffu)));
-  const Ex normal = bin("|", bin("<<", add(exp, lit_u(112)), lit_i(23)), bin("<<", man, lit_i(13)));
-  const Ex special = bin("|", select(lit_u(0x7f800000u), lit_u(0x7fc00000u), bin("!=", man, lit_u(0))),
-                        bin("<<", man, lit_i(13)));  // infinity; NaN, made quiet as the CPU does
+  if (t == DType::kBF16) return b.let(bitcast(Ty::kF32, (bits & lit_u(0xffffu)) << lit_i(16)));
+  const Ex h = b.let(bits & lit_u(0xffffu), "hv");
+  const Ex sign = b.let((h & lit_u(0x8000u)) << lit_i(16));
+  const Ex exp = b.let((h >> lit_i(10)) & lit_u(0x1fu));
+  const Ex man = b.let(h & lit_u(0x3ffu));
+  const Ex normal = (add(exp, lit_u(112)) << lit_i(23)) | (man << lit_i(13));
+  // infinity; NaN, made quiet as the CPU does
+  const Ex special = select(lit_u(0x7f800000u), lit_u(0x7fc00000u), ne(man, lit_u(0))) | (man << lit_i(13));
   const Ex sub = bitcast(Ty::kU32, mul(convert(Ty::kF32, man), lit_f(5.9604644775390625e-8)));  // man * 2^-24, exact
-  Ex r = select(normal, sub, bin("==", exp, lit_u(0)));
-  r = select(r, special, bin("==", exp, lit_u(0x1fu)));
-  return b.let(bitcast(Ty::kF32, bin("|", sign, r)));
+  Ex r = select(normal, sub, eq(exp, lit_u(0)));
+  r = select(r, special, eq(exp, lit_u(0x1fu)));
+  return b.let(bitcast(Ty::kF32, sign | r));
 }
 
 Ex cast_value(Block& b, Ex v, DType from, DType to) {
@@ -202,28 +202,28 @@ Ex elementary(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, const std::vect
   const bool bo = t == Ty::kBool;
   const Ex& a = x[0];
   switch (op) {
-    case EwOp::k_neg: return bo ? un("!", a) : un("-", a);
+    case EwOp::k_neg: return bo ? lnot(a) : -a;
     case EwOp::k_abs: return bo ? a : call("abs", t, {a});
     case EwOp::k_exp: need_float(t, "exp"); return fcall("exp", {a});
     case EwOp::k_exp2: need_float(t, "exp2"); return fcall("exp2", {a});
     case EwOp::k_expm1: {
       need_float(t, "expm1");
       const Ex u = b.let(fcall("exp", {a}));
-      const Ex um1 = b.let(bin("-", u, f(1.0)));
-      Ex r = bin("/", bin("*", um1, a), fcall("log", {u}));
-      r = select(r, a, bin("==", u, f(1.0)));
-      r = select(r, f(-1.0), bin("==", um1, f(-1.0)));
+      const Ex um1 = b.let(u - f(1.0));
+      Ex r = um1 * a / fcall("log", {u});
+      r = select(r, a, eq(u, f(1.0)));
+      r = select(r, f(-1.0), eq(um1, f(-1.0)));
       return select(r, u, is_inf(u));
     }
     case EwOp::k_log: need_float(t, "log"); return fcall("log", {a});
     case EwOp::k_log2: need_float(t, "log2"); return fcall("log2", {a});
-    case EwOp::k_log10: need_float(t, "log10"); return bin("*", fcall("log2", {a}), f(0.30102999566398120));
+    case EwOp::k_log10: need_float(t, "log10"); return fcall("log2", {a}) * f(0.30102999566398120);
     case EwOp::k_log1p: {
       need_float(t, "log1p");
-      const Ex u = b.let(bin("+", f(1.0), a));
+      const Ex u = b.let(f(1.0) + a);
       const Ex lu = b.let(fcall("log", {u}));
-      Ex r = bin("/", bin("*", lu, a), bin("-", u, f(1.0)));
-      r = select(r, a, bin("==", u, f(1.0)));
+      Ex r = lu * a / (u - f(1.0));
+      r = select(r, a, eq(u, f(1.0)));
       return select(r, lu, is_inf(u));
     }
     case EwOp::k_sqrt: need_float(t, "sqrt"); return fcall("sqrt", {a});
@@ -245,10 +245,10 @@ Ex elementary(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, const std::vect
       // 0.99999994, which left gelu(-1000) at -3e-5 instead of -0); clamping keeps a
       // sinh/cosh-based builtin finite.
       need_float(t, "tanh");
-      const Ex c = fcall("tanh", {select(select(a, f(-10.0), bin("<", a, f(-10.0))), f(10.0), bin(">", a, f(10.0)))});
+      const Ex c = fcall("tanh", {select(select(a, f(-10.0), lt(a, f(-10.0))), f(10.0), gt(a, f(10.0)))});
       return select(c, a, is_nan(a));
     }
-    case EwOp::k_sigmoid: need_float(t, "sigmoid"); return bin("/", f(1.0), bin("+", f(1.0), fcall("exp", {un("-", a)})));
+    case EwOp::k_sigmoid: need_float(t, "sigmoid"); return f(1.0) / (f(1.0) + fcall("exp", {-a}));
     default: break;  // map_op routes only the operations above here
   }
   throw no_gpu_implementation(op);
@@ -323,19 +323,19 @@ Ex rounding_and_tests(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, const s
     case EwOp::k_sign: {
       if (bo) return a;
       // sign(NaN) is 0, as PyTorch's
-      return select(select(lit(t, 0), lit(t, -1), bin("<", a, lit(t, 0))), lit(t, 1), bin(">", a, lit(t, 0)));
+      return select(select(lit(t, 0), lit(t, -1), lt(a, lit(t, 0))), lit(t, 1), gt(a, lit(t, 0)));
     }
     case EwOp::k_relu:
       if (bo) return a;
-      return select(a, lit(t, 0), bin("<", a, lit(t, 0)));
-    case EwOp::k_logical_not: return un("!", truthy(a));
-    case EwOp::k_bitwise_not: return bo ? un("!", a) : un("~", a);
+      return select(a, lit(t, 0), lt(a, lit(t, 0)));
+    case EwOp::k_logical_not: return lnot(truthy(a));
+    case EwOp::k_bitwise_not: return bo ? lnot(a) : ~a;
     case EwOp::k_isnan: return fl ? is_nan(a) : lit_b(false);
     case EwOp::k_isinf: return fl ? is_inf(a) : lit_b(false);
-    case EwOp::k_signbit: return fl ? bin("!=", bin(">>", bits(a), lit_u(31)), lit_u(0)) : bo ? lit_b(false) : bin("<", a, lit_i(0));
+    case EwOp::k_signbit: return fl ? ne(bits(a) >> lit_u(31), lit_u(0)) : bo ? lit_b(false) : lt(a, lit_i(0));
     case EwOp::k_angle: {
       need_float(t, "angle");
-      return select(select(f(0.0), f(3.14159265358979323846), bin("<", a, f(0.0))), a, is_nan(a));
+      return select(select(f(0.0), f(3.14159265358979323846), lt(a, f(0.0))), a, is_nan(a));
     }
     default: break;  // map_op routes only the operations above here
   }
@@ -349,39 +349,39 @@ Ex arithmetic(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, const std::vect
   const bool fl = t == Ty::kF32, bo = t == Ty::kBool;
   const Ex& a = x[0];
   switch (op) {
-    case EwOp::k_add: return bo ? bin("||", a, x[1]) : bin("+", a, x[1]);
-    case EwOp::k_sub: return bin("-", a, x[1]);
-    case EwOp::k_mul: return bo ? bin("&&", a, x[1]) : bin("*", a, x[1]);
+    case EwOp::k_add: return bo ? lor(a, x[1]) : a + x[1];
+    case EwOp::k_sub: return a - x[1];
+    case EwOp::k_mul: return bo ? land(a, x[1]) : a * x[1];
     case EwOp::k_div: need_float(t, "div"); return ieee_div(b, a, x[1]);
     case EwOp::k_floor_divide: {
       if (bo) throw Unsupported("floor_divide of bool");
       const Ex& d = x[1];
       if (!fl) {
-        const Ex r = b.let(bin("%", a, d));
-        const Ex adjust = bin("&&", bin("!=", r, lit_i(0)), bin("!=", bin("<", r, lit_i(0)), bin("<", d, lit_i(0))));
-        return bin("-", bin("/", a, d), select(lit_i(0), lit_i(1), adjust));
+        const Ex r = b.let(a % d);
+        const Ex adjust = land(ne(r, lit_i(0)), ne(lt(r, lit_i(0)), lt(d, lit_i(0))));
+        return a / d - select(lit_i(0), lit_i(1), adjust);
       }
       // PyTorch's div_floor: (a - fmod(a, b)) / b, corrected toward negative infinity
-      const Ex mod = b.let(bin("%", a, d));
-      const Ex fix = bin("&&", bin("!=", mod, f(0.0)), bin("!=", bin("<", d, f(0.0)), bin("<", mod, f(0.0))));
-      const Ex div = b.let(bin("-", bin("/", bin("-", a, mod), d), select(f(0.0), f(1.0), fix)));
+      const Ex mod = b.let(a % d);
+      const Ex fix = land(ne(mod, f(0.0)), ne(lt(d, f(0.0)), lt(mod, f(0.0))));
+      const Ex div = b.let((a - mod) / d - select(f(0.0), f(1.0), fix));
       const Ex fd = b.let(fcall("floor", {div}));
-      const Ex rounded = select(fd, bin("+", fd, f(1.0)), bin(">", bin("-", div, fd), f(0.5)));
-      const Ex zero = bitcast(Ty::kF32, bin("&", bits(bin("/", a, d)), lit_u(0x80000000u)));
-      const Ex r = select(zero, rounded, bin("!=", div, f(0.0)));
-      return select(r, bin("/", a, d), bin("==", d, f(0.0)));
+      const Ex rounded = select(fd, fd + f(1.0), gt(div - fd, f(0.5)));
+      const Ex zero = bitcast(Ty::kF32, bits(a / d) & lit_u(0x80000000u));
+      const Ex r = select(zero, rounded, ne(div, f(0.0)));
+      return select(r, a / d, eq(d, f(0.0)));
     }
     case EwOp::k_remainder: {
       if (bo) throw Unsupported("remainder of bool");
       const Ex& d = x[1];
-      const Ex r = b.let(bin("%", a, d));
+      const Ex r = b.let(a % d);
       const Ex zero = lit(t, 0);
-      const Ex fix = bin("&&", bin("!=", r, zero), bin("!=", bin("<", r, zero), bin("<", d, zero)));
-      return select(r, bin("+", r, d), fix);
+      const Ex fix = land(ne(r, zero), ne(lt(r, zero), lt(d, zero)));
+      return select(r, r + d, fix);
     }
     case EwOp::k_fmod:
       if (bo) throw Unsupported("fmod of bool");
-      return bin("%", a, x[1]);
+      return a % x[1];
     case EwOp::k_pow:
       if (bo) throw Unsupported("pow of bool");
       return fl ? pow_f(b, a, x[1], *operands[1]) : pow_i(b, a, x[1]);
@@ -389,15 +389,15 @@ Ex arithmetic(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, const std::vect
     case EwOp::k_hypot: {
       need_float(t, "hypot");
       const Ex m = b.let(fcall("max", {fcall("abs", {a}), fcall("abs", {x[1]})}));
-      const Ex p = bin("/", a, m), q = bin("/", x[1], m);
-      Ex r = select(bin("*", m, fcall("sqrt", {bin("+", bin("*", p, p), bin("*", q, q))})), f(0.0), bin("==", m, f(0.0)));
-      r = select(r, bin("+", a, x[1]), bin("||", is_nan(a), is_nan(x[1])));
-      return select(r, f(INFINITY), bin("||", is_inf(a), is_inf(x[1])));
+      const Ex p = a / m, q = x[1] / m;
+      Ex r = select(m * fcall("sqrt", {p * p + q * q}), f(0.0), eq(m, f(0.0)));
+      r = select(r, a + x[1], lor(is_nan(a), is_nan(x[1])));
+      return select(r, f(INFINITY), lor(is_inf(a), is_inf(x[1])));
     }
     case EwOp::k_maximum:
     case EwOp::k_minimum: {
       const bool mx = op == EwOp::k_maximum;
-      if (bo) return bin(mx ? "||" : "&&", a, x[1]);
+      if (bo) return bin(mx ? BinOp::kOr : BinOp::kAnd, a, x[1]);
       if (!fl) return call(mx ? "max" : "min", t, {a, x[1]});
       return maximum_f(a, x[1], mx);
     }
@@ -412,31 +412,31 @@ Ex comparison_and_bitwise(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, con
   const bool bo = t == Ty::kBool;
   const Ex& a = x[0];
   switch (op) {
-    case EwOp::k_eq: return bin("==", a, x[1]);
-    case EwOp::k_ne: return bin("!=", a, x[1]);
+    case EwOp::k_eq: return eq(a, x[1]);
+    case EwOp::k_ne: return ne(a, x[1]);
     case EwOp::k_lt:
     case EwOp::k_le:
     case EwOp::k_gt:
     case EwOp::k_ge: {
-      static const char* ops[] = {"<", "<=", ">", ">="};
-      const char* o = ops[static_cast<int>(op) - static_cast<int>(EwOp::k_lt)];
+      static const BinOp ops[] = {BinOp::kLt, BinOp::kLe, BinOp::kGt, BinOp::kGe};
+      const BinOp o = ops[static_cast<int>(op) - static_cast<int>(EwOp::k_lt)];
       if (bo) return bin(o, convert(Ty::kI32, a), convert(Ty::kI32, x[1]));
       return bin(o, a, x[1]);
     }
-    case EwOp::k_logical_and: return bin("&&", truthy(a), truthy(x[1]));
-    case EwOp::k_logical_or: return bin("||", truthy(a), truthy(x[1]));
-    case EwOp::k_logical_xor: return bin("!=", truthy(a), truthy(x[1]));
-    case EwOp::k_bitwise_and: return bin(bo ? "&&" : "&", a, x[1]);
-    case EwOp::k_bitwise_or: return bin(bo ? "||" : "|", a, x[1]);
-    case EwOp::k_bitwise_xor: return bin(bo ? "!=" : "^", a, x[1]);
+    case EwOp::k_logical_and: return land(truthy(a), truthy(x[1]));
+    case EwOp::k_logical_or: return lor(truthy(a), truthy(x[1]));
+    case EwOp::k_logical_xor: return ne(truthy(a), truthy(x[1]));
+    case EwOp::k_bitwise_and: return bin(bo ? BinOp::kAnd : BinOp::kBitAnd, a, x[1]);
+    case EwOp::k_bitwise_or: return bin(bo ? BinOp::kOr : BinOp::kBitOr, a, x[1]);
+    case EwOp::k_bitwise_xor: return bin(bo ? BinOp::kNe : BinOp::kBitXor, a, x[1]);
     case EwOp::k_bitwise_left_shift:
     case EwOp::k_bitwise_right_shift: {
       if (t != Ty::kI32) throw Unsupported("shift of a non-integer operand");
       const bool left = op == EwOp::k_bitwise_left_shift;
       const Ex& s = x[1];
-      const Ex in_range = bin("&&", bin(">=", s, lit_i(0)), bin("<", s, lit_i(32)));
-      const Ex shifted = bin(left ? "<<" : ">>", a, select(lit_i(0), s, in_range));
-      const Ex overflow = left ? lit_i(0) : select(lit_i(0), lit_i(-1), bin("<", a, lit_i(0)));
+      const Ex in_range = land(ge(s, lit_i(0)), lt(s, lit_i(32)));
+      const Ex shifted = bin(left ? BinOp::kShl : BinOp::kShr, a, select(lit_i(0), s, in_range));
+      const Ex overflow = left ? lit_i(0) : select(lit_i(0), lit_i(-1), lt(a, lit_i(0)));
       return select(overflow, shifted, in_range);
     }
     case EwOp::k_gcd: {  // Euclid on magnitudes; 48 steps cover every pair of 32-bit values
@@ -444,8 +444,8 @@ Ex comparison_and_bitwise(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, con
       const Ex u = b.mut(Ty::kI32, call("abs", Ty::kI32, {a}), "gu");
       const Ex v = b.mut(Ty::kI32, call("abs", Ty::kI32, {x[1]}), "gv");
       b.loop("gi", lit_i(0), lit_i(48), lit_i(1), [&](Block& in, const Ex&) {
-        in.if_(bin("!=", v, lit_i(0)), [&](Block& t2) {
-          const Ex r = t2.let(bin("%", u, v));
+        in.if_(ne(v, lit_i(0)), [&](Block& t2) {
+          const Ex r = t2.let(u % v);
           t2.assign(u, v);
           t2.assign(v, r);
         });

@@ -17,23 +17,23 @@ Ex order_key(Block& b, const Ex& v, bool largest) {
   Ex key;
   if (v->ty == Ty::kF32) {
     const Ex u = b.let(bitcast(Ty::kU32, v));
-    const Ex nan = bin(">", bin("&", u, lit_u(0x7fffffffu)), lit_u(0x7f800000u));
+    const Ex nan = gt(u & lit_u(0x7fffffffu), lit_u(0x7f800000u));
     // -0 and +0 are equal (a tie, decided by index)
-    const Ex z = b.let(select(u, lit_u(0), bin("==", bin("&", u, lit_u(0x7fffffffu)), lit_u(0))));
-    const Ex mono = select(bin("|", z, lit_u(0x80000000u)), un("~", z), bin("!=", bin(">>", z, lit_u(31)), lit_u(0)));
-    key = largest ? select(mono, lit_u(0xffffffffu), nan) : select(un("~", mono), lit_u(0), nan);
+    const Ex z = b.let(select(u, lit_u(0), eq(u & lit_u(0x7fffffffu), lit_u(0))));
+    const Ex mono = select(z | lit_u(0x80000000u), ~z, ne(z >> lit_u(31), lit_u(0)));
+    key = largest ? select(mono, lit_u(0xffffffffu), nan) : select(~mono, lit_u(0), nan);
     return b.let(key);
   }
-  const Ex u = bin("^", bitcast(Ty::kU32, convert(Ty::kI32, v)), lit_u(0x80000000u));
-  return b.let(largest ? u : un("~", u));
+  const Ex u = bitcast(Ty::kU32, convert(Ty::kI32, v)) ^ lit_u(0x80000000u);
+  return b.let(largest ? u : ~u);
 }
 
 // Whether entry (key, r) comes strictly after the previous pick (pk, pi) in top-k order (key
 // descending, index ascending) and before the best so far (bk, bi; none while bi < 0).
 Ex topk_candidate(const Ex& key, const Ex& r, const Ex& pk, const Ex& pi, const Ex& bk, const Ex& bi) {
-  const Ex after = bin("||", bin("<", key, pk), bin("&&", bin("==", key, pk), bin(">", r, pi)));
-  const Ex better = bin("||", bin("<", bi, lit_i(0)), bin("||", bin(">", key, bk), bin("&&", bin("==", key, bk), bin("<", r, bi))));
-  return bin("&&", after, better);
+  const Ex after = lor(lt(key, pk), land(eq(key, pk), gt(r, pi)));
+  const Ex better = lor(lt(bi, lit_i(0)), lor(gt(key, bk), land(eq(key, bk), lt(r, bi))));
+  return land(after, better);
 }
 
 }  // namespace
@@ -56,7 +56,7 @@ void t_gather(KB& kb, const chroma::Kernel& lk) {
       ic = o;
     }
     const Ex v = b.let(kb.eval(b, idx, ic), "ix");
-    const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
+    const Ex bad = b.let(lor(lt(v, lit_i(0)), ge(v, lit_i(dim))));
     kb.flag_bad_index(b, bad, v, dim, lk.attrs.axis);
     const Ex safe = b.let(select(v, lit_i(0), bad));
     if (lk.kind == chroma::Kernel::kGather) {
@@ -111,10 +111,10 @@ void t_topk(KB& kb, const chroma::Kernel& lk) {
         });
       });
       // invocations without a candidate (bi < 0) take part with the lowest key and no index
-      const Ex mk = kb.tree(in, in.let(select(lit_u(0), bk, bin(">=", bi, lit_i(0)))), "tk", umax, "subgroupMax", lit_u(0));
-      const Ex cand = in.let(select(lit_i(INT32_MAX), bi, bin("&&", bin(">=", bi, lit_i(0)), bin("==", bk, mk))));
+      const Ex mk = kb.tree(in, in.let(select(lit_u(0), bk, ge(bi, lit_i(0)))), "tk", umax, "subgroupMax", lit_u(0));
+      const Ex cand = in.let(select(lit_i(INT32_MAX), bi, land(ge(bi, lit_i(0)), eq(bk, mk))));
       const Ex mi = kb.tree(in, cand, "ti", imin, "subgroupMin", lit_i(INT32_MAX));
-      in.if_(bin("==", lid, lit_i(0)), [&](Block& st) {
+      in.if_(eq(lid, lit_i(0)), [&](Block& st) {
         const std::vector<Ex> c = merge(st, s, o, j);
         const Ex v = st.let(kb.eval(st, e, merge(st, s, o, mi)));
         kb.store(st, &lk.out_layouts[0], lk.outputs[0], lk.out_layouts[0], c, v);
@@ -165,10 +165,10 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     kb.per_element(numel(lk.shape), [&](Block& b, const Ex& i) {
       std::vector<Ex> o = KB::coords_of(b, i, lk.shape);
       const Ex v = b.let(kb.eval(b, idx, {o[axis]}), "ix");
-      const Ex bad = b.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
+      const Ex bad = b.let(lor(lt(v, lit_i(0)), ge(v, lit_i(dim))));
       kb.flag_bad_index(b, bad, v, dim, lk.attrs.axis);
       const Ex val = b.let(cast_value(b, kb.eval(b, vals, o), vals.dtype, ot));
-      b.if_(un("!", bad), [&](Block& t) {
+      b.if_(lnot(bad), [&](Block& t) {
         std::vector<Ex> dc = o;
         dc[axis] = v;
         kb.store(t, &lk, lk.outputs[0], lk.out_layouts[0], dc, val);
@@ -208,8 +208,8 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     kb.add_shared("js", Ty::kI32, W);
     Block b = kb.body();
     const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-    const Ex row = b.let(bin("%", wg, lit_i(dim)), "row");
-    const std::vector<Ex> oc = KB::coords_of(b, b.let(bin("/", wg, lit_i(dim))), outer_shape);
+    const Ex row = b.let(wg % lit_i(dim), "row");
+    const std::vector<Ex> oc = KB::coords_of(b, b.let(wg / lit_i(dim)), outer_shape);
     auto coords = [&](Block& in, const Ex& at_axis, const Ex& i) {
       std::vector<Ex> c = oc;
       c.push_back(at_axis);
@@ -218,18 +218,18 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     };
     b.loop("c", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& cl, const Ex& ch) {
       const Ex j = cl.let(add(mul(ch, lit_i(W)), lid), "j");
-      const Ex live = cl.let(bin("<", j, lit_i(n)));
+      const Ex live = cl.let(lt(j, lit_i(n)));
       const Ex v = cl.let(kb.eval(cl, idx, {call("min", Ty::kI32, {j, lit_i(n - 1)})}), "ix");
-      kb.flag_bad_index(cl, cl.let(bin("&&", live, bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))))), v, dim,
+      kb.flag_bad_index(cl, cl.let(land(live, lor(lt(v, lit_i(0)), ge(v, lit_i(dim))))), v, dim,
                         lk.attrs.axis);
-      const Ex match = cl.let(bin("&&", live, bin("==", v, row)), "match");
+      const Ex match = cl.let(land(live, eq(v, row)), "match");
       // the matches' inclusive prefix count: a match's place in the list
       const Ex pos = kb.inclusive_scan(cl, select(lit_i(0), lit_i(1), match), "hits",
                                        [](Block&, Ex a, Ex x) { return add(a, x); });
-      cl.if_(match, [&](Block& t) { t.shared_store("js", bin("-", pos, lit_i(1)), j); });
+      cl.if_(match, [&](Block& t) { t.shared_store("js", pos - lit_i(1), j); });
       const Ex count = cl.let(load_array(Space::kShared, "hits", Ty::kI32, lit_i(W - 1)), "count");
       cl.barrier();
-      cl.if_(bin(">", count, lit_i(0)), [&](Block& cb) {
+      cl.if_(gt(count, lit_i(0)), [&](Block& cb) {
         cb.loop("i", lid, lit_i(inner), lit_i(W), [&](Block& il, const Ex& i) {
           const std::vector<Ex> dc = coords(il, row, i);
           const Ex acc = il.mut(compute_type(ot), kb.eval(il, current, dc), "acc");
@@ -249,9 +249,9 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     const Ex acc = b.mut(compute_type(ot), kb.eval(b, current, dc), "acc");
     b.loop("j", lit_i(0), lit_i(n), lit_i(1), [&](Block& in, const Ex& j) {
       const Ex v = in.let(kb.eval(in, idx, {j}), "ix");
-      const Ex bad = in.let(bin("||", bin("<", v, lit_i(0)), bin(">=", v, lit_i(dim))));
+      const Ex bad = in.let(lor(lt(v, lit_i(0)), ge(v, lit_i(dim))));
       kb.flag_bad_index(in, bad, v, dim, lk.attrs.axis);
-      in.if_(bin("==", v, dc[axis]), [&](Block& t) {
+      in.if_(eq(v, dc[axis]), [&](Block& t) {
         std::vector<Ex> vc = dc;
         vc[axis] = j;
         fold(t, acc, vc);

@@ -95,7 +95,7 @@ class KB {
   static Ex from_word(DType t, const Ex& w) {
     switch (compute_type(t)) {
       case Ty::kF32: return bitcast(Ty::kF32, w);
-      case Ty::kBool: return bin("!=", w, lit_u(0));
+      case Ty::kBool: return ne(w, lit_u(0));
       default: return bitcast(Ty::kI32, w);
     }
   }
@@ -112,8 +112,8 @@ class KB {
   // of slot `s`, as float32.
   static std::pair<Ex, Ex> group_header(Block& b, int s, const Ex& gw) {
     const Ex hdr = b.let(load_word(s, gw), "hdr");
-    return {b.let(half_value(b, DType::kF16, bin("&", hdr, lit_u(0xffffu)))),
-            b.let(half_value(b, DType::kF16, bin(">>", hdr, lit_u(16u))))};
+    return {b.let(half_value(b, DType::kF16, hdr & lit_u(0xffffu))),
+            b.let(half_value(b, DType::kF16, hdr >> lit_u(16u)))};
   }
 
   // A grouped weight (Expr::quant; quant::pack_rows rows, docs/quantization.md) at `coords`:
@@ -128,23 +128,23 @@ class KB {
     const int s = sb.first;
     const Ex byte_base = sb.second;
     const Ex lin = b.let(address(lit_i(0), e.layout.strides, coords));
-    const Ex row = b.let(bin("/", lin, lit_i(K))), kk = b.let(bin("%", lin, lit_i(K)));
-    const Ex gw = b.let(add(add(bin(">>", byte_base, lit_i(2)), mul(row, lit_i(row_words))),
-                            mul(bin(">>", kk, lit_i(6)), lit_i(group_words))), "gw");
+    const Ex row = b.let(lin / lit_i(K)), kk = b.let(lin % lit_i(K));
+    const Ex gw = b.let(add(add(byte_base >> lit_i(2), mul(row, lit_i(row_words))),
+                            mul(kk >> lit_i(6), lit_i(group_words))), "gw");
     const std::pair<Ex, Ex> header = group_header(b, s, gw);
     const Ex scale = header.first, bias = header.second;
-    const Ex bit = b.let(mul(bin("&", kk, lit_i(63)), lit_i(bits)));
-    const Ex w = b.let(add(add(gw, lit_i(1)), bin(">>", bit, lit_i(5))));
-    const Ex sh = b.let(convert(Ty::kU32, bin("&", bit, lit_i(31))));
-    Ex q = b.let(bin(">>", load_word(s, w), sh));
+    const Ex bit = b.let(mul(kk & lit_i(63), lit_i(bits)));
+    const Ex w = b.let(add(add(gw, lit_i(1)), bit >> lit_i(5)));
+    const Ex sh = b.let(convert(Ty::kU32, bit & lit_i(31)));
+    Ex q = b.let(load_word(s, w) >> sh);
     if (bits == 6) {
       // the bits past the word's end: from the next word (never read past a group: a value
       // straddles only when it is not the group's last)
       const Ex hi = b.mut(Ty::kU32, lit_u(0), "hi");
-      b.if_(bin(">", sh, lit_u(26u)), [&](Block& in) { in.assign(hi, bin("<<", load_word(s, add(w, lit_i(1))), bin("-", lit_u(32u), sh))); });
-      q = b.let(bin("|", q, hi));
+      b.if_(gt(sh, lit_u(26u)), [&](Block& in) { in.assign(hi, load_word(s, add(w, lit_i(1))) << (lit_u(32u) - sh)); });
+      q = b.let(q | hi);
     }
-    const Ex qv = b.let(convert(Ty::kF32, bin("&", q, lit_u((1u << bits) - 1u))));
+    const Ex qv = b.let(convert(Ty::kF32, q & lit_u((1u << bits) - 1u)));
     return b.let(add(mul(scale, qv), bias));
   }
 
@@ -166,7 +166,7 @@ class KB {
         const int eb = device_element_bytes(e.dtype);
         if (eb == 4) return from_word(e.dtype, load_word(s, a));
         const auto [word, shift] = packed_position(b, a, eb);
-        return b.let(from_bits(b, e.dtype, bin(">>", load_word(s, word), shift)));
+        return b.let(from_bits(b, e.dtype, load_word(s, word) >> shift));
       }
       case Expr::kLiteral: {
         const Ty t = compute_type(e.dtype);
@@ -206,7 +206,7 @@ class KB {
           }
         }
         Ex v = address(lit_i(base_v), st, coords);
-        return t == Ty::kBool ? bin("!=", v, lit_i(0)) : b.let(wrap_to(e.dtype, v));
+        return t == Ty::kBool ? ne(v, lit_i(0)) : b.let(wrap_to(e.dtype, v));
       }
       case Expr::kCast: {
         const Expr& c = e.children[0];
@@ -242,7 +242,7 @@ class KB {
     // by other invocations at the same time).
     const auto [word, shift] = packed_position(b, a, eb);
     const Ex ones = lit_u(eb == 1 ? 0xffu : 0xffffu);
-    b.store_bits(s, word, b.let(bin("<<", bin("&", to_word(b, t, v), ones), shift)), b.let(bin("<<", ones, shift)));
+    b.store_bits(s, word, b.let((to_word(b, t, v) & ones) << shift), b.let(ones << shift));
     k.slots[static_cast<size_t>(s)].atomic = true;
   }
 
@@ -251,8 +251,8 @@ class KB {
   static std::pair<Ex, Ex> packed_position(Block& b, const Ex& a, int eb) {
     const Ex at = b.let(a);
     const int per_word = 4 / eb;
-    const Ex word = b.let(bin(">>", at, lit_i(per_word == 4 ? 2 : 1)));
-    const Ex shift = b.let(bin("<<", bin("&", at, lit_i(per_word - 1)), lit_i(eb == 1 ? 3 : 4)));
+    const Ex word = b.let(at >> lit_i(per_word == 4 ? 2 : 1));
+    const Ex shift = b.let((at & lit_i(per_word - 1)) << lit_i(eb == 1 ? 3 : 4));
     return {word, shift};
   }
 
@@ -261,10 +261,10 @@ class KB {
     switch (t) {
       case DType::kF16:
       case DType::kBF16: return half_value(b, t, w);
-      case DType::kBool: return bin("!=", bin("&", w, lit_u(0xff)), lit_u(0));
-      case DType::kU8: return bitcast(Ty::kI32, bin("&", w, lit_u(0xff)));
-      case DType::kI8: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(24))), lit_i(24));  // sign-extended
-      case DType::kI16: return bin(">>", bitcast(Ty::kI32, bin("<<", w, lit_i(16))), lit_i(16));
+      case DType::kBool: return ne(w & lit_u(0xff), lit_u(0));
+      case DType::kU8: return bitcast(Ty::kI32, w & lit_u(0xff));
+      case DType::kI8: return bitcast(Ty::kI32, w << lit_i(24)) >> lit_i(24);  // sign-extended
+      case DType::kI16: return bitcast(Ty::kI32, w << lit_i(16)) >> lit_i(16);
       default: throw Unsupported("internal: a packed load of a 32-bit type");
     }
   }
@@ -292,7 +292,7 @@ class KB {
     if (!dispatch_param_) dispatch_param_ = add_param(dispatch_index_ + 1);
     // only the first failing dispatch reports (dispatches run in order; within one, every
     // writer stores this dispatch's index)
-    b.if_(bin("&&", bad, bin("==", load_word(s, lit_i(0)), lit_u(0))), [&](Block& t) {
+    b.if_(land(bad, eq(load_word(s, lit_i(0)), lit_u(0))), [&](Block& t) {
       t.store(s, lit_i(0), lit_u(1));
       t.store(s, lit_i(1), bitcast(Ty::kU32, dispatch_param_));
       t.store(s, lit_i(2), bitcast(Ty::kU32, value));
@@ -317,8 +317,8 @@ class KB {
         c[d] = lit_i(0);
         continue;
       }
-      Ex q = suffix == 1 ? linear : bin("/", linear, lit_i(suffix));
-      c[d] = b.let(d == outer ? q : bin("%", q, lit_i(shape[d])), "c");
+      Ex q = suffix == 1 ? linear : linear / lit_i(suffix);
+      c[d] = b.let(d == outer ? q : q % lit_i(shape[d]), "c");
       suffix *= shape[d];
     }
     return c;
@@ -343,22 +343,22 @@ class KB {
       const Ex word = b.mut(Ty::kU32, lit_u(0), "word");
       const Ex keep = b.mut(Ty::kU32, lit_u(0), "keep");  // bits of the word this kernel does not write
       b.loop("j", lit_i(0), lit_i(per), lit_i(1), [&](Block& lb, const Ex& j) {
-        const Ex e = lb.let(bin("-", add(mul(w, lit_i(per)), j), lit_i(lead)), "e");
+        const Ex e = lb.let(add(mul(w, lit_i(per)), j) - lit_i(lead), "e");
         const Ex shift = lb.let(mul(j, lit_i(8 * eb)));
-        lb.if_else(bin("&&", bin(">=", e, lit_i(0)), bin("<", e, lit_i(n))),
+        lb.if_else(land(ge(e, lit_i(0)), lt(e, lit_i(n))),
                    [&](Block& in) {
-                     const Ex v = in.let(bin("&", to_word(in, t, value_at(in, e)), ones));
-                     in.assign(word, bin("|", word, bin("<<", v, shift)));
+                     const Ex v = in.let(to_word(in, t, value_at(in, e)) & ones);
+                     in.assign(word, word | (v << shift));
                    },
-                   [&](Block& in) { in.assign(keep, bin("|", keep, bin("<<", ones, shift))); });
+                   [&](Block& in) { in.assign(keep, keep | (ones << shift)); });
       });
-      const Ex at = b.let(add(bin(">>", base_ex, lit_i(per == 4 ? 2 : 1)), w), "w");
+      const Ex at = b.let(add(base_ex >> lit_i(per == 4 ? 2 : 1), w), "w");
       if (lead == 0 && n % per == 0) {
         b.store(s, at, word);
         return;
       }
-      b.if_else(bin("==", keep, lit_u(0)), [&](Block& in) { in.store(s, at, word); },
-                [&](Block& in) { in.store(s, at, bin("|", bin("&", load_word(s, at), keep), word)); });
+      b.if_else(eq(keep, lit_u(0)), [&](Block& in) { in.store(s, at, word); },
+                [&](Block& in) { in.store(s, at, (load_word(s, at) & keep) | word); });
     });
   }
 
@@ -369,7 +369,7 @@ class KB {
     k.workgroups = std::max<int64_t>(1, (total + k.workgroup_size - 1) / k.workgroup_size);
     Block b = body();
     const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(k.workgroup_size)), var("lid", Ty::kI32)), "i");
-    b.if_(bin("<", i, lit_i(total)), [&](Block& in) { body_fn(in, i); });
+    b.if_(lt(i, lit_i(total)), [&](Block& in) { body_fn(in, i); });
   }
 
   // Combines every invocation's `v` over the workgroup through shared memory; returns the
@@ -385,14 +385,14 @@ class KB {
       const Ex sg_size = var("sg_size", Ty::kI32), sg_lane = var("sg_lane", Ty::kI32);
       add_shared(name, v->ty, w);
       const Ex r = b.let(call(subgroup_op, v->ty, {v}), "sg");
-      b.if_(bin("==", sg_lane, lit_i(0)),
-            [&](Block& t) { t.shared_store(name, bin("/", var("lid", Ty::kI32), sg_size), r); });
+      b.if_(eq(sg_lane, lit_i(0)),
+            [&](Block& t) { t.shared_store(name, var("lid", Ty::kI32) / sg_size, r); });
       b.barrier();
       const Ex acc = b.mut(v->ty, init, "r");
       // a subgroup is taken to be the invocations lid / sg_size (consecutive local indices,
       // as Vulkan, D3D12 and Metal lay out one-dimensional workgroups; WGSL does not say),
       // and may be wider than the workgroup: ceil(W / sg_size) partials
-      b.loop("g", lit_i(0), add(bin("/", lit_i(w - 1), sg_size), lit_i(1)), lit_i(1), [&](Block& l, const Ex& g) {
+      b.loop("g", lit_i(0), add(lit_i(w - 1) / sg_size, lit_i(1)), lit_i(1), [&](Block& l, const Ex& g) {
         l.assign(acc, combine(l, acc, l.let(load_array(Space::kShared, name, v->ty, g))));
       });
       b.barrier();  // the array may be reused after this
@@ -402,7 +402,7 @@ class KB {
     b.shared_store(name, var("lid", Ty::kI32), v);
     b.barrier();
     for (int s = w / 2; s > 0; s /= 2) {
-      b.if_(bin("<", var("lid", Ty::kI32), lit_i(s)), [&](Block& t) {
+      b.if_(lt(var("lid", Ty::kI32), lit_i(s)), [&](Block& t) {
         const Ex x = t.let(load_array(Space::kShared, name, v->ty, var("lid", Ty::kI32)));
         const Ex y = t.let(load_array(Space::kShared, name, v->ty, add(var("lid", Ty::kI32), lit_i(s))));
         t.shared_store(name, var("lid", Ty::kI32), combine(t, x, y));
@@ -425,8 +425,8 @@ class KB {
     b.shared_store(name, lid, x);
     b.barrier();
     for (int s = 1; s < w; s *= 2) {
-      b.if_(bin(">=", lid, lit_i(s)), [&](Block& t) {
-        t.assign(x, combine(t, t.let(load_array(Space::kShared, name, v->ty, bin("-", lid, lit_i(s)))), x));
+      b.if_(ge(lid, lit_i(s)), [&](Block& t) {
+        t.assign(x, combine(t, t.let(load_array(Space::kShared, name, v->ty, lid - lit_i(s))), x));
       });
       b.barrier();
       b.shared_store(name, lid, x);

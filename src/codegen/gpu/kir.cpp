@@ -1,18 +1,68 @@
 #include "codegen/gpu/kir.h"
 
-#include <cstring>
 
 namespace chroma::gpu {
 
 namespace {
 Ex make(Node n) { return std::make_shared<const Node>(std::move(n)); }
-bool is_comparison(const char* op) {
-  for (const char* c : {"==", "!=", "<", "<=", ">", ">=", "&&", "||"}) {
-    if (std::strcmp(op, c) == 0) return true;
+}  // namespace
+
+const char* spelling(UnOp op) {
+  switch (op) {
+    case UnOp::kNeg: return "-";
+    case UnOp::kNot: return "!";
+    case UnOp::kBitNot: return "~";
+  }
+  return "?";
+}
+
+const char* spelling(BinOp op) {
+  switch (op) {
+    case BinOp::kAdd: return "+";
+    case BinOp::kSub: return "-";
+    case BinOp::kMul: return "*";
+    case BinOp::kDiv: return "/";
+    case BinOp::kRem: return "%";
+    case BinOp::kEq: return "==";
+    case BinOp::kNe: return "!=";
+    case BinOp::kLt: return "<";
+    case BinOp::kLe: return "<=";
+    case BinOp::kGt: return ">";
+    case BinOp::kGe: return ">=";
+    case BinOp::kAnd: return "&&";
+    case BinOp::kOr: return "||";
+    case BinOp::kBitAnd: return "&";
+    case BinOp::kBitOr: return "|";
+    case BinOp::kBitXor: return "^";
+    case BinOp::kShl: return "<<";
+    case BinOp::kShr: return ">>";
+  }
+  return "?";
+}
+
+bool is_comparison(BinOp op) {
+  switch (op) {
+    case BinOp::kEq:
+    case BinOp::kNe:
+    case BinOp::kLt:
+    case BinOp::kLe:
+    case BinOp::kGt:
+    case BinOp::kGe:
+    case BinOp::kAnd:
+    case BinOp::kOr: return true;
+    case BinOp::kAdd:
+    case BinOp::kSub:
+    case BinOp::kMul:
+    case BinOp::kDiv:
+    case BinOp::kRem:
+    case BinOp::kBitAnd:
+    case BinOp::kBitOr:
+    case BinOp::kBitXor:
+    case BinOp::kShl:
+    case BinOp::kShr: return false;
   }
   return false;
 }
-}  // namespace
 
 Ex var(const std::string& name, Ty ty) {
   Node n;
@@ -61,28 +111,27 @@ Ex param(int index) {
   n.slot = index;
   return make(std::move(n));
 }
-Ex un(const char* op, Ex a) {
+Ex un(UnOp op, Ex a) {
   Node n;
   n.kind = Node::kUnary;
-  n.ty = std::strcmp(op, "!") == 0 ? Ty::kBool : a->ty;
-  n.op = op;
+  n.ty = op == UnOp::kNot ? Ty::kBool : a->ty;
+  n.un_op = op;
   n.args = {std::move(a)};
   return make(std::move(n));
 }
-Ex bin(const char* op, Ex a, Ex b) {
+Ex bin(BinOp op, Ex a, Ex b) {
   // integer identities (index arithmetic: strides of 1, offsets of 0)
   if (a->ty == b->ty && a->ty != Ty::kF32 && a->ty != Ty::kBool) {
-    const std::string o = op;
-    if (o == "+" && is_lit(a, 0)) return b;
-    if ((o == "+" || o == "-") && is_lit(b, 0)) return a;
-    if (o == "*" && is_lit(a, 1)) return b;
-    if ((o == "*" || o == "/") && is_lit(b, 1)) return a;
-    if (o == "*" && (is_lit(a, 0) || is_lit(b, 0))) return is_lit(a, 0) ? a : b;
+    if (op == BinOp::kAdd && is_lit(a, 0)) return b;
+    if ((op == BinOp::kAdd || op == BinOp::kSub) && is_lit(b, 0)) return a;
+    if (op == BinOp::kMul && is_lit(a, 1)) return b;
+    if ((op == BinOp::kMul || op == BinOp::kDiv) && is_lit(b, 1)) return a;
+    if (op == BinOp::kMul && (is_lit(a, 0) || is_lit(b, 0))) return is_lit(a, 0) ? a : b;
   }
   Node n;
   n.kind = Node::kBinary;
   n.ty = is_comparison(op) ? Ty::kBool : a->ty;
-  n.op = op;
+  n.bin_op = op;
   n.args = {std::move(a), std::move(b)};
   return make(std::move(n));
 }

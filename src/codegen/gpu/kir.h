@@ -29,6 +29,24 @@ namespace chroma::gpu {
 enum class Ty : uint8_t { kF32, kI32, kU32, kBool };
 enum class Space : uint8_t { kGlobal, kShared, kPrivate };
 
+// Kernel-IR operators (Node::kUnary, Node::kBinary). Every dialect spells them as C does
+// (spelling()); what a dialect prints differently around one is in its table
+// (Dialect::shift_amount, Dialect::float_remainder).
+enum class UnOp : uint8_t {
+  kNeg,     // -
+  kNot,     // !  (bool)
+  kBitNot,  // ~
+};
+enum class BinOp : uint8_t {
+  kAdd, kSub, kMul, kDiv, kRem,         // + - * / %  (a's type)
+  kEq, kNe, kLt, kLe, kGt, kGe,         // == != < <= > >=  (bool)
+  kAnd, kOr,                            // && ||  (bool)
+  kBitAnd, kBitOr, kBitXor, kShl, kShr,  // & | ^ << >>  (a's type; a shift amount is i32 or u32)
+};
+const char* spelling(UnOp op);
+const char* spelling(BinOp op);
+bool is_comparison(BinOp op);  // the result is bool: comparisons, && and ||
+
 struct Node;
 using Ex = std::shared_ptr<const Node>;
 
@@ -38,8 +56,8 @@ struct Node {
   enum Kind : uint8_t {
     kVar,      // name
     kLit,      // f (kF32), i (integers, bool)
-    kUnary,    // op: "-", "!", "~"
-    kBinary,   // op: + - * / % == != < <= > >= && || & | ^ << >>
+    kUnary,    // un_op
+    kBinary,   // bin_op
     kCall,     // op: a builtin of the dialect table (exp, min, select, fma, ...)
     kLoad,     // args[0] index; space/slot (kGlobal: a word of slot `slot`) or name (shared/private array)
     kConvert,  // value conversion to ty
@@ -47,7 +65,9 @@ struct Node {
     kParam,    // the dispatch's param number `slot` (stored as u32, read as i32)
   } kind = kLit;
   Ty ty = Ty::kI32;
-  std::string op;  // kUnary / kBinary / kCall: the operation; kVar / kLoad of arrays: the name
+  std::string op;  // kCall: the builtin; kVar / kLoad of arrays: the name
+  UnOp un_op = UnOp::kNeg;     // kUnary
+  BinOp bin_op = BinOp::kAdd;  // kBinary
   std::vector<Ex> args;
   double f = 0;
   int64_t i = 0;
@@ -110,18 +130,48 @@ Ex lit_u(uint64_t v);
 Ex lit_b(bool v);
 Ex lit(Ty ty, double v);  // the value in type ty
 Ex param(int index);      // i32 (the uniform's u32, converted)
-Ex un(const char* op, Ex a);
-// Binary operation; comparisons and logical ops are bool, the rest take a's type.
-Ex bin(const char* op, Ex a, Ex b);
+Ex un(UnOp op, Ex a);
+// Binary operation; comparisons and logical ops are bool, the rest take a's type. Integer
+// identities (x + 0, x * 1, x * 0, x / 1) fold to an operand.
+Ex bin(BinOp op, Ex a, Ex b);
 Ex call(const char* fn, Ty ty, std::vector<Ex> args);
 Ex select(Ex if_false, Ex if_true, Ex cond);  // cond ? if_true : if_false
 Ex convert(Ty ty, Ex a);
 Ex bitcast(Ty ty, Ex a);
 Ex load_word(int slot, Ex index);                      // u32 word of a global slot
 Ex load_array(Space space, const std::string& name, Ty ty, Ex index);
-inline Ex add(Ex a, Ex b) { return bin("+", std::move(a), std::move(b)); }
-inline Ex mul(Ex a, Ex b) { return bin("*", std::move(a), std::move(b)); }
 bool is_lit(const Ex& e, int64_t v);  // e is the integer literal v
+
+// ---- operator helpers (in the manner of Halide's IROperator.h) ---------------------------
+// Arithmetic and bitwise operators on expressions build bin() and un() nodes: `a + b * c`,
+// `(x >> s) & m`, `-a`, `~a`. Comparisons and logical operators are named functions (eq, lt,
+// land, lnot, ...): Ex is a shared pointer, whose ==, <, ! and && already mean pointer
+// comparison and null tests. Both operands are evaluated when the expression is built; a
+// template whose operands each add statements (Block::let) keeps bin() where their order
+// matters for the printed names.
+inline Ex operator+(Ex a, Ex b) { return bin(BinOp::kAdd, std::move(a), std::move(b)); }
+inline Ex operator-(Ex a, Ex b) { return bin(BinOp::kSub, std::move(a), std::move(b)); }
+inline Ex operator*(Ex a, Ex b) { return bin(BinOp::kMul, std::move(a), std::move(b)); }
+inline Ex operator/(Ex a, Ex b) { return bin(BinOp::kDiv, std::move(a), std::move(b)); }
+inline Ex operator%(Ex a, Ex b) { return bin(BinOp::kRem, std::move(a), std::move(b)); }
+inline Ex operator&(Ex a, Ex b) { return bin(BinOp::kBitAnd, std::move(a), std::move(b)); }
+inline Ex operator|(Ex a, Ex b) { return bin(BinOp::kBitOr, std::move(a), std::move(b)); }
+inline Ex operator^(Ex a, Ex b) { return bin(BinOp::kBitXor, std::move(a), std::move(b)); }
+inline Ex operator<<(Ex a, Ex b) { return bin(BinOp::kShl, std::move(a), std::move(b)); }
+inline Ex operator>>(Ex a, Ex b) { return bin(BinOp::kShr, std::move(a), std::move(b)); }
+inline Ex operator-(Ex a) { return un(UnOp::kNeg, std::move(a)); }
+inline Ex operator~(Ex a) { return un(UnOp::kBitNot, std::move(a)); }
+inline Ex eq(Ex a, Ex b) { return bin(BinOp::kEq, std::move(a), std::move(b)); }
+inline Ex ne(Ex a, Ex b) { return bin(BinOp::kNe, std::move(a), std::move(b)); }
+inline Ex lt(Ex a, Ex b) { return bin(BinOp::kLt, std::move(a), std::move(b)); }
+inline Ex le(Ex a, Ex b) { return bin(BinOp::kLe, std::move(a), std::move(b)); }
+inline Ex gt(Ex a, Ex b) { return bin(BinOp::kGt, std::move(a), std::move(b)); }
+inline Ex ge(Ex a, Ex b) { return bin(BinOp::kGe, std::move(a), std::move(b)); }
+inline Ex land(Ex a, Ex b) { return bin(BinOp::kAnd, std::move(a), std::move(b)); }
+inline Ex lor(Ex a, Ex b) { return bin(BinOp::kOr, std::move(a), std::move(b)); }
+inline Ex lnot(Ex a) { return un(UnOp::kNot, std::move(a)); }
+inline Ex add(Ex a, Ex b) { return bin(BinOp::kAdd, std::move(a), std::move(b)); }
+inline Ex mul(Ex a, Ex b) { return bin(BinOp::kMul, std::move(a), std::move(b)); }
 
 // ---- building statements -----------------------------------------------------------------
 

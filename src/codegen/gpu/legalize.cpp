@@ -102,7 +102,7 @@ void legalize(Kernel& k, const Capabilities& caps) {
   if (k.grid_x * k.grid_y != k.workgroups) {
     Stmt guard;
     guard.kind = Stmt::kIf;
-    guard.cond = bin(">=", var("wg", Ty::kI32), lit_i(k.workgroups));
+    guard.cond = ge(var("wg", Ty::kI32), lit_i(k.workgroups));
     Stmt r;
     r.kind = Stmt::kReturn;
     guard.body.push_back(r);

@@ -87,14 +87,14 @@ class Printer {
           case Ty::kBool: return e->i ? "true" : "false";
         }
         break;
-      case Node::kUnary: return "(" + e->op + expr(e->args[0]) + ")";
+      case Node::kUnary: return "(" + std::string(spelling(e->un_op)) + expr(e->args[0]) + ")";
       case Node::kBinary: {
         std::string rhs = expr(e->args[1]);
-        if (e->op == "<<" || e->op == ">>") rhs = fmt(d_.shift_amount, {{"0", rhs}});
-        if (e->op == "%" && e->ty == Ty::kF32 && !d_.float_remainder.empty()) {
+        if (e->bin_op == BinOp::kShl || e->bin_op == BinOp::kShr) rhs = fmt(d_.shift_amount, {{"0", rhs}});
+        if (e->bin_op == BinOp::kRem && e->ty == Ty::kF32 && !d_.float_remainder.empty()) {
           return fmt(d_.float_remainder, {{"0", expr(e->args[0])}, {"1", rhs}});
         }
-        return "(" + expr(e->args[0]) + " " + e->op + " " + rhs + ")";
+        return "(" + expr(e->args[0]) + " " + spelling(e->bin_op) + " " + rhs + ")";
       }
       case Node::kCall: {
         Subst s{{"type", type(e->ty)}};

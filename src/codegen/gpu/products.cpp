@@ -69,7 +69,7 @@ void accumulate_grouped_rows(KB& kb, Block& b, const Expr& B, const Shape& batch
   const int64_t chunk_values = 32 * chunk_words / bits, chunks = quant::kGroup / chunk_values;
   const std::pair<int, Ex> sb = kb.base(&B, B.buffer, 0, false);  // a uint8 buffer: counted in bytes
   const int s = sb.first;
-  const Ex word0 = b.let(bin(">>", sb.second, lit_i(2)));
+  const Ex word0 = b.let(sb.second >> lit_i(2));
   std::vector<int64_t> row_strides = B.layout.strides;
   row_strides[batch.size()] = 0;  // the k stride (1): the rest addresses whole rows
   std::vector<Ex> row_at;  // each column's first word
@@ -77,7 +77,7 @@ void accumulate_grouped_rows(KB& kb, Block& b, const Expr& B, const Shape& batch
     std::vector<Ex> c = bc;
     c.push_back(lit_i(0));
     c.push_back(clamped[static_cast<size_t>(j)]);
-    const Ex row = b.let(bin("/", KB::address(lit_i(0), row_strides, c), lit_i(K)));
+    const Ex row = b.let(KB::address(lit_i(0), row_strides, c) / lit_i(K));
     row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
   }
   const Ex mask = lit_u((1u << bits) - 1u);
@@ -102,9 +102,9 @@ void accumulate_grouped_rows(KB& kb, Block& b, const Expr& B, const Shape& batch
         std::vector<Ex> lv;
         for (int64_t j = 0; j < C; ++j) {
           const std::vector<Ex>& wj = words[static_cast<size_t>(j)];
-          Ex q = sh ? bin(">>", wj[static_cast<size_t>(wi)], lit_u(static_cast<uint64_t>(sh))) : wj[static_cast<size_t>(wi)];
-          if (sh + bits > 32) q = bin("|", q, bin("<<", wj[static_cast<size_t>(wi + 1)], lit_u(static_cast<uint64_t>(32 - sh))));
-          const Ex qv = in.let(convert(Ty::kF32, bin("&", q, mask)));
+          Ex q = sh ? wj[static_cast<size_t>(wi)] >> lit_u(static_cast<uint64_t>(sh)) : wj[static_cast<size_t>(wi)];
+          if (sh + bits > 32) q = q | (wj[static_cast<size_t>(wi + 1)] << lit_u(static_cast<uint64_t>(32 - sh)));
+          const Ex qv = in.let(convert(Ty::kF32, q & mask));
           lv.push_back(in.let(add(mul(scale[static_cast<size_t>(j)], qv), bias[static_cast<size_t>(j)])));
         }
         accumulate(in, in.let(add(kc, lit_i(v))), lv);
@@ -146,7 +146,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   if (staged || parts > 0) kb.add_shared("sm", t, std::max(staged ? R * K : 0, parts));
   Block b = kb.body();
   const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const Ex bt = b.let(bin("/", wg, lit_i(groups))), g = b.let(bin("%", wg, lit_i(groups)));
+  const Ex bt = b.let(wg / lit_i(groups)), g = b.let(wg % lit_i(groups));
   const std::vector<Ex> bc = KB::coords_of(b, bt, batch);
   // (small index r, k) -> value of the small operand; (k, large index) -> the large one's
   auto at = [&](Block& in, const Expr& e, const Ex& i, const Ex& j) {
@@ -159,20 +159,20 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   auto large = [&](Block& in, const Ex& k, const Ex& l) { return rows ? at(in, B, k, l) : at(in, A, l, k); };
   if (staged) {
     b.loop("s", lid, lit_i(R * K), lit_i(W), [&](Block& in, const Ex& si) {
-      in.shared_store("sm", si, small(in, in.let(bin("/", si, lit_i(K))), in.let(bin("%", si, lit_i(K)))));
+      in.shared_store("sm", si, small(in, in.let(si / lit_i(K)), in.let(si % lit_i(K))));
     });
     b.barrier();
   }
   // this invocation's column within the workgroup's Wc, and its slice of K (steps [s0, s1))
-  const Ex lc = S > 1 ? b.let(bin("%", lid, lit_i(Wc)), "lc") : lid;
-  const Ex slice = S > 1 ? b.let(bin("/", lid, lit_i(Wc)), "slice") : lit_i(0);
+  const Ex lc = S > 1 ? b.let(lid % lit_i(Wc), "lc") : lid;
+  const Ex slice = S > 1 ? b.let(lid / lit_i(Wc), "slice") : lit_i(0);
   const int64_t per_slice = (steps + S - 1) / S;
   const Ex s0 = S > 1 ? b.let(mul(slice, lit_i(per_slice)), "s0") : lit_i(0);
   const Ex s1 = S > 1 ? b.let(call("min", Ty::kI32, {add(s0, lit_i(per_slice)), lit_i(steps)}), "s1") : lit_i(steps);
   std::vector<Ex> col, valid, clamped;
   for (int64_t j = 0; j < C; ++j) {
     col.push_back(b.let(add(add(mul(g, lit_i(Wc * C)), lit_i(j * Wc)), lc), "l"));
-    valid.push_back(b.let(bin("<", col.back(), lit_i(L))));
+    valid.push_back(b.let(lt(col.back(), lit_i(L))));
     clamped.push_back(b.let(call("min", Ty::kI32, {col.back(), lit_i(L - 1)})));  // every read in bounds
   }
   std::vector<std::vector<Ex>> acc(static_cast<size_t>(R));
@@ -206,7 +206,7 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
     for (int64_t r = 0; r < R; ++r) b.shared_store("sm", add(part_at, lit_i(r * Wc)), acc[static_cast<size_t>(r)][0]);
     b.barrier();
     for (int64_t r = 0; r < R; ++r) {
-      b.if_(bin("&&", bin("==", slice, lit_i(r % S)), valid[0]), [&](Block& in) {
+      b.if_(land(eq(slice, lit_i(r % S)), valid[0]), [&](Block& in) {
         Ex v = in.let(load_array(Space::kShared, "sm", t, add(lit_i(r * Wc), lc)));
         for (int64_t q = 1; q < S; ++q) v = in.let(add(v, load_array(Space::kShared, "sm", t, add(lit_i((q * R + r) * Wc), lc))));
         std::vector<Ex> c = bc;
@@ -260,11 +260,11 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
   kb.add_shared("tb", t, BK * BN);
   Block b = kb.body();
   const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const Ex bt = b.let(bin("/", wg, lit_i(tm * tn)), "bt");
-  const Ex tile = b.let(bin("%", wg, lit_i(tm * tn)));
-  const Ex m0 = b.let(mul(bin("/", tile, lit_i(tn)), lit_i(BM)), "m0");
-  const Ex n0 = b.let(mul(bin("%", tile, lit_i(tn)), lit_i(BN)), "n0");
-  const Ex ty = b.let(bin("/", lid, lit_i(T))), tx = b.let(bin("%", lid, lit_i(T)));
+  const Ex bt = b.let(wg / lit_i(tm * tn), "bt");
+  const Ex tile = b.let(wg % lit_i(tm * tn));
+  const Ex m0 = b.let(mul(tile / lit_i(tn), lit_i(BM)), "m0");
+  const Ex n0 = b.let(mul(tile % lit_i(tn), lit_i(BN)), "n0");
+  const Ex ty = b.let(lid / lit_i(T)), tx = b.let(lid % lit_i(T));
   if (g.prologue) g.prologue(b, bt);
   // The RM x RN accumulators: a private array indexed by literals in the inner loop and by
   // the loop of the final stores (so the epilogue appears once in the code).
@@ -278,25 +278,25 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
     in.loop("s", lit_i(0), lit_i(steps), lit_i(1), [&](Block& l, const Ex& step) {
       const Ex idx = l.let(add(lid, mul(step, lit_i(T * T))));
       auto body = [&](Block& bb) {
-        const Ex r = bb.let(inner_fastest ? bin("/", idx, lit_i(cols)) : bin("%", idx, lit_i(rows)));
-        const Ex c = bb.let(inner_fastest ? bin("%", idx, lit_i(cols)) : bin("/", idx, lit_i(rows)));
+        const Ex r = bb.let(inner_fastest ? idx / lit_i(cols) : idx % lit_i(rows));
+        const Ex c = bb.let(inner_fastest ? idx % lit_i(cols) : idx / lit_i(rows));
         bb.shared_store(name, add(mul(r, lit_i(cols)), c), at(bb, r, c));
       };
       if (count % (T * T) == 0) body(l);
-      else l.if_(bin("<", idx, lit_i(count)), body);
+      else l.if_(lt(idx, lit_i(count)), body);
     });
   };
   b.loop("k0", lit_i(0), lit_i(g.K), lit_i(BK), [&](Block& in, const Ex& k0) {
     stage(in, "ta", BM, BK, g.a_k_fastest, [&](Block& l, const Ex& mm, const Ex& kk) {
       const Ex gm = l.let(add(m0, mm)), gk = l.let(add(k0, kk));
       const Ex v = l.mut(t, lit(t, 0), "av");
-      l.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
+      l.if_(land(lt(gm, lit_i(g.M)), lt(gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
       return v;
     });
     stage(in, "tb", BK, BN, g.b_n_fastest, [&](Block& l, const Ex& kk, const Ex& nn) {
       const Ex gk = l.let(add(k0, kk)), gn = l.let(add(n0, nn));
       const Ex v = l.mut(t, lit(t, 0), "bv");
-      l.if_(bin("&&", bin("<", gk, lit_i(g.K)), bin("<", gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
+      l.if_(land(lt(gk, lit_i(g.K)), lt(gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
       return v;
     });
     in.barrier();
@@ -318,9 +318,9 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
     in.barrier();
   });
   b.loop("o", lit_i(0), lit_i(RM * RN), lit_i(1), [&](Block& l, const Ex& i) {
-    const Ex gm = l.let(add(add(m0, ty), mul(bin("/", i, lit_i(RN)), lit_i(T))), "gm");
-    const Ex gn = l.let(add(add(n0, tx), mul(bin("%", i, lit_i(RN)), lit_i(T))), "gn");
-    l.if_(bin("&&", bin("<", gm, lit_i(g.M)), bin("<", gn, lit_i(g.N))),
+    const Ex gm = l.let(add(add(m0, ty), mul(i / lit_i(RN), lit_i(T))), "gm");
+    const Ex gn = l.let(add(add(n0, tx), mul(i % lit_i(RN), lit_i(T))), "gn");
+    l.if_(land(lt(gm, lit_i(g.M)), lt(gn, lit_i(g.N))),
           [&](Block& in) { g.store(in, gm, gn, in.let(load_array(Space::kPrivate, "acc", t, i))); });
   });
 }
@@ -460,14 +460,14 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     std::vector<Ex> xc{n, cx};
     for (size_t dim = 0; dim < d; ++dim) {
       const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
-      const Ex pos = b.let(add(bin("-", mul(o[dim], lit_i(st)), lit_i(pd)), mul(kw[dim], lit_i(dl))));
+      const Ex pos = b.let(add(mul(o[dim], lit_i(st)) - lit_i(pd), mul(kw[dim], lit_i(dl))));
       if (pd == 0 && (out_space[dim] - 1) * st + (window[dim] - 1) * dl < xs[2 + dim]) {  // never outside
         xc.push_back(pos);
         continue;
       }
       xc.push_back(b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {pos, lit_i(0)}), lit_i(xs[2 + dim] - 1)})));
-      const Ex inside = bin("&&", bin(">=", pos, lit_i(0)), bin("<", pos, lit_i(xs[2 + dim])));
-      ok = ok ? bin("&&", ok, inside) : inside;
+      const Ex inside = land(ge(pos, lit_i(0)), lt(pos, lit_i(xs[2 + dim])));
+      ok = ok ? land(ok, inside) : inside;
     }
     const Ex v = b.let(kb.eval(b, x, xc));
     return ok ? b.let(select(lit_f(0), v, ok)) : v;
@@ -518,7 +518,7 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     const std::vector<Ex> o = KB::coords_of(b, i, grid);
     const std::vector<Ex> os(o.begin() + 2, o.end());
     const Ex co0 = b.let(mul(o[1], lit_i(cb)), "co");
-    const Ex g = b.let(bin("/", co0, lit_i(cout_g)));
+    const Ex g = b.let(co0 / lit_i(cout_g));
     b.array("acc", Ty::kF32, cb);
     for (int64_t c = 0; c < cb; ++c) b.assign_elem("acc", lit_i(c), lit_f(0));
     b.loop("ci", lit_i(0), lit_i(cin_g), lit_i(1), [&](Block& in, const Ex& ci) {

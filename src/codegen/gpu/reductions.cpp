@@ -107,7 +107,7 @@ Ex reduce_row(KB& kb, Block& b, const chroma::Kernel& lk, const Program& p, cons
   }
   const Ex total = kb.tree(b, acc, shared, comb, sg, identity(lk.attrs.reduce, t));
   if (store) {
-    b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
+    b.if_(eq(lid, lit_i(0)), [&](Block& in) {
       kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), total);
     });
   }
@@ -309,14 +309,14 @@ void t_softmax(KB& kb, const chroma::Kernel& lk) {
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) { in.assign(m, mx(in, m, kb.eval(in, e, merge(in, s, o, r)))); });
       const Ex total = b.mut(Ty::kF32, lit_f(0), "s");
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
-        in.assign(total, add(total, call("exp", Ty::kF32, {bin("-", kb.eval(in, e, merge(in, s, o, r)), m)})));
+        in.assign(total, add(total, call("exp", Ty::kF32, {kb.eval(in, e, merge(in, s, o, r)) - m})));
       });
       const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
         const std::vector<Ex> c = merge(in, s, o, r);
-        const Ex x = in.let(bin("-", kb.eval(in, e, c), m));
+        const Ex x = in.let(kb.eval(in, e, c) - m);
         kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c,
-                 lk.attrs.log ? bin("-", x, logsum) : bin("/", call("exp", Ty::kF32, {x}), total));
+                 lk.attrs.log ? x - logsum : call("exp", Ty::kF32, {x}) / total);
       });
     });
     return;
@@ -334,15 +334,15 @@ void t_softmax(KB& kb, const chroma::Kernel& lk) {
   const Ex m = kb.tree(b, m0, "red", mx, "subgroupMax", identity(ReduceKind::kMax, Ty::kF32));
   const Ex s0 = b.mut(Ty::kF32, lit_f(0), "s");
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
-    in.assign(s0, add(s0, call("exp", Ty::kF32, {bin("-", kb.eval(in, e, merge(in, s, o, r)), m)})));
+    in.assign(s0, add(s0, call("exp", Ty::kF32, {kb.eval(in, e, merge(in, s, o, r)) - m})));
   });
   const Ex total = kb.tree(b, s0, "red", sum, "subgroupAdd", lit_f(0));
   const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
     const std::vector<Ex> c = merge(in, s, o, r);
-    const Ex x = in.let(bin("-", kb.eval(in, e, c), m));
+    const Ex x = in.let(kb.eval(in, e, c) - m);
     kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c,
-             lk.attrs.log ? bin("-", x, logsum) : bin("/", call("exp", Ty::kF32, {x}), total));
+             lk.attrs.log ? x - logsum : call("exp", Ty::kF32, {x}) / total);
   });
 }
 
@@ -355,17 +355,18 @@ void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
   const int64_t R = s.extent();
   // (a, ai) then (b, bi): does b win? Entries with index R are empty.
   auto wins = [&](Block& b, const Ex& av, const Ex& ai, const Ex& bv, const Ex& bi) {
-    Ex better = bin(is_max ? ">" : "<", convert(t == Ty::kBool ? Ty::kI32 : t, bv), convert(t == Ty::kBool ? Ty::kI32 : t, av));
-    const Ex tie = bin("&&", bin("==", bv, av), bin("<", bi, ai));
-    Ex w = bin("||", better, tie);
+    const Ty ct = t == Ty::kBool ? Ty::kI32 : t;
+    Ex better = bin(is_max ? BinOp::kGt : BinOp::kLt, convert(ct, bv), convert(ct, av));
+    const Ex tie = land(eq(bv, av), lt(bi, ai));
+    Ex w = lor(better, tie);
     if (t == Ty::kF32) {
       const auto nan = [](const Ex& x) {
-        return bin(">", bin("&", bitcast(Ty::kU32, x), lit_u(0x7fffffffu)), lit_u(0x7f800000u));
+        return gt(bitcast(Ty::kU32, x) & lit_u(0x7fffffffu), lit_u(0x7f800000u));
       };
       const Ex an = b.let(nan(av)), bn = b.let(nan(bv));
-      w = select(bin("&&", un("!", an), w), select(lit_b(false), bin("<", bi, ai), an), bn);
+      w = select(land(lnot(an), w), select(lit_b(false), lt(bi, ai), an), bn);
     }
-    return b.let(bin("&&", bin("<", bi, lit_i(R)), bin("||", bin(">=", ai, lit_i(R)), w)));
+    return b.let(land(lt(bi, lit_i(R)), lor(ge(ai, lit_i(R)), w)));
   };
   kb.k.workgroup_size = static_cast<int>(pow2_at_least(R, 32, 256));
   kb.k.workgroups = s.outputs();
@@ -387,7 +388,7 @@ void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
   b.shared_store("si", lid, bi);
   b.barrier();
   for (int st = W / 2; st > 0; st /= 2) {
-    b.if_(bin("<", lid, lit_i(st)), [&](Block& in) {
+    b.if_(lt(lid, lit_i(st)), [&](Block& in) {
       const Ex j = add(lid, lit_i(st));
       const Ex av = in.let(load_array(Space::kShared, "sv", t, lid)), ai = in.let(load_array(Space::kShared, "si", Ty::kI32, lid));
       const Ex v2 = in.let(load_array(Space::kShared, "sv", t, j)), i2 = in.let(load_array(Space::kShared, "si", Ty::kI32, j));
@@ -398,7 +399,7 @@ void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
     });
     b.barrier();
   }
-  b.if_(bin("==", lid, lit_i(0)), [&](Block& in) {
+  b.if_(eq(lid, lit_i(0)), [&](Block& in) {
     kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], merge(in, s, o, lit_i(0)), load_array(Space::kShared, "si", Ty::kI32, lit_i(0)));
   });
 }
@@ -426,7 +427,7 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
     // (inf - inf would be NaN: +inf absorbs anything, and -inf is the max only of -infs)
     const Ex m = in.let(map_op(in, EwOp::k_maximum, ot, {ot, ot}, {a, v}, {nullptr, nullptr}));
     const Ex lo = in.let(map_op(in, EwOp::k_minimum, ot, {ot, ot}, {a, v}, {nullptr, nullptr}));
-    const Ex l1 = map_op(in, EwOp::k_log1p, ot, {ot}, {in.let(call("exp", Ty::kF32, {bin("-", lo, m)}))}, {nullptr});
+    const Ex l1 = map_op(in, EwOp::k_log1p, ot, {ot}, {in.let(call("exp", Ty::kF32, {lo - m}))}, {nullptr});
     return select(add(m, l1), m, map_op(in, EwOp::k_isinf, ot, {ot}, {m}, {nullptr}));
   };
   const int64_t n = s.extent();
@@ -436,7 +437,7 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
     b.loop("r", from, to, lit_i(1), [&](Block& in, const Ex& r) {
       const std::vector<Ex> c = merge(in, s, o, r);
       const Ex v = in.let(cast_value(in, kb.eval(in, e, c), e.dtype, ot));
-      in.assign(acc, select(combine(in, acc, v), v, bin("&&", fresh, bin("==", r, from))));
+      in.assign(acc, select(combine(in, acc, v), v, land(fresh, eq(r, from))));
       if (store) kb.store(in, &lk, lk.outputs[0], lk.out_layouts[0], c, acc);
     });
   };
@@ -458,8 +459,9 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   // the totals' inclusive scan (chunks past the row's end are empty and last: nothing reads
   // their identity); chunk i starts from invocation i - 1's
   kb.inclusive_scan(b, tot, "sc", combine);
-  const Ex acc = b.mut(t, load_array(Space::kShared, "sc", t, call("max", Ty::kI32, {bin("-", lid, lit_i(1)), lit_i(0)})), "acc");
-  walk(b, o, from, to, acc, bin("==", lid, lit_i(0)), true);
+  const Ex prev = call("max", Ty::kI32, {lid - lit_i(1), lit_i(0)});
+  const Ex acc = b.mut(t, load_array(Space::kShared, "sc", t, prev), "acc");
+  walk(b, o, from, to, acc, eq(lid, lit_i(0)), true);
 }
 
 }  // namespace chroma::gpu::internal

@@ -17,9 +17,9 @@ inline Ex from_bits(const Ex& u) { return bitcast(Ty::kF32, u); }
 inline Ex f(double v) { return lit_f(v); }
 inline Ex fcall(const char* fn, std::vector<Ex> a) { return call(fn, Ty::kF32, std::move(a)); }
 inline Ex fma(Ex a, Ex b, Ex c) { return fcall("fma", {std::move(a), std::move(b), std::move(c)}); }
-inline Ex magnitude(const Ex& x) { return bin("&", bits(x), lit_u(0x7fffffffu)); }
-inline Ex is_nan(const Ex& x) { return bin(">", magnitude(x), lit_u(0x7f800000u)); }
-inline Ex is_inf(const Ex& x) { return bin("==", magnitude(x), lit_u(0x7f800000u)); }
+inline Ex magnitude(const Ex& x) { return bits(x) & lit_u(0x7fffffffu); }
+inline Ex is_nan(const Ex& x) { return gt(magnitude(x), lit_u(0x7f800000u)); }
+inline Ex is_inf(const Ex& x) { return eq(magnitude(x), lit_u(0x7f800000u)); }
 inline Ex nan() { return f(std::nan("")); }
 
 // c[0] + c[1] x + ... + c[n] x^n, by Horner's rule with fused multiply-adds.

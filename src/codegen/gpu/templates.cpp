@@ -56,12 +56,12 @@ void t_concat(KB& kb, const chroma::Kernel& lk) {
       if (numel(lk.out_layouts[p].shape) == 0) return part(bb, p + 1);
       const int64_t start = ends[p] - numel(lk.out_layouts[p].shape);
       auto body = [&](Block& in) {
-        const Ex local = in.let(start ? bin("-", i, lit_i(start)) : i);
+        const Ex local = in.let(start ? i - lit_i(start) : i);
         const std::vector<Ex> c = KB::coords_of(in, local, lk.out_layouts[p].shape);
         kb.store(in, &lk.out_layouts[p], lk.outputs[p], lk.out_layouts[p], c, kb.eval(in, lk.inputs[p], c));
       };
       if (p + 1 == lk.inputs.size()) return body(bb);
-      bb.if_else(bin("<", i, lit_i(ends[p])), body, [&](Block& rest) { part(rest, p + 1); });
+      bb.if_else(lt(i, lit_i(ends[p])), body, [&](Block& rest) { part(rest, p + 1); });
     };
     part(b, 0);
   });
