@@ -23,10 +23,10 @@ Kernel exp_kernel(int64_t n) {
   k.slots = {Slot{false}, Slot{true}};
   int counter = 0;
   Block b(&k.body, &counter);
-  const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(64)), var("lid", Ty::kI32)), "i");
+  const Ex i = b.let(var("wg", Ty::kI32) * lit_i(64) + var("lid", Ty::kI32), "i");
   b.if_(lt(i, lit_i(n)), [&](Block& t) {
-    const Ex x = t.let(bitcast(Ty::kF32, load_word(0, add(param(0), i))));
-    t.store(1, add(param(1), i), bitcast(Ty::kU32, call("exp", Ty::kF32, {x})));
+    const Ex x = t.let(bitcast(Ty::kF32, load_word(0, param(0) + i)));
+    t.store(1, param(1) + i, bitcast(Ty::kU32, call("exp", Ty::kF32, {x})));
   });
   return k;
 }

@@ -139,11 +139,11 @@ TEST(Simt, PrintedCudaKernelRunsOnTheEmulator) {
   k.shared = {SharedArray{"part", Ty::kF32, wgs}};
   int counter = 0;
   Block b(&k.body, &counter);
-  const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(wgs)), var("lid", Ty::kI32)), "i");
+  const Ex i = b.let(var("wg", Ty::kI32) * lit_i(wgs) + var("lid", Ty::kI32), "i");
   const Ex y = b.mut(Ty::kF32, lit_f(0.0), "y");
   b.if_(lt(i, lit_i(n)), [&](Block& t) {
-    const Ex x = t.let(bitcast(Ty::kF32, load_word(0, add(param(0), i))));
-    t.assign(y, mul(call("exp", Ty::kF32, {x}), lit_f(2.0)));
+    const Ex x = t.let(bitcast(Ty::kF32, load_word(0, param(0) + i)));
+    t.assign(y, call("exp", Ty::kF32, {x}) * lit_f(2.0));
     t.store(1, i, bitcast(Ty::kU32, y));
   });
   b.shared_store("part", var("lid", Ty::kI32), y);
@@ -151,7 +151,7 @@ TEST(Simt, PrintedCudaKernelRunsOnTheEmulator) {
   b.if_(eq(var("lid", Ty::kI32), lit_i(0)), [&](Block& t) {
     const Ex s = t.mut(Ty::kF32, lit_f(0.0), "s");
     t.loop("j", lit_i(0), lit_i(wgs), lit_i(1), [&](Block& l, const Ex& j) {
-      l.assign(s, add(s, load_array(Space::kShared, "part", Ty::kF32, j)));
+      l.assign(s, s + load_array(Space::kShared, "part", Ty::kF32, j));
     });
     t.store(2, var("wg", Ty::kI32), bitcast(Ty::kU32, s));
   });

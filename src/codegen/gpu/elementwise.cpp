@@ -130,7 +130,7 @@ Ex half_bits(Block& b, DType t, const Ex& v) {
   const Ex x = b.let(bitcast(Ty::kU32, v), "hb");
   const Ex is_nan = b.let(gt(x & lit_u(0x7fffffffu), lit_u(0x7f800000u)));
   if (t == DType::kBF16) {  // the upper half, rounded to nearest even; NaN kept quiet
-    const Ex r = add(add(x, lit_u(0x7fffu)), (x >> lit_i(16)) & lit_u(1)) >> lit_i(16);
+    const Ex r = (x + lit_u(0x7fffu) + ((x >> lit_i(16)) & lit_u(1))) >> lit_i(16);
     return b.let(select(r, (x >> lit_i(16)) | lit_u(0x40u), is_nan));
   }
   const Ex sign = b.let((x >> lit_i(16)) & lit_u(0x8000u));
@@ -147,7 +147,7 @@ Ex half_bits(Block& b, DType t, const Ex& v) {
   const Ex srest = b.let(full & ((lit_u(1) << sh) - lit_u(1)));
   const Ex shalf = b.let(lit_u(1) << (sh - lit_i(1)));
   const Ex sup = lor(gt(srest, shalf), land(eq(srest, shalf), eq(sm & lit_u(1), lit_u(1))));
-  const Ex sub = add(sm, convert(Ty::kU32, sup));
+  const Ex sub = sm + convert(Ty::kU32, sup);
   Ex h = select(lit_u(0), sub, ge(e, lit_i(-10)));   // below half the smallest subnormal: 0
   h = select(h, normal, ge(e, lit_i(1)));
   h = select(h, lit_u(0x7c00u), ge(e, lit_i(31)));     // overflow (and infinity): infinity
@@ -161,10 +161,10 @@ Ex half_value(Block& b, DType t, const Ex& bits) {
   const Ex sign = b.let((h & lit_u(0x8000u)) << lit_i(16));
   const Ex exp = b.let((h >> lit_i(10)) & lit_u(0x1fu));
   const Ex man = b.let(h & lit_u(0x3ffu));
-  const Ex normal = (add(exp, lit_u(112)) << lit_i(23)) | (man << lit_i(13));
+  const Ex normal = ((exp + lit_u(112)) << lit_i(23)) | (man << lit_i(13));
   // infinity; NaN, made quiet as the CPU does
   const Ex special = select(lit_u(0x7f800000u), lit_u(0x7fc00000u), ne(man, lit_u(0))) | (man << lit_i(13));
-  const Ex sub = bitcast(Ty::kU32, mul(convert(Ty::kF32, man), lit_f(5.9604644775390625e-8)));  // man * 2^-24, exact
+  const Ex sub = bitcast(Ty::kU32, convert(Ty::kF32, man) * lit_f(5.9604644775390625e-8));  // man * 2^-24, exact
   Ex r = select(normal, sub, eq(exp, lit_u(0)));
   r = select(r, special, eq(exp, lit_u(0x1fu)));
   return b.let(bitcast(Ty::kF32, sign | r));

@@ -217,7 +217,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       return c;
     };
     b.loop("c", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& cl, const Ex& ch) {
-      const Ex j = cl.let(add(mul(ch, lit_i(W)), lid), "j");
+      const Ex j = cl.let(ch * lit_i(W) + lid, "j");
       const Ex live = cl.let(lt(j, lit_i(n)));
       const Ex v = cl.let(kb.eval(cl, idx, {call("min", Ty::kI32, {j, lit_i(n - 1)})}), "ix");
       kb.flag_bad_index(cl, cl.let(land(live, lor(lt(v, lit_i(0)), ge(v, lit_i(dim))))), v, dim,
@@ -225,7 +225,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
       const Ex match = cl.let(land(live, eq(v, row)), "match");
       // the matches' inclusive prefix count: a match's place in the list
       const Ex pos = kb.inclusive_scan(cl, select(lit_i(0), lit_i(1), match), "hits",
-                                       [](Block&, Ex a, Ex x) { return add(a, x); });
+                                       [](Block&, Ex a, Ex x) { return a + x; });
       cl.if_(match, [&](Block& t) { t.shared_store("js", pos - lit_i(1), j); });
       const Ex count = cl.let(load_array(Space::kShared, "hits", Ty::kI32, lit_i(W - 1)), "count");
       cl.barrier();

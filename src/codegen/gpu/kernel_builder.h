@@ -87,7 +87,7 @@ class KB {
     Ex a = base;
     for (size_t d = 0; d < strides.size() && d < coords.size(); ++d) {
       if (strides[d] == 0 || is_lit(coords[d], 0)) continue;
-      a = add(a, strides[d] == 1 ? coords[d] : mul(coords[d], lit_i(strides[d])));
+      a = a + (strides[d] == 1 ? coords[d] : coords[d] * lit_i(strides[d]));
     }
     return a;
   }
@@ -129,23 +129,22 @@ class KB {
     const Ex byte_base = sb.second;
     const Ex lin = b.let(address(lit_i(0), e.layout.strides, coords));
     const Ex row = b.let(lin / lit_i(K)), kk = b.let(lin % lit_i(K));
-    const Ex gw = b.let(add(add(byte_base >> lit_i(2), mul(row, lit_i(row_words))),
-                            mul(kk >> lit_i(6), lit_i(group_words))), "gw");
+    const Ex gw = b.let((byte_base >> lit_i(2)) + row * lit_i(row_words) + (kk >> lit_i(6)) * lit_i(group_words), "gw");
     const std::pair<Ex, Ex> header = group_header(b, s, gw);
     const Ex scale = header.first, bias = header.second;
-    const Ex bit = b.let(mul(kk & lit_i(63), lit_i(bits)));
-    const Ex w = b.let(add(add(gw, lit_i(1)), bit >> lit_i(5)));
+    const Ex bit = b.let((kk & lit_i(63)) * lit_i(bits));
+    const Ex w = b.let(gw + lit_i(1) + (bit >> lit_i(5)));
     const Ex sh = b.let(convert(Ty::kU32, bit & lit_i(31)));
     Ex q = b.let(load_word(s, w) >> sh);
     if (bits == 6) {
       // the bits past the word's end: from the next word (never read past a group: a value
       // straddles only when it is not the group's last)
       const Ex hi = b.mut(Ty::kU32, lit_u(0), "hi");
-      b.if_(gt(sh, lit_u(26u)), [&](Block& in) { in.assign(hi, load_word(s, add(w, lit_i(1))) << (lit_u(32u) - sh)); });
+      b.if_(gt(sh, lit_u(26u)), [&](Block& in) { in.assign(hi, load_word(s, w + lit_i(1)) << (lit_u(32u) - sh)); });
       q = b.let(q | hi);
     }
     const Ex qv = b.let(convert(Ty::kF32, q & lit_u((1u << bits) - 1u)));
-    return b.let(add(mul(scale, qv), bias));
+    return b.let(scale * qv + bias);
   }
 
   // The value of a fused expression at `coords` (one coordinate per dimension of its shape),
@@ -186,7 +185,7 @@ class KB {
           Ex v = lit_f(e.iota_base.as_double() + e.affine.offset);
           for (size_t d = 0; d < e.affine.strides.size() && d < coords.size(); ++d) {
             if (e.affine.strides[d] == 0) continue;
-            v = add(v, mul(convert(Ty::kF32, coords[d]), lit_f(e.affine.strides[d])));
+            v = v + convert(Ty::kF32, coords[d]) * lit_f(e.affine.strides[d]);
           }
           return b.let(v);
         }
@@ -343,8 +342,8 @@ class KB {
       const Ex word = b.mut(Ty::kU32, lit_u(0), "word");
       const Ex keep = b.mut(Ty::kU32, lit_u(0), "keep");  // bits of the word this kernel does not write
       b.loop("j", lit_i(0), lit_i(per), lit_i(1), [&](Block& lb, const Ex& j) {
-        const Ex e = lb.let(add(mul(w, lit_i(per)), j) - lit_i(lead), "e");
-        const Ex shift = lb.let(mul(j, lit_i(8 * eb)));
+        const Ex e = lb.let((w * lit_i(per) + j) - lit_i(lead), "e");
+        const Ex shift = lb.let(j * lit_i(8 * eb));
         lb.if_else(land(ge(e, lit_i(0)), lt(e, lit_i(n))),
                    [&](Block& in) {
                      const Ex v = in.let(to_word(in, t, value_at(in, e)) & ones);
@@ -352,7 +351,7 @@ class KB {
                    },
                    [&](Block& in) { in.assign(keep, keep | (ones << shift)); });
       });
-      const Ex at = b.let(add(base_ex >> lit_i(per == 4 ? 2 : 1), w), "w");
+      const Ex at = b.let((base_ex >> lit_i(per == 4 ? 2 : 1)) + w, "w");
       if (lead == 0 && n % per == 0) {
         b.store(s, at, word);
         return;
@@ -368,7 +367,7 @@ class KB {
     if (total >= (1ll << 31)) throw Unsupported("more than 2^31 elements in one kernel");
     k.workgroups = std::max<int64_t>(1, (total + k.workgroup_size - 1) / k.workgroup_size);
     Block b = body();
-    const Ex i = b.let(add(mul(var("wg", Ty::kI32), lit_i(k.workgroup_size)), var("lid", Ty::kI32)), "i");
+    const Ex i = b.let(var("wg", Ty::kI32) * lit_i(k.workgroup_size) + var("lid", Ty::kI32), "i");
     b.if_(lt(i, lit_i(total)), [&](Block& in) { body_fn(in, i); });
   }
 
@@ -392,7 +391,7 @@ class KB {
       // a subgroup is taken to be the invocations lid / sg_size (consecutive local indices,
       // as Vulkan, D3D12 and Metal lay out one-dimensional workgroups; WGSL does not say),
       // and may be wider than the workgroup: ceil(W / sg_size) partials
-      b.loop("g", lit_i(0), add(lit_i(w - 1) / sg_size, lit_i(1)), lit_i(1), [&](Block& l, const Ex& g) {
+      b.loop("g", lit_i(0), lit_i(w - 1) / sg_size + lit_i(1), lit_i(1), [&](Block& l, const Ex& g) {
         l.assign(acc, combine(l, acc, l.let(load_array(Space::kShared, name, v->ty, g))));
       });
       b.barrier();  // the array may be reused after this
@@ -404,7 +403,7 @@ class KB {
     for (int s = w / 2; s > 0; s /= 2) {
       b.if_(lt(var("lid", Ty::kI32), lit_i(s)), [&](Block& t) {
         const Ex x = t.let(load_array(Space::kShared, name, v->ty, var("lid", Ty::kI32)));
-        const Ex y = t.let(load_array(Space::kShared, name, v->ty, add(var("lid", Ty::kI32), lit_i(s))));
+        const Ex y = t.let(load_array(Space::kShared, name, v->ty, var("lid", Ty::kI32) + lit_i(s)));
         t.shared_store(name, var("lid", Ty::kI32), combine(t, x, y));
       });
       b.barrier();

@@ -170,8 +170,6 @@ inline Ex ge(Ex a, Ex b) { return bin(BinOp::kGe, std::move(a), std::move(b)); }
 inline Ex land(Ex a, Ex b) { return bin(BinOp::kAnd, std::move(a), std::move(b)); }
 inline Ex lor(Ex a, Ex b) { return bin(BinOp::kOr, std::move(a), std::move(b)); }
 inline Ex lnot(Ex a) { return un(UnOp::kNot, std::move(a)); }
-inline Ex add(Ex a, Ex b) { return bin(BinOp::kAdd, std::move(a), std::move(b)); }
-inline Ex mul(Ex a, Ex b) { return bin(BinOp::kMul, std::move(a), std::move(b)); }
 
 // ---- building statements -----------------------------------------------------------------
 

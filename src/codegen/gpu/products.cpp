@@ -78,25 +78,25 @@ void accumulate_grouped_rows(KB& kb, Block& b, const Expr& B, const Shape& batch
     c.push_back(lit_i(0));
     c.push_back(clamped[static_cast<size_t>(j)]);
     const Ex row = b.let(KB::address(lit_i(0), row_strides, c) / lit_i(K));
-    row_at.push_back(b.let(add(word0, mul(row, lit_i(row_words))), "rw"));
+    row_at.push_back(b.let(word0 + row * lit_i(row_words), "rw"));
   }
   const Ex mask = lit_u((1u << bits) - 1u);
   b.loop("g", s0, s1, lit_i(1), [&](Block& gl, const Ex& gi) {
     std::vector<Ex> gw, scale, bias;
     for (int64_t j = 0; j < C; ++j) {
-      gw.push_back(gl.let(add(row_at[static_cast<size_t>(j)], mul(gi, lit_i(group_words))), "gw"));
+      gw.push_back(gl.let(row_at[static_cast<size_t>(j)] + gi * lit_i(group_words), "gw"));
       const std::pair<Ex, Ex> sc = KB::group_header(gl, s, gw.back());
       scale.push_back(sc.first);
       bias.push_back(sc.second);
     }
-    const Ex k0 = gl.let(mul(gi, lit_i(quant::kGroup)), "k0");
+    const Ex k0 = gl.let(gi * lit_i(quant::kGroup), "k0");
     gl.loop("ch", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& in, const Ex& ch) {
       std::vector<std::vector<Ex>> words(static_cast<size_t>(C));
       for (int64_t j = 0; j < C; ++j) {
-        const Ex w0 = in.let(add(add(gw[static_cast<size_t>(j)], lit_i(1)), mul(ch, lit_i(chunk_words))));
-        for (int64_t w = 0; w < chunk_words; ++w) words[static_cast<size_t>(j)].push_back(in.let(load_word(s, add(w0, lit_i(w))), "qw"));
+        const Ex w0 = in.let(gw[static_cast<size_t>(j)] + lit_i(1) + ch * lit_i(chunk_words));
+        for (int64_t w = 0; w < chunk_words; ++w) words[static_cast<size_t>(j)].push_back(in.let(load_word(s, w0 + lit_i(w)), "qw"));
       }
-      const Ex kc = in.let(add(k0, mul(ch, lit_i(chunk_values))), "kc");
+      const Ex kc = in.let(k0 + ch * lit_i(chunk_values), "kc");
       for (int64_t v = 0; v < chunk_values; ++v) {
         const int64_t bit = v * bits, wi = bit / 32, sh = bit % 32;
         std::vector<Ex> lv;
@@ -105,9 +105,9 @@ void accumulate_grouped_rows(KB& kb, Block& b, const Expr& B, const Shape& batch
           Ex q = sh ? wj[static_cast<size_t>(wi)] >> lit_u(static_cast<uint64_t>(sh)) : wj[static_cast<size_t>(wi)];
           if (sh + bits > 32) q = q | (wj[static_cast<size_t>(wi + 1)] << lit_u(static_cast<uint64_t>(32 - sh)));
           const Ex qv = in.let(convert(Ty::kF32, q & mask));
-          lv.push_back(in.let(add(mul(scale[static_cast<size_t>(j)], qv), bias[static_cast<size_t>(j)])));
+          lv.push_back(in.let(scale[static_cast<size_t>(j)] * qv + bias[static_cast<size_t>(j)]));
         }
-        accumulate(in, in.let(add(kc, lit_i(v))), lv);
+        accumulate(in, in.let(kc + lit_i(v)), lv);
       }
     });
   });
@@ -167,11 +167,11 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   const Ex lc = S > 1 ? b.let(lid % lit_i(Wc), "lc") : lid;
   const Ex slice = S > 1 ? b.let(lid / lit_i(Wc), "slice") : lit_i(0);
   const int64_t per_slice = (steps + S - 1) / S;
-  const Ex s0 = S > 1 ? b.let(mul(slice, lit_i(per_slice)), "s0") : lit_i(0);
-  const Ex s1 = S > 1 ? b.let(call("min", Ty::kI32, {add(s0, lit_i(per_slice)), lit_i(steps)}), "s1") : lit_i(steps);
+  const Ex s0 = S > 1 ? b.let(slice * lit_i(per_slice), "s0") : lit_i(0);
+  const Ex s1 = S > 1 ? b.let(call("min", Ty::kI32, {s0 + lit_i(per_slice), lit_i(steps)}), "s1") : lit_i(steps);
   std::vector<Ex> col, valid, clamped;
   for (int64_t j = 0; j < C; ++j) {
-    col.push_back(b.let(add(add(mul(g, lit_i(Wc * C)), lit_i(j * Wc)), lc), "l"));
+    col.push_back(b.let(g * lit_i(Wc * C) + lit_i(j * Wc) + lc, "l"));
     valid.push_back(b.let(lt(col.back(), lit_i(L))));
     clamped.push_back(b.let(call("min", Ty::kI32, {col.back(), lit_i(L - 1)})));  // every read in bounds
   }
@@ -182,10 +182,10 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   // acc[r][j] += small(r, k) * lv[j], for every row r
   auto accumulate = [&](Block& in, const Ex& k, const std::vector<Ex>& lv) {
     for (int64_t r = 0; r < R; ++r) {
-      const Ex sv = in.let(staged ? load_array(Space::kShared, "sm", t, add(lit_i(r * K), k)) : small(in, lit_i(r), k));
+      const Ex sv = in.let(staged ? load_array(Space::kShared, "sm", t, lit_i(r * K) + k) : small(in, lit_i(r), k));
       for (int64_t j = 0; j < C; ++j) {
         Ex& a = acc[static_cast<size_t>(r)][static_cast<size_t>(j)];
-        in.assign(a, add(a, rows ? mul(sv, lv[static_cast<size_t>(j)]) : mul(lv[static_cast<size_t>(j)], sv)));
+        in.assign(a, a + (rows ? sv * lv[static_cast<size_t>(j)] : lv[static_cast<size_t>(j)] * sv));
       }
     }
   };
@@ -202,13 +202,13 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
     // Every slice's partial sums to workgroup memory; then the slice r % S adds row r's S
     // partials in slice order and stores the total (one barrier; the rows' sums in parallel).
     if (staged) b.barrier();  // every slice is done reading the staged operand
-    const Ex part_at = b.let(add(mul(slice, lit_i(R * Wc)), lc), "pi");
-    for (int64_t r = 0; r < R; ++r) b.shared_store("sm", add(part_at, lit_i(r * Wc)), acc[static_cast<size_t>(r)][0]);
+    const Ex part_at = b.let(slice * lit_i(R * Wc) + lc, "pi");
+    for (int64_t r = 0; r < R; ++r) b.shared_store("sm", part_at + lit_i(r * Wc), acc[static_cast<size_t>(r)][0]);
     b.barrier();
     for (int64_t r = 0; r < R; ++r) {
       b.if_(land(eq(slice, lit_i(r % S)), valid[0]), [&](Block& in) {
-        Ex v = in.let(load_array(Space::kShared, "sm", t, add(lit_i(r * Wc), lc)));
-        for (int64_t q = 1; q < S; ++q) v = in.let(add(v, load_array(Space::kShared, "sm", t, add(lit_i((q * R + r) * Wc), lc))));
+        Ex v = in.let(load_array(Space::kShared, "sm", t, lit_i(r * Wc) + lc));
+        for (int64_t q = 1; q < S; ++q) v = in.let(v + load_array(Space::kShared, "sm", t, lit_i((q * R + r) * Wc) + lc));
         std::vector<Ex> c = bc;
         c.push_back(rows ? lit_i(r) : col[0]);
         c.push_back(rows ? col[0] : lit_i(r));
@@ -262,8 +262,8 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
   const Ex wg = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
   const Ex bt = b.let(wg / lit_i(tm * tn), "bt");
   const Ex tile = b.let(wg % lit_i(tm * tn));
-  const Ex m0 = b.let(mul(tile / lit_i(tn), lit_i(BM)), "m0");
-  const Ex n0 = b.let(mul(tile % lit_i(tn), lit_i(BN)), "n0");
+  const Ex m0 = b.let(tile / lit_i(tn) * lit_i(BM), "m0");
+  const Ex n0 = b.let(tile % lit_i(tn) * lit_i(BN), "n0");
   const Ex ty = b.let(lid / lit_i(T)), tx = b.let(lid % lit_i(T));
   if (g.prologue) g.prologue(b, bt);
   // The RM x RN accumulators: a private array indexed by literals in the inner loop and by
@@ -276,11 +276,11 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
                    const std::function<Ex(Block&, const Ex& r, const Ex& c)>& at) {
     const int64_t count = rows * cols, steps = (count + T * T - 1) / (T * T);
     in.loop("s", lit_i(0), lit_i(steps), lit_i(1), [&](Block& l, const Ex& step) {
-      const Ex idx = l.let(add(lid, mul(step, lit_i(T * T))));
+      const Ex idx = l.let(lid + step * lit_i(T * T));
       auto body = [&](Block& bb) {
         const Ex r = bb.let(inner_fastest ? idx / lit_i(cols) : idx % lit_i(rows));
         const Ex c = bb.let(inner_fastest ? idx % lit_i(cols) : idx / lit_i(rows));
-        bb.shared_store(name, add(mul(r, lit_i(cols)), c), at(bb, r, c));
+        bb.shared_store(name, r * lit_i(cols) + c, at(bb, r, c));
       };
       if (count % (T * T) == 0) body(l);
       else l.if_(lt(idx, lit_i(count)), body);
@@ -288,13 +288,13 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
   };
   b.loop("k0", lit_i(0), lit_i(g.K), lit_i(BK), [&](Block& in, const Ex& k0) {
     stage(in, "ta", BM, BK, g.a_k_fastest, [&](Block& l, const Ex& mm, const Ex& kk) {
-      const Ex gm = l.let(add(m0, mm)), gk = l.let(add(k0, kk));
+      const Ex gm = l.let(m0 + mm), gk = l.let(k0 + kk);
       const Ex v = l.mut(t, lit(t, 0), "av");
       l.if_(land(lt(gm, lit_i(g.M)), lt(gk, lit_i(g.K))), [&](Block& tb) { tb.assign(v, g.a(tb, gm, gk)); });
       return v;
     });
     stage(in, "tb", BK, BN, g.b_n_fastest, [&](Block& l, const Ex& kk, const Ex& nn) {
-      const Ex gk = l.let(add(k0, kk)), gn = l.let(add(n0, nn));
+      const Ex gk = l.let(k0 + kk), gn = l.let(n0 + nn);
       const Ex v = l.mut(t, lit(t, 0), "bv");
       l.if_(land(lt(gk, lit_i(g.K)), lt(gn, lit_i(g.N))), [&](Block& tb) { tb.assign(v, g.b(tb, gk, gn)); });
       return v;
@@ -303,23 +303,23 @@ void tiled_gemm(KB& kb, Ty t, const Gemm& g) {
     in.loop("kk", lit_i(0), lit_i(BK), lit_i(1), [&](Block& l, const Ex& kk) {
       std::vector<Ex> av, bv;
       for (int64_t i = 0; i < RM; ++i) {
-        av.push_back(l.let(load_array(Space::kShared, "ta", t, add(mul(add(ty, lit_i(i * T)), lit_i(BK)), kk)), "a"));
+        av.push_back(l.let(load_array(Space::kShared, "ta", t, (ty + lit_i(i * T)) * lit_i(BK) + kk), "a"));
       }
       for (int64_t j = 0; j < RN; ++j) {
-        bv.push_back(l.let(load_array(Space::kShared, "tb", t, add(add(mul(kk, lit_i(BN)), tx), lit_i(j * T))), "b"));
+        bv.push_back(l.let(load_array(Space::kShared, "tb", t, kk * lit_i(BN) + tx + lit_i(j * T)), "b"));
       }
       for (int64_t i = 0; i < RM; ++i) {
         for (int64_t j = 0; j < RN; ++j) {
           const Ex ai = lit_i(i * RN + j);
-          l.assign_elem("acc", ai, add(load_array(Space::kPrivate, "acc", t, ai), mul(av[static_cast<size_t>(i)], bv[static_cast<size_t>(j)])));
+          l.assign_elem("acc", ai, load_array(Space::kPrivate, "acc", t, ai) + av[static_cast<size_t>(i)] * bv[static_cast<size_t>(j)]);
         }
       }
     });
     in.barrier();
   });
   b.loop("o", lit_i(0), lit_i(RM * RN), lit_i(1), [&](Block& l, const Ex& i) {
-    const Ex gm = l.let(add(add(m0, ty), mul(i / lit_i(RN), lit_i(T))), "gm");
-    const Ex gn = l.let(add(add(n0, tx), mul(i % lit_i(RN), lit_i(T))), "gn");
+    const Ex gm = l.let(m0 + ty + i / lit_i(RN) * lit_i(T), "gm");
+    const Ex gn = l.let(n0 + tx + i % lit_i(RN) * lit_i(T), "gn");
     l.if_(land(lt(gm, lit_i(g.M)), lt(gn, lit_i(g.N))),
           [&](Block& in) { g.store(in, gm, gn, in.let(load_array(Space::kPrivate, "acc", t, i))); });
   });
@@ -460,7 +460,7 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     std::vector<Ex> xc{n, cx};
     for (size_t dim = 0; dim < d; ++dim) {
       const int64_t st = lk.attrs.ints[dim], pd = lk.attrs.ints[d + dim], dl = lk.attrs.ints[2 * d + dim];
-      const Ex pos = b.let(add(mul(o[dim], lit_i(st)) - lit_i(pd), mul(kw[dim], lit_i(dl))));
+      const Ex pos = b.let((o[dim] * lit_i(st)) - lit_i(pd) + kw[dim] * lit_i(dl));
       if (pd == 0 && (out_space[dim] - 1) * st + (window[dim] - 1) * dl < xs[2 + dim]) {  // never outside
         xc.push_back(pos);
         continue;
@@ -488,17 +488,17 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     g.prologue = [&](Block&, const Ex& bt) { grp = bt; };
     g.a = [&](Block& b, const Ex& m, const Ex& k) {
       const std::vector<Ex> mc = KB::coords_of(b, m, mshape), kc = KB::coords_of(b, k, kshape);
-      const Ex cx = groups == 1 ? kc[0] : b.let(add(mul(grp, lit_i(cin_g)), kc[0]));
+      const Ex cx = groups == 1 ? kc[0] : b.let(grp * lit_i(cin_g) + kc[0]);
       return input_at(b, mc[0], cx, std::vector<Ex>(mc.begin() + 1, mc.end()), std::vector<Ex>(kc.begin() + 1, kc.end()));
     };
     g.b = [&](Block& b, const Ex& k, const Ex& n) {
       std::vector<Ex> wc = KB::coords_of(b, k, kshape);
-      wc.insert(wc.begin(), groups == 1 ? n : b.let(add(mul(grp, lit_i(cout_g)), n)));
+      wc.insert(wc.begin(), groups == 1 ? n : b.let(grp * lit_i(cout_g) + n));
       return kb.eval(b, w, wc);
     };
     g.store = [&](Block& b, const Ex& m, const Ex& n, const Ex& acc) {
       std::vector<Ex> oc = KB::coords_of(b, m, mshape);
-      oc.insert(oc.begin() + 1, groups == 1 ? n : b.let(add(mul(grp, lit_i(cout_g)), n)));
+      oc.insert(oc.begin() + 1, groups == 1 ? n : b.let(grp * lit_i(cout_g) + n));
       kb.store_result(b, lk, oc, acc);
     };
     return tiled_gemm(kb, Ty::kF32, g);
@@ -517,20 +517,20 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
   kb.per_element(numel(grid), [&](Block& b, const Ex& i) {
     const std::vector<Ex> o = KB::coords_of(b, i, grid);
     const std::vector<Ex> os(o.begin() + 2, o.end());
-    const Ex co0 = b.let(mul(o[1], lit_i(cb)), "co");
+    const Ex co0 = b.let(o[1] * lit_i(cb), "co");
     const Ex g = b.let(co0 / lit_i(cout_g));
     b.array("acc", Ty::kF32, cb);
     for (int64_t c = 0; c < cb; ++c) b.assign_elem("acc", lit_i(c), lit_f(0));
     b.loop("ci", lit_i(0), lit_i(cin_g), lit_i(1), [&](Block& in, const Ex& ci) {
-      const Ex cx = in.let(add(mul(g, lit_i(cin_g)), ci));
+      const Ex cx = in.let(g * lit_i(cin_g) + ci);
       std::function<void(Block&, size_t, std::vector<Ex>)> win = [&](Block& bb, size_t dim, std::vector<Ex> kw) {
         if (dim == d) {
           const Ex xv = input_at(bb, o[0], cx, os, kw);
           for (int64_t c = 0; c < cb; ++c) {
-            std::vector<Ex> wc{add(co0, lit_i(c)), ci};
+            std::vector<Ex> wc{co0 + lit_i(c), ci};
             wc.insert(wc.end(), kw.begin(), kw.end());
             const Ex ai = lit_i(c);
-            bb.assign_elem("acc", ai, add(load_array(Space::kPrivate, "acc", Ty::kF32, ai), mul(xv, kb.eval(bb, w, wc))));
+            bb.assign_elem("acc", ai, load_array(Space::kPrivate, "acc", Ty::kF32, ai) + xv * kb.eval(bb, w, wc));
           }
           return;
         }
@@ -544,7 +544,7 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
     });
     auto store = [&](Block& l, const Ex& c) {
       std::vector<Ex> oc = o;
-      oc[1] = l.let(add(co0, c));
+      oc[1] = l.let(co0 + c);
       kb.store_result(l, lk, oc, l.let(load_array(Space::kPrivate, "acc", Ty::kF32, c)));
     };
     if (cb == 1) store(b, lit_i(0));

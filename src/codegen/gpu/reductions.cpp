@@ -309,7 +309,7 @@ void t_softmax(KB& kb, const chroma::Kernel& lk) {
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) { in.assign(m, mx(in, m, kb.eval(in, e, merge(in, s, o, r)))); });
       const Ex total = b.mut(Ty::kF32, lit_f(0), "s");
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
-        in.assign(total, add(total, call("exp", Ty::kF32, {kb.eval(in, e, merge(in, s, o, r)) - m})));
+        in.assign(total, total + call("exp", Ty::kF32, {kb.eval(in, e, merge(in, s, o, r)) - m}));
       });
       const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
       b.loop("r", lit_i(0), lit_i(R), lit_i(1), [&](Block& in, const Ex& r) {
@@ -334,7 +334,7 @@ void t_softmax(KB& kb, const chroma::Kernel& lk) {
   const Ex m = kb.tree(b, m0, "red", mx, "subgroupMax", identity(ReduceKind::kMax, Ty::kF32));
   const Ex s0 = b.mut(Ty::kF32, lit_f(0), "s");
   b.loop("r", lid, lit_i(R), lit_i(W), [&](Block& in, const Ex& r) {
-    in.assign(s0, add(s0, call("exp", Ty::kF32, {kb.eval(in, e, merge(in, s, o, r)) - m})));
+    in.assign(s0, s0 + call("exp", Ty::kF32, {kb.eval(in, e, merge(in, s, o, r)) - m}));
   });
   const Ex total = kb.tree(b, s0, "red", sum, "subgroupAdd", lit_f(0));
   const Ex logsum = lk.attrs.log ? b.let(call("log", Ty::kF32, {total})) : nullptr;
@@ -389,7 +389,7 @@ void t_arg_reduce(KB& kb, const chroma::Kernel& lk) {
   b.barrier();
   for (int st = W / 2; st > 0; st /= 2) {
     b.if_(lt(lid, lit_i(st)), [&](Block& in) {
-      const Ex j = add(lid, lit_i(st));
+      const Ex j = lid + lit_i(st);
       const Ex av = in.let(load_array(Space::kShared, "sv", t, lid)), ai = in.let(load_array(Space::kShared, "si", Ty::kI32, lid));
       const Ex v2 = in.let(load_array(Space::kShared, "sv", t, j)), i2 = in.let(load_array(Space::kShared, "si", Ty::kI32, j));
       in.if_(wins(in, av, ai, v2, i2), [&](Block& tb) {
@@ -428,7 +428,7 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
     const Ex m = in.let(map_op(in, EwOp::k_maximum, ot, {ot, ot}, {a, v}, {nullptr, nullptr}));
     const Ex lo = in.let(map_op(in, EwOp::k_minimum, ot, {ot, ot}, {a, v}, {nullptr, nullptr}));
     const Ex l1 = map_op(in, EwOp::k_log1p, ot, {ot}, {in.let(call("exp", Ty::kF32, {lo - m}))}, {nullptr});
-    return select(add(m, l1), m, map_op(in, EwOp::k_isinf, ot, {ot}, {m}, {nullptr}));
+    return select(m + l1, m, map_op(in, EwOp::k_isinf, ot, {ot}, {m}, {nullptr}));
   };
   const int64_t n = s.extent();
   // walks positions [from, to) of row o from `acc`, or from the first element where `fresh`
@@ -452,8 +452,8 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   kb.k.workgroups = s.outputs();
   Block b = kb.body();
   const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const Ex from = b.let(call("min", Ty::kI32, {mul(lid, lit_i(chunk)), lit_i(n)}), "lo");
-  const Ex to = b.let(call("min", Ty::kI32, {add(from, lit_i(chunk)), lit_i(n)}), "hi");
+  const Ex from = b.let(call("min", Ty::kI32, {lid * lit_i(chunk), lit_i(n)}), "lo");
+  const Ex to = b.let(call("min", Ty::kI32, {from + lit_i(chunk), lit_i(n)}), "hi");
   const Ex tot = b.mut(t, identity(lk.attrs.reduce, t), "tot");
   walk(b, o, from, to, tot, lit_b(true), false);
   // the totals' inclusive scan (chunks past the row's end are empty and last: nothing reads
