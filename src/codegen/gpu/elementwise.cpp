@@ -139,9 +139,9 @@ Ex half_bits(Block& b, DType t, const Ex& v) {
   // normal: round the 13 dropped bits to nearest even (a carry into the exponent is right, up to infinity)
   const Ex m = man >> lit_i(13), rest = b.let(man & lit_u(0x1fffu));
   const Ex up = lor(gt(rest, lit_u(0x1000u)), land(eq(rest, lit_u(0x1000u)), eq(m & lit_u(1), lit_u(1))));
-  const Ex normal = ((bitcast(Ty::kU32, call("max", Ty::kI32, {e, lit_i(0)})) << lit_i(10)) | m) + convert(Ty::kU32, up);
+  const Ex normal = ((bitcast(Ty::kU32, max(e, lit_i(0))) << lit_i(10)) | m) + convert(Ty::kU32, up);
   // subnormal (e in [-10, 0]): the 24-bit significand shifted right by 14 - e, rounded
-  const Ex sh = b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {lit_i(14) - e, lit_i(14)}), lit_i(24)}));
+  const Ex sh = b.let(min(max(lit_i(14) - e, lit_i(14)), lit_i(24)));
   const Ex full = b.let(man | lit_u(0x800000u));
   const Ex sm = b.let(full >> sh);
   const Ex srest = b.let(full & ((lit_u(1) << sh) - lit_u(1)));
@@ -388,7 +388,7 @@ Ex arithmetic(Block& b, EwOp op, Ty t, const std::vector<Ex>& x, const std::vect
     case EwOp::k_atan2: need_float(t, "atan2"); return fcall("atan2", {a, x[1]});
     case EwOp::k_hypot: {
       need_float(t, "hypot");
-      const Ex m = b.let(fcall("max", {fcall("abs", {a}), fcall("abs", {x[1]})}));
+      const Ex m = b.let(max(fcall("abs", {a}), fcall("abs", {x[1]})));
       const Ex p = a / m, q = x[1] / m;
       Ex r = select(m * fcall("sqrt", {p * p + q * q}), f(0.0), eq(m, f(0.0)));
       r = select(r, a + x[1], lor(is_nan(a), is_nan(x[1])));

@@ -97,8 +97,8 @@ void t_topk(KB& kb, const chroma::Kernel& lk) {
     const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
     const Ex pk = b.mut(Ty::kU32, lit_u(0xffffffffu), "pk");
     const Ex pi = b.mut(Ty::kI32, lit_i(-1), "pi");
-    auto umax = [](Block&, Ex x, Ex y) { return call("max", Ty::kU32, {x, y}); };
-    auto imin = [](Block&, Ex x, Ex y) { return call("min", Ty::kI32, {x, y}); };
+    auto umax = [](Block&, Ex x, Ex y) { return max(x, y); };
+    auto imin = [](Block&, Ex x, Ex y) { return min(x, y); };
     b.loop("j", lit_i(0), lit_i(K), lit_i(1), [&](Block& in, const Ex& j) {
       const Ex bk = in.mut(Ty::kU32, lit_u(0), "bk");
       const Ex bi = in.mut(Ty::kI32, lit_i(-1), "bi");
@@ -219,7 +219,7 @@ void t_index_put(KB& kb, const chroma::Kernel& lk, const Program& p) {
     b.loop("c", lit_i(0), lit_i(chunks), lit_i(1), [&](Block& cl, const Ex& ch) {
       const Ex j = cl.let(ch * lit_i(W) + lid, "j");
       const Ex live = cl.let(lt(j, lit_i(n)));
-      const Ex v = cl.let(kb.eval(cl, idx, {call("min", Ty::kI32, {j, lit_i(n - 1)})}), "ix");
+      const Ex v = cl.let(kb.eval(cl, idx, {min(j, lit_i(n - 1))}), "ix");
       kb.flag_bad_index(cl, cl.let(land(live, lor(lt(v, lit_i(0)), ge(v, lit_i(dim))))), v, dim,
                         lk.attrs.axis);
       const Ex match = cl.let(land(live, eq(v, row)), "match");

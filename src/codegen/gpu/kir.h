@@ -170,6 +170,16 @@ inline Ex ge(Ex a, Ex b) { return bin(BinOp::kGe, std::move(a), std::move(b)); }
 inline Ex land(Ex a, Ex b) { return bin(BinOp::kAnd, std::move(a), std::move(b)); }
 inline Ex lor(Ex a, Ex b) { return bin(BinOp::kOr, std::move(a), std::move(b)); }
 inline Ex lnot(Ex a) { return un(UnOp::kNot, std::move(a)); }
+// The dialect's min and max builtins, in a's type (float32: as the builtin treats NaN; the
+// elementwise maximum and minimum propagate it, elementwise.cpp).
+inline Ex min(Ex a, Ex b) {
+  const Ty t = a->ty;
+  return call("min", t, {std::move(a), std::move(b)});
+}
+inline Ex max(Ex a, Ex b) {
+  const Ty t = a->ty;
+  return call("max", t, {std::move(a), std::move(b)});
+}
 
 // ---- building statements -----------------------------------------------------------------
 

@@ -168,12 +168,12 @@ void t_matmul_skinny(KB& kb, const chroma::Kernel& lk, bool rows, Ty t, const Sh
   const Ex slice = S > 1 ? b.let(lid / lit_i(Wc), "slice") : lit_i(0);
   const int64_t per_slice = (steps + S - 1) / S;
   const Ex s0 = S > 1 ? b.let(slice * lit_i(per_slice), "s0") : lit_i(0);
-  const Ex s1 = S > 1 ? b.let(call("min", Ty::kI32, {s0 + lit_i(per_slice), lit_i(steps)}), "s1") : lit_i(steps);
+  const Ex s1 = S > 1 ? b.let(min(s0 + lit_i(per_slice), lit_i(steps)), "s1") : lit_i(steps);
   std::vector<Ex> col, valid, clamped;
   for (int64_t j = 0; j < C; ++j) {
     col.push_back(b.let(g * lit_i(Wc * C) + lit_i(j * Wc) + lc, "l"));
     valid.push_back(b.let(lt(col.back(), lit_i(L))));
-    clamped.push_back(b.let(call("min", Ty::kI32, {col.back(), lit_i(L - 1)})));  // every read in bounds
+    clamped.push_back(b.let(min(col.back(), lit_i(L - 1))));  // every read in bounds
   }
   std::vector<std::vector<Ex>> acc(static_cast<size_t>(R));
   for (auto& row : acc) {
@@ -465,7 +465,7 @@ void t_conv(KB& kb, const chroma::Kernel& lk) {
         xc.push_back(pos);
         continue;
       }
-      xc.push_back(b.let(call("min", Ty::kI32, {call("max", Ty::kI32, {pos, lit_i(0)}), lit_i(xs[2 + dim] - 1)})));
+      xc.push_back(b.let(min(max(pos, lit_i(0)), lit_i(xs[2 + dim] - 1))));
       const Ex inside = land(ge(pos, lit_i(0)), lt(pos, lit_i(xs[2 + dim])));
       ok = ok ? land(ok, inside) : inside;
     }

@@ -452,14 +452,14 @@ void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p) {
   kb.k.workgroups = s.outputs();
   Block b = kb.body();
   const Ex o = var("wg", Ty::kI32), lid = var("lid", Ty::kI32);
-  const Ex from = b.let(call("min", Ty::kI32, {lid * lit_i(chunk), lit_i(n)}), "lo");
-  const Ex to = b.let(call("min", Ty::kI32, {from + lit_i(chunk), lit_i(n)}), "hi");
+  const Ex from = b.let(min(lid * lit_i(chunk), lit_i(n)), "lo");
+  const Ex to = b.let(min(from + lit_i(chunk), lit_i(n)), "hi");
   const Ex tot = b.mut(t, identity(lk.attrs.reduce, t), "tot");
   walk(b, o, from, to, tot, lit_b(true), false);
   // the totals' inclusive scan (chunks past the row's end are empty and last: nothing reads
   // their identity); chunk i starts from invocation i - 1's
   kb.inclusive_scan(b, tot, "sc", combine);
-  const Ex prev = call("max", Ty::kI32, {lid - lit_i(1), lit_i(0)});
+  const Ex prev = max(lid - lit_i(1), lit_i(0));
   const Ex acc = b.mut(t, load_array(Space::kShared, "sc", t, prev), "acc");
   walk(b, o, from, to, acc, eq(lid, lit_i(0)), true);
 }

@@ -453,7 +453,7 @@ Ex igamma_f32(Block& b, const Ex& a, const Ex& x, bool upper) {
   const Ex small = a * fcall("log", {x}) - x - lgamma_f32(b, a);
   const Ex factor = b.let(exp_reduced(b, b.let(select(small, large, gt(a, f(10.0)))), f(0.0)));
   // (NaN: 0, so that the conversion is defined; the edge values below take those)
-  const Ex larger = b.let(select(fcall("max", {a, x}), f(0.0), lor(is_nan(a), is_nan(x))));
+  const Ex larger = b.let(select(max(a, x), f(0.0), lor(is_nan(a), is_nan(x))));
   const Ex steps = fma(f(8.0), fcall("sqrt", {larger}), f(32.0));
   const Ex limit = b.let(convert(Ty::kI32, select(steps, f(16384.0), gt(steps, f(16384.0)))));
   const Ex use_series = b.let(lt(x, a + f(1.0)));
