@@ -87,14 +87,28 @@ class Printer {
           case Ty::kBool: return e->i ? "true" : "false";
         }
         break;
-      case Node::kUnary: return "(" + std::string(spelling(e->un_op)) + expr(e->args[0]) + ")";
+      case Node::kUnary: {
+        // (built by appending: GCC 12's -Wrestrict misreads "(" + std::string at -O3)
+        std::string out = "(";
+        out += spelling(e->un_op);
+        out += expr(e->args[0]);
+        out += ")";
+        return out;
+      }
       case Node::kBinary: {
         std::string rhs = expr(e->args[1]);
         if (e->bin_op == BinOp::kShl || e->bin_op == BinOp::kShr) rhs = fmt(d_.shift_amount, {{"0", rhs}});
         if (e->bin_op == BinOp::kRem && e->ty == Ty::kF32 && !d_.float_remainder.empty()) {
           return fmt(d_.float_remainder, {{"0", expr(e->args[0])}, {"1", rhs}});
         }
-        return "(" + expr(e->args[0]) + " " + spelling(e->bin_op) + " " + rhs + ")";
+        std::string out = "(";
+        out += expr(e->args[0]);
+        out += " ";
+        out += spelling(e->bin_op);
+        out += " ";
+        out += rhs;
+        out += ")";
+        return out;
       }
       case Node::kCall: {
         Subst s{{"type", type(e->ty)}};
