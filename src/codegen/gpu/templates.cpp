@@ -82,6 +82,116 @@ using internal::t_scan;
 using internal::t_softmax;
 using internal::t_topk;
 
+namespace {
+
+// The dispatches of lowered kernel `lk`, or of the row group `group` it starts, as the
+// templates build them, with or without subgroup operations; with `library_gemm` the library
+// computes the product and only its epilogue is generated. The parts are dispatches
+// first_dispatch, first_dispatch + 1, ...
+std::vector<KB> build_parts(const Program& p, const std::function<Placement(int32_t)>& place, const Capabilities& caps,
+                            const chroma::Kernel& lk, const std::vector<size_t>& group, bool library_gemm,
+                            int first_dispatch, bool subgroups) {
+  std::vector<KB> parts;
+  auto make = [&](const char* what) -> KB& {
+    parts.emplace_back(p, place, std::string(chroma::kernel_kind(lk.kind)) + what, 256,
+                       first_dispatch + static_cast<int>(parts.size()), subgroups);
+    parts.back().split_k = caps.split_k;
+    return parts.back();
+  };
+  if (group.size() > 1) {
+    t_row_group(make("_rows"), p, group);
+    return parts;
+  }
+  switch (lk.kind) {
+    case chroma::Kernel::kAssign: t_assign(make(""), lk); break;
+    case chroma::Kernel::kConcat: t_concat(make(""), lk); break;
+    case chroma::Kernel::kReduce: t_reduce(make(""), lk, p); break;
+    case chroma::Kernel::kSoftmax: t_softmax(make(""), lk); break;
+    case chroma::Kernel::kArgReduce: t_arg_reduce(make(""), lk); break;
+    case chroma::Kernel::kMatMul:
+      if (library_gemm) internal::t_product_epilogue(make("_epilogue"), lk);
+      else internal::t_matmul(make(""), lk);
+      break;
+    case chroma::Kernel::kGather:
+    case chroma::Kernel::kGatherElements: t_gather(make(""), lk); break;
+    case chroma::Kernel::kTopK: t_topk(make(""), lk); break;
+    case chroma::Kernel::kScan: t_scan(make(""), lk, p); break;
+    case chroma::Kernel::kConv: internal::t_conv(make(""), lk); break;
+    case chroma::Kernel::kIndexPut: {
+      const Buffer& ob = p.buffers[static_cast<size_t>(lk.outputs[0])];
+      if (!lk.index_put().in_place && numel(ob.type.shape) > 0) {  // the base first, as an assign
+        chroma::Kernel copy;
+        copy.kind = chroma::Kernel::kAssign;
+        copy.shape = ob.type.shape;
+        copy.inputs = {lk.inputs[0]};
+        copy.outputs = lk.outputs;
+        copy.out_layouts = lk.out_layouts;
+        t_assign(make("_base"), copy);
+      }
+      if (numel(lk.shape) > 0) t_index_put(make(""), lk, p);
+      break;
+    }
+    case chroma::Kernel::kLinalg:
+      throw Unsupported("linear-algebra factorizations (LAPACK) are not available on GPU targets");
+    case chroma::Kernel::kMatMulPacked:
+    case chroma::Kernel::kMatMulGathered:
+      throw Unsupported("internal: a CPU-only product kind reached the GPU generator");
+  }
+  return parts;
+}
+
+// Legalizes and prints each part of lowered kernel `ki` (with its subgroup variant, when
+// `sg_parts` has one with the same params and bindings) as a dispatch of `out`, each distinct
+// text once among out.modules (`module_of`: text -> module).
+void add_dispatches(Generated& out, std::map<std::string, int>& module_of, std::vector<KB>& parts,
+                    std::vector<KB>& sg_parts, const Capabilities& caps, const Dialect& d, const chroma::Kernel& lk,
+                    size_t ki, const std::string& label) {
+  for (size_t pi = 0; pi < parts.size(); ++pi) {
+    KB& kb = parts[pi];
+    if (kb.k.body.empty()) continue;
+    legalize(kb.k, caps);
+    std::string code_sg;
+    if (sg_parts.size() == parts.size() && sg_parts[pi].k.subgroups && sg_parts[pi].params == kb.params &&
+        sg_parts[pi].slots == kb.slots) {
+      legalize(sg_parts[pi].k, caps);
+      code_sg = print_kernel(sg_parts[pi].k, d);
+    }
+    Dispatch dp;
+    dp.grid_x = kb.k.grid_x;
+    dp.grid_y = kb.k.grid_y;
+    dp.params = kb.params;
+    dp.slots = kb.slots;
+    dp.lowered_kernel = static_cast<int>(ki);
+    dp.label = label;
+    dp.node = lk.name;
+    dp.source = lk.source;
+    const std::string code = print_kernel(kb.k, d);
+    auto it = module_of.find(code + '\0' + code_sg);
+    if (it == module_of.end()) {
+      Module m;
+      m.name = "k";  // (appended: GCC 12's -Wrestrict misreads "k" + std::string at -O3)
+      m.name += std::to_string(out.modules.size()) + "_" + kb.k.name;
+      m.code = code;
+      m.code_subgroups = code_sg;
+      m.workgroup_size = kb.k.workgroup_size;
+      m.params = kb.k.params;
+      for (const Slot& s : kb.k.slots) m.slot_writable.push_back(s.writable);
+      for (const SharedArray& a : kb.k.shared) m.shared_bytes += 4 * a.count;
+      it = module_of.emplace(code + '\0' + code_sg, static_cast<int>(out.modules.size())).first;
+      out.modules.push_back(std::move(m));
+    }
+    dp.module = it->second;
+    const Module& m = out.modules[static_cast<size_t>(dp.module)];
+    out.max_slots = std::max(out.max_slots, static_cast<int>(m.slot_writable.size()));
+    out.max_workgroup_size = std::max(out.max_workgroup_size, m.workgroup_size);
+    out.max_shared_bytes = std::max(out.max_shared_bytes, m.shared_bytes);
+    out.max_grid = std::max({out.max_grid, dp.grid_x, dp.grid_y});
+    out.dispatches.push_back(std::move(dp));
+  }
+}
+
+}  // namespace
+
 Generated generate(const Program& p, const std::function<Placement(int32_t)>& place, const Capabilities& caps,
                    const Dialect& d) {
   Generated out;
@@ -114,53 +224,8 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
       for (size_t m = 1; m < group.size(); ++m) label += " + " + p.kernels[group[m]].label;
       // The kernel's dispatches, built with or without subgroup operations.
       auto build = [&](bool subgroups) {
-      std::vector<KB> parts;
-      auto make = [&](const char* what) -> KB& {
-        parts.emplace_back(p, place, std::string(chroma::kernel_kind(lk.kind)) + what, 256,
-                           static_cast<int>(out.dispatches.size() + parts.size()), subgroups);
-        parts.back().split_k = caps.split_k;
-        return parts.back();
-      };
-      if (group.size() > 1) {
-        t_row_group(make("_rows"), p, group);
-        return parts;
-      }
-      switch (lk.kind) {
-        case chroma::Kernel::kAssign: t_assign(make(""), lk); break;
-        case chroma::Kernel::kConcat: t_concat(make(""), lk); break;
-        case chroma::Kernel::kReduce: t_reduce(make(""), lk, p); break;
-        case chroma::Kernel::kSoftmax: t_softmax(make(""), lk); break;
-        case chroma::Kernel::kArgReduce: t_arg_reduce(make(""), lk); break;
-        case chroma::Kernel::kMatMul:
-          if (gemm) internal::t_product_epilogue(make("_epilogue"), lk);
-          else internal::t_matmul(make(""), lk);
-          break;
-        case chroma::Kernel::kGather:
-        case chroma::Kernel::kGatherElements: t_gather(make(""), lk); break;
-        case chroma::Kernel::kTopK: t_topk(make(""), lk); break;
-        case chroma::Kernel::kScan: t_scan(make(""), lk, p); break;
-        case chroma::Kernel::kConv: internal::t_conv(make(""), lk); break;
-        case chroma::Kernel::kIndexPut: {
-          const Buffer& ob = p.buffers[static_cast<size_t>(lk.outputs[0])];
-          if (!lk.index_put().in_place && numel(ob.type.shape) > 0) {  // the base first, as an assign
-            chroma::Kernel copy;
-            copy.kind = chroma::Kernel::kAssign;
-            copy.shape = ob.type.shape;
-            copy.inputs = {lk.inputs[0]};
-            copy.outputs = lk.outputs;
-            copy.out_layouts = lk.out_layouts;
-            t_assign(make("_base"), copy);
-          }
-          if (numel(lk.shape) > 0) t_index_put(make(""), lk, p);
-          break;
-        }
-        case chroma::Kernel::kLinalg:
-          throw Unsupported("linear-algebra factorizations (LAPACK) are not available on GPU targets");
-        case chroma::Kernel::kMatMulPacked:
-        case chroma::Kernel::kMatMulGathered:
-          throw Unsupported("internal: a CPU-only product kind reached the GPU generator");
-      }
-      return parts;
+        return build_parts(p, place, caps, lk, group, gemm.has_value(), static_cast<int>(out.dispatches.size()),
+                           subgroups);
       };
       std::vector<KB> parts = build(caps.subgroup_size > 0);
       // A second text with subgroup operations for the runtimes to pick (Module::code_subgroups)
@@ -170,48 +235,7 @@ Generated generate(const Program& p, const std::function<Placement(int32_t)>& pl
           (group.size() > 1 || lk.kind == chroma::Kernel::kReduce || lk.kind == chroma::Kernel::kSoftmax)) {
         sg_parts = build(true);
       }
-      for (size_t pi = 0; pi < parts.size(); ++pi) {
-        KB& kb = parts[pi];
-        if (kb.k.body.empty()) continue;
-        legalize(kb.k, caps);
-        std::string code_sg;
-        if (sg_parts.size() == parts.size() && sg_parts[pi].k.subgroups && sg_parts[pi].params == kb.params &&
-            sg_parts[pi].slots == kb.slots) {
-          legalize(sg_parts[pi].k, caps);
-          code_sg = print_kernel(sg_parts[pi].k, d);
-        }
-        Dispatch dp;
-        dp.grid_x = kb.k.grid_x;
-        dp.grid_y = kb.k.grid_y;
-        dp.params = kb.params;
-        dp.slots = kb.slots;
-        dp.lowered_kernel = static_cast<int>(ki);
-        dp.label = label;
-        dp.node = lk.name;
-        dp.source = lk.source;
-        const std::string code = print_kernel(kb.k, d);
-        auto it = module_of.find(code + '\0' + code_sg);
-        if (it == module_of.end()) {
-          Module m;
-          m.name = "k";  // (appended: GCC 12's -Wrestrict misreads "k" + std::string at -O3)
-          m.name += std::to_string(out.modules.size()) + "_" + kb.k.name;
-          m.code = code;
-          m.code_subgroups = code_sg;
-          m.workgroup_size = kb.k.workgroup_size;
-          m.params = kb.k.params;
-          for (const Slot& s : kb.k.slots) m.slot_writable.push_back(s.writable);
-          for (const SharedArray& a : kb.k.shared) m.shared_bytes += 4 * a.count;
-          it = module_of.emplace(code + '\0' + code_sg, static_cast<int>(out.modules.size())).first;
-          out.modules.push_back(std::move(m));
-        }
-        dp.module = it->second;
-        const Module& m = out.modules[static_cast<size_t>(dp.module)];
-        out.max_slots = std::max(out.max_slots, static_cast<int>(m.slot_writable.size()));
-        out.max_workgroup_size = std::max(out.max_workgroup_size, m.workgroup_size);
-        out.max_shared_bytes = std::max(out.max_shared_bytes, m.shared_bytes);
-        out.max_grid = std::max({out.max_grid, dp.grid_x, dp.grid_y});
-        out.dispatches.push_back(std::move(dp));
-      }
+      add_dispatches(out, module_of, parts, sg_parts, caps, d, lk, ki, label);
       ki = group.back();  // the group's later members ran in its dispatch
     } catch (const Unsupported& e) {
       refusals.push_back({std::string(chroma::kernel_kind(lk.kind)) + " '" + lk.label + "'", lk.name, lk.source, e.what()});
