@@ -146,9 +146,10 @@ bool is_lit(const Ex& e, int64_t v);  // e is the integer literal v
 // Arithmetic and bitwise operators on expressions build bin() and un() nodes: `a + b * c`,
 // `(x >> s) & m`, `-a`, `~a`. Comparisons and logical operators are named functions (eq, lt,
 // land, lnot, ...): Ex is a shared pointer, whose ==, <, ! and && already mean pointer
-// comparison and null tests. Both operands are evaluated when the expression is built; a
-// template whose operands each add statements (Block::let) keeps bin() where their order
-// matters for the printed names.
+// comparison and null tests. C++ leaves open the order in which an operator's operands (like
+// a call's arguments) are evaluated: where both operands add statements (Block::let, which
+// numbers the printed names), the templates write bin(op, a, b), whose arguments the compiler
+// orders as every other call's, so the printed text does not change with the spelling.
 inline Ex operator+(Ex a, Ex b) { return bin(BinOp::kAdd, std::move(a), std::move(b)); }
 inline Ex operator-(Ex a, Ex b) { return bin(BinOp::kSub, std::move(a), std::move(b)); }
 inline Ex operator*(Ex a, Ex b) { return bin(BinOp::kMul, std::move(a), std::move(b)); }
