@@ -569,7 +569,7 @@ def _bf16_rms_norm(x, w):  # a half-type reduction result, rounded as stored
 
 
 # (function, shape of x, dispatches): a reduction and the kernels that finish its rows run as
-# one dispatch (templates.cpp row_group); the last case must not be grouped.
+# one dispatch (reductions.cpp row_group); the last case must not be grouped.
 ROW_GROUP_CASES = {
     "rms_norm": (_rms_norm, (6, 700), 1),
     "functional_rms_norm": (lambda x, w: torch.nn.functional.rms_norm(x, (200,), w, 1e-5), (2, 3, 200), 1),
@@ -721,7 +721,7 @@ def test_split_k_can_be_turned_off_for_the_device_benchmarks_a_b(tmp_path, monke
     assert got == [(256, 1), (64, 1), (64, 1), (128, 1)], got
 
 def _scans(x, xi, y):
-    """Scans of long rows (templates.cpp t_scan: one workgroup per row from 64 elements) and
+    """Scans of long rows (reductions.cpp t_scan: one workgroup per row from 64 elements) and
     short ones, along the last axis and another."""
     return (torch.cumsum(x, -1), torch.cumprod(1 + x / 64, -1), torch.cummax(x, -1)[0], torch.cummin(x.t(), 0)[0],
             torch.logcumsumexp(y, -1), torch.cumsum(xi, -1), torch.logcumsumexp(y[:, :40], -1),
@@ -772,7 +772,7 @@ def _index_adds(base, idx, src, ibase, iidx, isrc, base3, idx3, src3):
 
 @pytest.mark.parametrize("target", ["webgpu", *TARGETS])
 def test_accumulating_index_put_of_many_values_runs_a_workgroup_per_row(tmp_path, target):
-    """index_add and index_put(accumulate=True) with many values (templates.cpp t_index_put):
+    """index_add and index_put(accumulate=True) with many values (indexing.cpp t_index_put):
     300 values into 100 rows of 70 (W = 128: three chunks, the last of 44), int32 exactly, along
     axis 1 of a 3-d tensor (100 values into [2, 40, 33]); repeated indices folded in index
     order, as PyTorch's CPU kernel does (float32: within 1e-6 of it); 20 values take the
