@@ -6,8 +6,9 @@ options, its capability check, the GPU generator with its dialect and capability
 package writer and the CUDA/Metal emulator library, which the op suites exercise, are left
 out). A target either generates every kernel (`accepted`), refuses the program by its own
 capability answer (Target::supports, raised as chroma.UnsupportedError with one reason per
-refused part: `refused`, its first reason kept), or fails in another way (`failed`, the
-message kept: a defect to fix). Samples that do not
+refused part) or the compiler refuses the program for every target (a CompileError naming the
+node: `refused`, the first reason kept), or it fails in another way (an internal error or any
+other exception: `failed`, the message kept, a defect to fix). Samples that do not
 export are not counted (the CPU columns already say why). Numerics on each target are the GPU
 op suites' job (tests/python, CHROMA_TEST_TARGET), not this sweep's: a target's column says what
 it compiles, over the same samples as the CPU's.
@@ -19,6 +20,7 @@ and named."""
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 from opinfo_cases import _outputs
@@ -62,6 +64,13 @@ def _build(gpath, target):
     except chroma.UnsupportedError as e:
         reasons = [r[3] for r in getattr(e, "refusals", [])] or [str(e)]
         return "refused", " ".join(reasons[0].split())[:200]
+    except chroma.CompileError as e:
+        # The compiler's own refusal of the program, naming its node (the CPU refuses it too,
+        # or the sample draws random numbers): refused; an internal error is a defect.
+        msg = " ".join(str(e).split())
+        if "internal" not in msg:
+            return "refused", re.sub(r" at \S+:\d+ in \w+:.*?(?=: )", "", msg)[:200]
+        return "failed", "CompileError: " + msg[:200]
     except Exception as e:  # noqa: BLE001 - a defect of the target: counted, with its message
         return "failed", f"{type(e).__name__}: " + " ".join(str(e).split())[:200]
 

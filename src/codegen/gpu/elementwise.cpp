@@ -114,7 +114,8 @@ Ty compute_type(DType t) {
     case DType::kU8: return Ty::kI32;
     case DType::kF64: break;
   }
-  throw Unsupported("float64 has no GPU type (WGSL has no f64): compute in float32 (model.float())");
+  throw Unsupported("float64 has no GPU type (every GPU dialect computes in 32-bit types): compute in float32 "
+                    "(model.float())");
 }
 
 Ex wrap_to(DType t, Ex v) {

@@ -32,7 +32,8 @@ constexpr int kFormatVersion = static_cast<int>(package_format::kFormatVersion);
 int64_t align_up(int64_t v, int64_t a = kAlign) { return (v + a - 1) / a * a; }
 
 void check_gpu_dtype(DType t, const std::string& what) {
-  if (t == DType::kF64) throw CompileError(what + " is float64, which WebGPU cannot store (WGSL has no f64): use float32");
+  if (t == DType::kF64)
+    throw CompileError(what + " is float64, which no GPU target stores (their kernels compute in 32-bit types): use float32");
 }
 
 // A constant as the device stores it (docs/webgpu_package.md "Storage"): 32-bit types as they
