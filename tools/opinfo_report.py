@@ -170,7 +170,7 @@ def report_from_markdown(path):
                                           "run": report["runs"][-1]["tag"] if report["runs"] else "r1"})
     if not report["runs"]:
         raise SystemExit(f"{path}: no run list found (not a merged docs/ops.md?)")
-    opinfo_targets.read_section(by_target, report.get("targets") or {})
+    opinfo_targets.read_section(by_target, report)
     # Entries of op_db with no row ran with none of their dtypes among those asked for.
     try:
         with warnings.catch_warnings():
@@ -362,13 +362,20 @@ def merge_reports(paths):
     counts; op_db order is kept. An input that is itself a merged report keeps its runs
     (renumbered after the earlier inputs'); a plain report is one run (a target sweep alone,
     which has no CPU rows, adds none)."""
-    merged, order, seconds, runs, by, targets = None, [], 0.0, [], {}, {}
+    merged, order, seconds, runs, by, targets, samples = None, [], 0.0, [], {}, {}, []
     for path in paths:
         r = _read_report(path)
         if r.get("ops"):  # (a target sweep's time is not the CPU runs' runner time)
             seconds += r.get("seconds", 0)
         for t, counts in (r.get("targets") or {}).items():
             targets.setdefault(t, {}).update(counts)
+        if r.get("targets_samples"):  # an earlier table's account of its sweeps
+            samples.append(r["targets_samples"])
+        elif r.get("targets"):
+            n = len(next(iter(r["targets"].values())))
+            cap = f"at most {r['max_samples']}" if r.get("max_samples") else "every"
+            samples.append(f"{cap} float32 sample{'s' if cap != 'every' else ''} of each of {n} entries "
+                           f"(one sweep, torch {r.get('torch', '')})")
         if merged is None:
             merged = dict(r, ops=[])
         if not r.get("ops"):
@@ -406,4 +413,5 @@ def merge_reports(paths):
     merged["ops"] = [by[n] for n in order]
     merged["seconds"] = seconds
     merged["targets"] = targets
+    merged["targets_samples"] = "; ".join(samples)
     return merged

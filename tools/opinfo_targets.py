@@ -148,6 +148,8 @@ def section(report):
              "its op suite (README.md, Testing). A sample counts as compiled when the target's lowering, "
              "capability check and code generator produce its kernels (WGSL, CUDA C++, MSL); writing the "
              "package, nvcc and the emulator's library are the op suites' part.", ""]
+    if report.get("targets_samples"):
+        lines += [f"Samples: {report['targets_samples']}", ""]
     lines += ["| target | entries compiled in full | entries with refusals | entries failing |",
               "|---|---:|---:|---:|"]
     for t, by in targets.items():
@@ -169,13 +171,17 @@ def section(report):
     return lines
 
 
-def read_section(lines, names):
+def read_section(lines, report):
     """The reasons of a By target section read back into report["targets"] (whose counts come
-    from the per-entry table's cells): `lines` are the section's lines."""
+    from the per-entry table's cells), and its Samples line: `lines` are the section's lines."""
     import re
 
+    names = report.get("targets") or {}
     target = None
     for line in lines:
+        if line.startswith("Samples: "):
+            report["targets_samples"] = line[len("Samples: "):]
+            continue
         m = re.match(r"^(\w+): entries with samples it does not compile", line)
         if m:
             target = m.group(1)

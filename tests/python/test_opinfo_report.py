@@ -44,11 +44,13 @@ def test_table_reads_back_with_target_columns(tmp_path):
                    names[1]: {"accepted": 1, "refused": 2, "failed": 0, "reason": "float64, which it cannot store"}},
         "cuda": {names[2]: {"accepted": 0, "refused": 0, "failed": 3, "reason": "CompileError: a defect"}},
     }
+    report["targets_samples"] = "every float32 sample of each of 3 entries (one sweep, torch 2.x)"
     want = copy.deepcopy(report["targets"])
     first, second = tmp_path / "a.md", tmp_path / "b.md"
     write_markdown(report, str(first))
     back = report_from_markdown(str(first))
     assert back["targets"] == want
+    assert back["targets_samples"] == report["targets_samples"]
     write_markdown(back, str(second))
     assert first.read_text() == second.read_text()
     text = first.read_text()
@@ -69,6 +71,7 @@ def test_target_sweep_merges_into_the_table(tmp_path):
     path.write_text(json.dumps(sweep))
     merged = merge_reports([OPS_MD, str(path)])
     assert merged["targets"] == sweep["targets"]
+    assert merged["targets_samples"] == f"every float32 sample of each of 1 entries (one sweep, torch {torch.__version__})"
     assert merged["seconds"] == report["seconds"]  # the sweep's time is not the CPU runs'
     rows = {o["name"]: sorted(o.get("dtypes", {})) for o in report["ops"]}
     assert {o["name"]: sorted(o.get("dtypes", {})) for o in merged["ops"]} == rows
