@@ -69,7 +69,7 @@ def _build(gpath, target):
         # or the sample draws random numbers): refused; an internal error is a defect.
         msg = " ".join(str(e).split())
         if "internal" not in msg:
-            return "refused", re.sub(r" at \S+:\d+ in \w+:.*?(?=: )", "", msg)[:200]
+            return "refused", re.sub(r" at \S+:\d+ in \w+:.*?(?=: |$)", "", msg)[:200]
         return "failed", "CompileError: " + msg[:200]
     except Exception as e:  # noqa: BLE001 - a defect of the target: counted, with its message
         return "failed", f"{type(e).__name__}: " + " ".join(str(e).split())[:200]
