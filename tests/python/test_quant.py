@@ -173,8 +173,12 @@ def _product_reference(m, x, fmt):
     return t @ w.T + m.fc.bias.detach().numpy()
 
 
+# The guarding tier takes one row count per kernel path (one row: the vector path; 5: a partial
+# block; 24: whole blocks); the full tier all of them (each is a compile per format).
+_FULL_ONLY = pytest.mark.full
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("rows", [1, 2, 5, 8, 13, 24])
+@pytest.mark.parametrize("rows", [1, pytest.param(2, marks=_FULL_ONLY), 5, pytest.param(8, marks=_FULL_ONLY),
+                                  pytest.param(13, marks=_FULL_ONLY), 24])
 def test_quantized_products_match_reference(tmp_path, fmt, rows):
     torch.manual_seed(rows)
     m = Linear2().eval()
@@ -382,7 +386,8 @@ def test_decoder_with_quantized_weights(tmp_path):
         assert np.linalg.norm(a - b) / np.linalg.norm(a) < 0.05
 
 
-@pytest.mark.parametrize("fmt", ["q4", "q6", "q8"])
+# q4 in the guarding tier (int8 activations, the most paths); q6 and q8 in the full tier.
+@pytest.mark.parametrize("fmt", ["q4", pytest.param("q6", marks=pytest.mark.full), pytest.param("q8", marks=pytest.mark.full)])
 def test_quantized_products_on_two_threads(tmp_path, fmt):
     """Large enough to split between the pool's threads: every path (bfloat16 activations:
     vdpbf16ps in blocks of 8 rows, or AMX from two rows where present; q4's and q6's default:
