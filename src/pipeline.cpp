@@ -8,6 +8,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_attention.h"
 #include "passes/rewrite.h"
 #include "passes/routed_experts.h"
 #include "passes/widen_half.h"
@@ -117,6 +118,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
     } else if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
     else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);
+    else if (p == "fuse_attention") g = run_pass("fuse_attention", &fuse_attention, g);
     else if (p == "cse") g = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, g);
     else if (p == "optimize") g = optimize(g);
     else if (p == "lower") {
@@ -126,7 +128,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
       lo.routed = routed;
       return describe(lower(g, lo));
     } else {
-      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, route_experts, lower)");
+      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, fuse_attention, route_experts, lower)");
     }
   }
   return print(g);

@@ -258,6 +258,34 @@ Types infer_Scan(const Graph& g, const Inputs& in, const Attrs& a) {
   return {t};
 }
 
+// Attention: q [B..., L, D], kt [B..., D, S], v [B..., S, E], optional bias [B..., L, S] (all
+// float32, equal batch dims) -> [B..., L, E].
+Types infer_Attention(const Graph& g, const Inputs& in, const Attrs& a) {
+  if (in.size() != 3 && in.size() != 4) fail("attention expects q, kt, v and an optional bias, got " + std::to_string(in.size()) + " inputs");
+  if (a.k != 0 && a.k != 1) fail("attention: k must be 0 (scale) or 1 (divide)");
+  const TensorType& q = g.type(in[0]);
+  const TensorType& kt = g.type(in[1]);
+  const TensorType& v = g.type(in[2]);
+  const std::string all = q.str() + ", " + kt.str() + ", " + v.str();
+  for (Value x : in) {
+    if (g.type(x).dtype != DType::kF32) fail("attention computes in float32: " + g.type(x).str());
+  }
+  if (q.rank() < 2 || kt.rank() != q.rank() || v.rank() != q.rank()) fail("attention operands need equal rank >= 2: " + all);
+  const size_t r = static_cast<size_t>(q.rank());
+  for (size_t i = 0; i + 2 < r; ++i) {
+    if (kt.shape[i] != q.shape[i] || v.shape[i] != q.shape[i]) fail("attention batch dimensions differ: " + all);
+  }
+  if (kt.shape[r - 2] != q.shape[r - 1] || v.shape[r - 2] != kt.shape[r - 1]) fail("attention inner dimensions differ: " + all);
+  Shape scores(q.shape.begin(), q.shape.end() - 1);
+  scores.push_back(kt.shape[r - 1]);
+  if (in.size() == 4 && g.type(in[3]).shape != scores) {
+    fail("attention bias " + g.type(in[3]).str() + " is not the scores' shape " + shape_str(scores));
+  }
+  Shape out(q.shape.begin(), q.shape.end() - 1);
+  out.push_back(v.shape[r - 1]);
+  return {TensorType{DType::kF32, out}};
+}
+
 // Linalg: see include/chroma/cpu/linalg.h for each kind's inputs and outputs.
 Types infer_Linalg(const Graph& g, const Inputs& in, const Attrs& a) {
   namespace la = linalg;

@@ -254,7 +254,11 @@ class Parser {
           else if (key == "end") a.end = integer();
           else if (key == "step") a.step = integer();
           else if (key == "k" || key == "groups") a.k = integer();
-          else if (key == "value" || key == "base") a.scalar = scalar();
+          else if (key == "value" || key == "base" || key == "scale") a.scalar = scalar();
+          else if (key == "divide") {
+            a.scalar = scalar();
+            a.k = 1;
+          }
           else if (key == "perm" || key == "axes" || key == "window") list([&] { a.ints.push_back(integer()); });
           else if (key == "coeffs") list([&] { a.coeffs.push_back(scalar().as_double()); });
           else if (key == "data") {

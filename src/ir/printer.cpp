@@ -74,6 +74,7 @@ std::string attrs_str(const Graph& g, const Node& n) {
     case Op::kReduce: o << "axes=" << shape_str(a.ints) << (a.keepdim ? ", keepdim" : ""); break;
     case Op::kArgReduce: o << "axis=" << a.axis << (a.keepdim ? ", keepdim" : ""); break;
     case Op::kSoftmax: o << "axis=" << a.axis << (a.log ? ", log" : ""); break;
+    case Op::kAttention: o << (a.k ? "divide=" : "scale=") << a.scalar.str(); break;
     case Op::kSlice: o << "axis=" << a.axis << ", start=" << a.start << ", end=" << a.end << ", step=" << a.step; break;
     case Op::kGather: case Op::kGatherElements: case Op::kConcat: o << "axis=" << a.axis; break;
     case Op::kIndexPut:

@@ -403,6 +403,15 @@ void Lowerer::visit(int32_t id) {
     case Op::kMatMul:
       visit_matmul(n, v);
       return;
+    case Op::kAttention: {
+      // One kernel (chroma/cpu/attention.h): the operands where BLAS can address them, the
+      // bias as an expression over the scores, evaluated a block of scores at a time.
+      Kernel k = start(n, Kernel::kAttention);
+      for (size_t i = 0; i < 3; ++i) k.inputs.push_back(matmul_operand(n.inputs[i]));
+      if (n.inputs.size() == 4) k.inputs.push_back(expr_of(n.inputs[3]));
+      push_over_output(std::move(k), n, v);
+      return;
+    }
     case Op::kGather:
     case Op::kGatherElements: {
       if (n.op == Op::kGather && deferred_gather_[static_cast<size_t>(id)]) return;  // read in place, or written when read

@@ -58,7 +58,7 @@ const Kernel::Weights& Kernel::weights() const {
 const char* kernel_kind(Kernel::Kind k) {
   static const char* names[] = {"assign", "reduce",   "arg_reduce", "matmul",        "gather",    "gather_elements",
                                 "concat", "topk",     "softmax",    "matmul_packed", "index_put", "scan",
-                                "conv",   "linalg",   "matmul_gathered"};
+                                "conv",   "linalg",   "matmul_gathered", "attention"};
   return names[k];
 }
 

@@ -58,10 +58,12 @@ struct Expr {
 };
 
 struct Kernel {
-  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut, kScan, kConv, kLinalg, kMatMulGathered } kind = kAssign;
+  enum Kind : uint8_t { kAssign, kReduce, kArgReduce, kMatMul, kGather, kGatherElements, kConcat, kTopK, kSoftmax, kMatMulPacked, kIndexPut, kScan, kConv, kLinalg, kMatMulGathered, kAttention } kind = kAssign;
   Shape shape;                   // iteration space (kAssign, kReduce, kArgReduce: the input's shape)
   std::vector<Expr> inputs;      // fused input expressions (kMatMul: two kLoad leaves;
-                                 // kMatMulPacked: A, then the packed constant, both kLoad)
+                                 // kMatMulPacked: A, then the packed constant, both kLoad;
+                                 // kAttention: q, kt, v as kLoad leaves, then the bias's
+                                 // expression over the scores' shape, if any)
   std::vector<int32_t> outputs;  // buffers written
   std::vector<Layout> out_layouts;  // how each output is addressed over `shape` (or its own shape)
   Attrs attrs;                   // the IR node's attributes (axes, axis, k, ...)

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include "chroma/cpu/linalg.h"
 #endif
+#include "chroma/cpu/attention.h"
 #include "chroma/cpu/conv.h"
 #include "chroma/cpu/et.h"
 #include "chroma/cpu/gemm_packed.h"

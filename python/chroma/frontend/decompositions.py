@@ -7,8 +7,9 @@ opset) with these changes:
   through the math attention (query and key each scaled by sqrt(scale)) and returns the
   attention weights [N, H, L, S] as its second output, where the op returns the logsumexp
   [N, H, L]. This one follows the CPU flash kernel eager runs: scores = (q @ k^T) * scale
-  (+ mask), a softmax whose fully masked rows give zeros, and logsumexp = max + log(sum)
-  (0 for fully masked rows, as the kernel gives).
+  + bias (the causal and boolean masks as 0 / -inf), softmax(scores) @ v, the form the
+  compiler fuses into one kernel (passes/fuse_attention), rows the bias masks entirely giving
+  zeros, and logsumexp (0 for those rows, as the kernel gives).
 - ``aten.linspace``: with number ends it is kept (the importer computes the values as the
   CPU kernel does, fused multiply-adds included); with tensor ends and a half dtype, the
   kernel's formula one operation at a time in that type; with tensor ends and an integer dtype, the
@@ -60,23 +61,34 @@ def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, 
         raise RuntimeError(f"_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 for "
                            f"inference, got {dropout_p} (dropout draws random numbers)")
     s = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    if query.dim() >= 3 and key.shape[-3] != query.shape[-3] and query.shape[-3] % key.shape[-3] == 0:
+        # Grouped query heads (enable_gqa): each key/value head serves consecutive query heads.
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], dim=-3)
+        value = value.repeat_interleave(query.shape[-3] // value.shape[-3], dim=-3)
     scores = torch.matmul(query, key.transpose(-2, -1)) * s
     L, S = scores.shape[-2], scores.shape[-1]
+    # The masks as one additive bias (0 or -inf where a mask is boolean), so that the
+    # compiler sees softmax(q k^T * scale + bias) v, the form it runs as one kernel.
+    bias = None
     if is_causal:
         keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
+        bias = torch.zeros(L, S, dtype=scores.dtype, device=query.device).masked_fill(~keep, float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
+            m = torch.zeros(attn_mask.shape, dtype=scores.dtype, device=query.device).masked_fill(~attn_mask, float("-inf"))
         else:
-            scores = scores + attn_mask
-    m = scores.amax(dim=-1, keepdim=True)
-    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
-    p = torch.exp(scores - m)
-    total = p.sum(dim=-1, keepdim=True)
-    out = torch.matmul(p, value) / total
-    out = torch.where(total == 0, torch.zeros_like(out), out)
-    lse = torch.where(total == 0, torch.zeros_like(total), m + torch.log(total)).squeeze(-1)
+            m = attn_mask
+        bias = m if bias is None else bias + m
+    if bias is not None:
+        scores = scores + bias
+    out = torch.matmul(torch.softmax(scores, dim=-1), value)
+    lse = torch.logsumexp(scores, dim=-1)
+    if bias is not None:
+        # Rows the bias masks entirely: zeros and a logsumexp of 0, as the kernel gives (the
+        # softmax's 0 / 0), decided from the bias alone so the scores are not read again.
+        empty = (bias == float("-inf")).all(dim=-1, keepdim=True)
+        out = torch.where(empty, torch.zeros_like(out), out)
+        lse = torch.where(empty.squeeze(-1), torch.zeros_like(lse), lse)
     return out, lse
 
 

@@ -127,6 +127,7 @@ std::string Emitter::kernel_body(size_t ki) const {
     case Kernel::kMatMulGathered: return matmul_gathered(k, ki);
     case Kernel::kConv: return conv(k);
     case Kernel::kLinalg: return linalg(k);
+    case Kernel::kAttention: return attention(k);
   }
   return "";
 }

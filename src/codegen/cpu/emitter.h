@@ -13,6 +13,7 @@
 //  - emit_products.cpp: matrix products (BLAS, oneDNN's sgemm and bfloat16 matmul, packed,
 //    quantized, routed and gathered) and the LAPACK factorizations;
 //  - emit_conv.cpp: convolutions (oneDNN with its post-ops and epilogue, or GEMMs);
+//  - emit_attention.cpp: attention in one kernel (chroma/cpu/attention.h);
 //  - emit.cpp: the files: oneDNN sites, kernels grouped by signature, program.cpp's tables,
 //    host.cpp and dnnl.cpp, the digest; generate_cpu().
 #pragma once
@@ -103,6 +104,13 @@ class Emitter {
   std::string matmul_packed(const Kernel& k) const;
   std::string matmul_gathered(const Kernel& k, size_t ki) const;
   std::string linalg(const Kernel& k) const;
+
+  // ---- attention (emit_attention.cpp) ----------------------------------------------------------
+  //
+  // attention() calls et::attention with the GEMM the other products use; scalar_expr()
+  // prints an expression over the scores at given coordinates (the bias).
+  std::string attention(const Kernel& k) const;
+  std::string scalar_expr(const Expr& e, const std::vector<std::string>& idx) const;
 
   // ---- convolutions (emit_conv.cpp) ------------------------------------------------------------
   //

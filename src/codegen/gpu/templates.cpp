@@ -135,7 +135,8 @@ std::vector<KB> build_parts(const Program& p, const std::function<Placement(int3
       throw Unsupported("linear-algebra factorizations (LAPACK) are not available on GPU targets");
     case chroma::Kernel::kMatMulPacked:
     case chroma::Kernel::kMatMulGathered:
-      throw Unsupported("internal: a CPU-only product kind reached the GPU generator");
+    case chroma::Kernel::kAttention:
+      throw Unsupported("internal: a CPU-only kernel kind reached the GPU generator");
   }
   return parts;
 }

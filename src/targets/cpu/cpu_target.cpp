@@ -1,6 +1,7 @@
 #include <memory>
 #include <utility>
 
+#include "passes/fuse_attention.h"
 #include "passes/rewrite.h"
 #include "passes/routed_experts.h"
 #include "targets/cpu/cpu_target.h"
@@ -28,15 +29,18 @@ class CpuTarget final : public Target {
   // The CPU folds float16/bfloat16 weights to float32: BLAS and the pre-packed products read float32.
   bool keep_half_weights() const override { return false; }
 
-  // route_experts: the pre-packed products skip the experts no token selected
-  // (passes/routed_experts.h); the products it found go to the lowering with the graph.
+  // fuse_attention: attention as one kernel that never holds the scores
+  // (passes/fuse_attention.h); route_experts: the pre-packed products skip the experts no
+  // token selected (passes/routed_experts.h); the products it found go to the lowering with
+  // the graph.
   Graph prepare(const Graph& g, LowerOptions* lo) const override {
     std::map<int32_t, RoutedProduct> products;
-    Graph r = run_pass("route_experts", [&](const Graph& in) {
+    Graph r = run_pass("fuse_attention", &fuse_attention, g);
+    r = run_pass("route_experts", [&](const Graph& in) {
       RoutedGraph rg = route_experts(in);
       products = std::move(rg.products);
       return std::move(rg.graph);
-    }, g);
+    }, r);
     lo->routed = std::move(products);
     return r;
   }

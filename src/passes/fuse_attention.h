@@ -1,0 +1,13 @@
+#pragma once
+#include "ir/graph.h"
+namespace chroma {
+// Attention as one op. Finds softmax(q @ kt [* or / a scalar] [+ bias]) @ v, the softmax over
+// the scores' last axis, in whatever form the importer left it (the products on
+// batch-flattened operands with reshapes around them, float32 casts of float32 values) and
+// replaces the second product with one Attention node (ops.def) over the softmax's batch
+// dimensions, so the lowering can run it as one kernel that never holds the scores.
+// Assumes: a valid graph. Guarantees: the same values, a float32 attention whose scores,
+// weights and intermediate values are read by nothing else becomes an Attention node (the
+// other forms are left as they are); dead nodes removed.
+Graph fuse_attention(const Graph& g);
+}  // namespace chroma
