@@ -90,7 +90,8 @@ class JitFunction:
             doc["nodes"] = [{k: v for k, v in n.items() if k != "source"} for n in doc["nodes"]]
             doc.pop("producer", None)
             h = hashlib.sha256(json.dumps(doc, sort_keys=True).encode())
-            h.update(graph.blob)
+            for piece in graph.iter_blob():
+                h.update(piece)
             digest = h.hexdigest()
             opts = sorted(self.options.items())
             digest = hashlib.sha256((digest + repr(opts)).encode()).hexdigest()[:32]

@@ -62,14 +62,37 @@ class ExportError(RuntimeError):
 
 @dataclasses.dataclass
 class ExportedGraph:
-    """Result of :func:`export`: the graph JSON dict and the weight data blob."""
+    """Result of :func:`export`: the graph JSON dict and the weight data, kept as views of
+    the model's own tensors ((offset, bytes) pieces of a ``data_length``-byte blob): writing
+    the graph streams them to the file, so an export holds no second copy of the weights."""
 
     json: dict
-    blob: bytes
+    pieces: list
+    data_length: int
+
+    @property
+    def blob(self) -> bytes:
+        """The data blob as one bytes object (a copy of every weight; write() does not make it)."""
+        out = bytearray(self.data_length)
+        for offset, piece in self.pieces:
+            view = memoryview(piece).cast("B")
+            out[offset:offset + view.nbytes] = view
+        return bytes(out)
+
+    def iter_blob(self):
+        """The blob's bytes piece by piece (gaps as zeros), for hashing without a copy."""
+        at = 0
+        for offset, piece in self.pieces:
+            if offset > at:
+                yield bytes(offset - at)
+            yield piece
+            at = offset + memoryview(piece).nbytes
+        if self.data_length > at:
+            yield bytes(self.data_length - at)
 
     def write(self, path: str) -> None:
-        """Write this graph as a ``.cgraph`` file at ``path``."""
-        graph_file.write(path, self.json, self.blob)
+        """Write this graph as a ``.cgraph`` file at ``path``, the weights streamed from the tensors."""
+        graph_file.write_pieces(path, self.json, self.pieces, self.data_length)
 
     def to_bytes(self) -> bytes:
         """Return the ``.cgraph`` file contents."""
@@ -176,14 +199,15 @@ def source_of(node: torch.fx.Node) -> str:
     return f"{text}: {code}" if code else text
 
 
-def _tensor_bytes(t: torch.Tensor) -> bytes:
-    """Raw little-endian bytes of a tensor, contiguous, row-major."""
+def _tensor_bytes(t: torch.Tensor):
+    """Raw little-endian bytes of a tensor, contiguous, row-major: a uint8 NumPy view of the
+    tensor's own storage where it is contiguous (no copy), else of a contiguous copy."""
     t = t.detach().cpu().contiguous()
     if t.numel() == 0:
         return b""
     if sys.byteorder != "little" and t.element_size() > 1:
         raise ExportError("chroma export requires a little-endian host")
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    return t.reshape(-1).view(torch.uint8).numpy()
 
 
 def _check_inputs(example_inputs: Any) -> tuple:
@@ -396,7 +420,7 @@ class _Serializer:
         state = self.state_targets()
         kinds = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
                  InputKind.CONSTANT_TENSOR: "constant"}
-        entries, blob, seen = [], bytearray(), {}
+        entries, pieces, seen, end = [], [], {}, 0
         for spec in self.ep.graph_signature.input_specs:
             if spec.kind == InputKind.USER_INPUT or spec.kind.name == "TOKEN":
                 continue  # effect tokens: see _drop_error_checks
@@ -413,9 +437,9 @@ class _Serializer:
             digest = hashlib.sha256(data).hexdigest()
             key = (dtype, digest)
             if key not in seen:  # deduplicate identical dtype+bytes
-                blob.extend(bytes(graph_file.align(len(blob)) - len(blob)))
-                seen[key] = len(blob)
-                blob.extend(data)
+                seen[key] = graph_file.align(end)
+                pieces.append((seen[key], data))
+                end = seen[key] + len(data)
             kind = kinds[spec.kind]
             if spec.kind == InputKind.BUFFER and spec.target in state:
                 kind = "state"
@@ -424,7 +448,7 @@ class _Serializer:
                             "shape": _shape(t, f"weight {spec.target!r}"),
                             "offset": seen[key], "nbytes": len(data),
                             "sha256": digest})
-        return entries, bytes(blob)
+        return entries, pieces, end
 
     def outputs_of(self, n: torch.fx.Node) -> list:
         val = n.meta.get("val")
@@ -538,7 +562,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
     _check_targets(ep.graph)
     ser = _Serializer(ep)
     ser.extra_state = tuple(state)
-    weights, blob = ser.weights()
+    weights, pieces, data_length = ser.weights()
     inputs = []
     from torch.export.graph_signature import InputKind
     user_specs = [s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
@@ -556,7 +580,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
     }
     if ser.state_updates:
         graph["state_updates"] = ser.state_updates
-    result = ExportedGraph(json=graph, blob=blob)
+    result = ExportedGraph(json=graph, pieces=pieces, data_length=data_length)
     if path is not None:
         result.write(path)
     return result

@@ -19,6 +19,7 @@ Pure Python (no torch import). The format is specified in
 Public API:
     pack(graph_json, blob) -> bytes
     write(path, graph_json, blob) -> None
+    write_pieces(path, graph_json, pieces, data_length) -> None   (the blob never in memory)
     unpack(data) -> (graph_json, memoryview blob)
     read(path) -> (graph_json, memoryview blob)
     GraphFileError (ValueError subclass) for every malformed-file problem.
@@ -79,6 +80,30 @@ def write(path: str, graph_json: dict, blob: Union[bytes, bytearray, memoryview]
     data = pack(graph_json, blob)
     with open(path, "wb") as f:
         f.write(data)
+
+
+def write_pieces(path: str, graph_json: dict, pieces, data_length: int) -> None:
+    """Write a ``.cgraph`` file whose data blob is ``pieces``, (offset, bytes-like) pairs in
+    increasing offset order (gaps are zeros), ``data_length`` bytes in all: each piece goes
+    to the file as it is, so the blob is never built in memory (a model's weights are
+    written from the tensors themselves)."""
+    text = json.dumps(graph_json, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
+    data_offset = align(HEADER_SIZE + len(text))
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, HEADER_SIZE,
+                          len(text), data_offset, data_length, bytes(16))
+    with open(path, "wb") as f:
+        f.write(header + text + bytes(data_offset - HEADER_SIZE - len(text)))
+        at = 0
+        for offset, piece in pieces:
+            if offset < at:
+                raise ValueError(f"graph_file.write_pieces: piece at {offset} overlaps the previous one (ends at {at})")
+            f.write(bytes(offset - at))
+            f.write(piece)
+            at = offset + memoryview(piece).nbytes
+        if at > data_length:
+            raise ValueError(f"graph_file.write_pieces: pieces end at {at}, past data_length {data_length}")
+        f.write(bytes(data_length - at))
 
 
 def unpack(data: Union[bytes, bytearray, memoryview], *, verify_hashes: bool = False
