@@ -5,6 +5,10 @@
 #include <fstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "artifact/build.h"
 #include "chroma/detail/sha256.h"
 #include "quant/quant.h"
@@ -23,7 +27,7 @@ int64_t WeightsLayout::add(const ConstantData& c, const std::string& name) {
   if (d != by_digest_.end()) {
     off = d->second;
   } else {
-    off = static_cast<int64_t>((bytes.size() + align_ - 1) / align_ * align_);
+    off = (size() + align_ - 1) / align_ * align_;
     if (shards.empty()) shards.emplace_back(0, 0);
     // A tensor larger than the limit gets a shard of its own (the package then requires a
     // larger binding; the runtimes name the limit when the device lacks it); the next
@@ -32,9 +36,8 @@ int64_t WeightsLayout::add(const ConstantData& c, const std::string& name) {
       off = (off + shard_align_ - 1) / shard_align_ * shard_align_;
       shards.emplace_back(off, off);  // a new shard starts here
     }
-    bytes.resize(static_cast<size_t>(off), 0);
-    bytes.insert(bytes.end(), data, data + nb);
-    shards.back().second = static_cast<int64_t>(bytes.size());
+    append(off, data, nb);
+    shards.back().second = size();
     by_digest_[key] = off;
   }
   tensors.push_back({{"name", name}, {"dtype", dtype_name(c.type.dtype)}, {"shape", c.type.shape}, {"offset", off}, {"nbytes", nb}});
@@ -70,12 +73,50 @@ void WeightsLayout::add_program(Program& p) {
   }
 }
 
+void WeightsLayout::write_to(const std::string& path) {
+  if (!bytes.empty()) throw CompileError("internal: WeightsLayout::write_to after tensors were added");
+  path_ = path;
+  file_ = std::make_shared<std::ofstream>(path, std::ios::binary | std::ios::trunc);
+  if (!*file_) throw CompileError("cannot write '" + path + "'");
+}
+
+// Bytes [at, at + n) of the blob, zeros before them from its current end.
+void WeightsLayout::append(int64_t at, const uint8_t* data, size_t n) {
+  if (!file_) {
+    bytes.resize(static_cast<size_t>(at), 0);
+    bytes.insert(bytes.end(), data, data + n);
+    return;
+  }
+  const std::vector<char> zeros(static_cast<size_t>(at - file_size_), 0);
+  file_->write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  file_->write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n));
+  if (!*file_) throw CompileError("writing '" + path_ + "' failed (disk full?)");
+  file_size_ = at + static_cast<int64_t>(n);
+}
+
 void WeightsLayout::finish() {
-  bytes.resize((bytes.size() + align_ - 1) / align_ * align_, 0);
+  const int64_t end = (size() + align_ - 1) / align_ * align_;
+  append(end, nullptr, 0);
   if (shards.empty()) shards.emplace_back(0, 0);
-  shards.back().second = static_cast<int64_t>(bytes.size());
-  digest = chroma::detail::sha256_tree_hex(bytes.data(), bytes.size(),
-                                           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  shards.back().second = size();
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!file_) {
+    digest = chroma::detail::sha256_tree_hex(bytes.data(), bytes.size(), threads);
+    return;
+  }
+  file_->close();
+  if (!*file_) throw CompileError("writing '" + path_ + "' failed (disk full?)");
+  // The digest from the file's pages, mapped (the blob was never in memory).
+  if (file_size_ == 0) {
+    digest = chroma::detail::sha256_tree_hex(nullptr, 0, threads);
+    return;
+  }
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  void* p = fd < 0 ? MAP_FAILED : ::mmap(nullptr, static_cast<size_t>(file_size_), PROT_READ, MAP_PRIVATE, fd, 0);
+  if (fd >= 0) ::close(fd);
+  if (p == MAP_FAILED) throw CompileError("cannot read back '" + path_ + "' for its digest");
+  digest = chroma::detail::sha256_tree_hex(p, static_cast<size_t>(file_size_), threads);
+  ::munmap(p, static_cast<size_t>(file_size_));
 }
 
 StateLayout layout_state(std::vector<CompiledEntry>& entries, WeightsLayout& wl, int64_t align,

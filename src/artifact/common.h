@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +43,11 @@ class WeightsLayout {
   void add_program(Program& p);
   // Pads the blob and computes its digest (sha256-tree-16MiB).
   void finish();
+  // From now on the blob goes to the file at `path` as tensors are added, not to `bytes`
+  // (the CPU artifact's weights.bin: a model's weights are never all in memory at once).
+  void write_to(const std::string& path);
+  // The blob's size in bytes (in `bytes` or in the file).
+  int64_t size() const { return file_ ? file_size_ : static_cast<int64_t>(bytes.size()); }
 
   std::vector<uint8_t> bytes;
   std::string digest;
@@ -53,6 +60,10 @@ class WeightsLayout {
   int64_t align_, shard_align_, shard_limit_;
   Storage storage_;
   std::map<std::string, int64_t> by_digest_;
+  std::shared_ptr<std::ofstream> file_;
+  std::string path_;
+  int64_t file_size_ = 0;
+  void append(int64_t at, const uint8_t* data, size_t n);
 };
 
 // Persistent state, one tensor per name across all entries, `align`-byte aligned: sets the

@@ -39,9 +39,9 @@ inline Value axis_iota(Builder& b, const Shape& shape, int64_t axis) {
 inline Value const_i64(Builder& b, const std::vector<int64_t>& data, const Shape& shape) {
   ConstantData c;
   c.type = TensorType{DType::kI64, shape};
-  auto bytes = std::make_shared<std::vector<uint8_t>>(data.size() * sizeof(int64_t));
-  if (!data.empty()) std::memcpy(bytes->data(), data.data(), bytes->size());
-  c.bytes = std::move(bytes);
+  std::vector<uint8_t> bytes(data.size() * sizeof(int64_t));
+  if (!data.empty()) std::memcpy(bytes.data(), data.data(), bytes.size());
+  c.bytes = make_blob(std::move(bytes));
   return b.graph().constant(std::move(c));
 }
 

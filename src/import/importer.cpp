@@ -8,6 +8,11 @@
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "import/aten.h"
 
 namespace chroma {
@@ -26,6 +31,9 @@ struct GraphFile {
   json meta;
   const uint8_t* data = nullptr;  // the data blob
   uint64_t data_length = 0;
+  // The file's mapping, when the bytes are one (import_graph_file): the weights are views of
+  // it (Blob), not copies.
+  std::shared_ptr<const void> mapping;
 };
 
 // Checks the container (docs/graph_format.md section 1) and parses the JSON. Every rule a
@@ -497,7 +505,8 @@ void DocumentImport::add_weights() {
       throw CompileError("graph file '" + path_ + "': weight '" + name + "': nbytes " + std::to_string(nb) + " but " +
                          c.type.str() + " has " + std::to_string(c.type.nbytes()) + " bytes");
     }
-    c.bytes = std::make_shared<const std::vector<uint8_t>>(data + off, data + off + nb);
+    c.bytes = gf_.mapping ? std::make_shared<const Blob>(gf_.mapping, data + off, static_cast<size_t>(nb))
+                          : make_blob(std::vector<uint8_t>(data + off, data + off + nb));
     if (w.value("kind", std::string()) == "state") {
       StateBinding s;
       s.name = c.name;
@@ -643,8 +652,9 @@ Graph import_document(const GraphFile& gf, const std::string& path, std::string&
 
 }  // namespace
 
-Graph import_graph_bytes(const uint8_t* bytes, size_t size, const std::string& name) {
-  const GraphFile gf = parse_container(bytes, size, name);
+namespace {
+
+Graph import_container(const GraphFile& gf, const std::string& name) {
   std::string ctx = "the document";
   try {
     return import_document(gf, name, ctx);
@@ -657,12 +667,39 @@ Graph import_graph_bytes(const uint8_t* bytes, size_t size, const std::string& n
   }
 }
 
+// Files at least this large are mapped rather than read: their weights stay file pages.
+constexpr uint64_t kMapBytes = uint64_t{64} << 20;
+
+// The whole file mapped read-only (nullptr when it cannot be: the caller reads it instead).
+std::shared_ptr<const void> map_file(const std::string& path, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  return std::shared_ptr<const void>(p, [size](const void* q) { ::munmap(const_cast<void*>(q), static_cast<size_t>(size)); });
+}
+
+}  // namespace
+
+Graph import_graph_bytes(const uint8_t* bytes, size_t size, const std::string& name) {
+  return import_container(parse_container(bytes, size, name), name);
+}
+
 Graph import_graph_file(const std::string& path) {
   // Only regular files: a FIFO or a device would block or never end.
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(st)) throw CompileError("cannot open graph file '" + path + "'");
   if (!std::filesystem::is_regular_file(st)) throw CompileError("graph file '" + path + "' is not a regular file");
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size >= kMapBytes) {
+    if (std::shared_ptr<const void> mapping = map_file(path, size)) {
+      GraphFile gf = parse_container(static_cast<const uint8_t*>(mapping.get()), static_cast<size_t>(size), path);
+      gf.mapping = std::move(mapping);
+      return import_container(gf, path);
+    }
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) throw CompileError("cannot open graph file '" + path + "'");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

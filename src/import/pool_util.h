@@ -15,7 +15,7 @@ namespace chroma::pool {
 inline Value constant_bytes(Builder& b, const TensorType& t, std::vector<uint8_t> bytes) {
   ConstantData cd;
   cd.type = t;
-  cd.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  cd.bytes = make_blob(std::move(bytes));
   return b.graph().constant(std::move(cd));
 }
 

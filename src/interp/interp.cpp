@@ -12,7 +12,7 @@
 namespace chroma::interp {
 
 Tensor Tensor::zeros(TensorType t) {
-  auto buf = std::make_shared<const std::vector<uint8_t>>(static_cast<size_t>(t.nbytes()), uint8_t{0});
+  BlobPtr buf = make_blob(std::vector<uint8_t>(static_cast<size_t>(t.nbytes()), uint8_t{0}));
   return Tensor{std::move(t), std::move(buf)};
 }
 

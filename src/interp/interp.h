@@ -38,7 +38,7 @@ namespace chroma::interp {
 // copies are cheap and reshapes share storage.
 struct Tensor {
   TensorType type;
-  std::shared_ptr<const std::vector<uint8_t>> bytes;  // at least type.nbytes() bytes
+  BlobPtr bytes;  // at least type.nbytes() bytes
 
   template <class T> const T* data() const { return reinterpret_cast<const T*>(bytes->data()); }
 
@@ -49,11 +49,11 @@ struct Tensor {
   // Builds a tensor from host values (test and tool convenience); values.size() must equal
   // t.numel() and T must be the C++ type of t.dtype.
   template <class T> static Tensor of(TensorType t, const std::vector<T>& values) {
-    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(t.nbytes()));
+    std::vector<uint8_t> buf(static_cast<size_t>(t.nbytes()));
     for (size_t i = 0; i < values.size() && i < static_cast<size_t>(t.numel()); ++i) {
-      reinterpret_cast<T*>(buf->data())[i] = values[i];
+      reinterpret_cast<T*>(buf.data())[i] = values[i];
     }
-    return Tensor{std::move(t), std::move(buf)};
+    return Tensor{std::move(t), make_blob(std::move(buf))};
   }
   // Copies the elements out as a std::vector<T> (T must be the C++ type of type.dtype).
   template <class T> std::vector<T> to_vector() const {

@@ -62,13 +62,13 @@ class OutBuffer {
  public:
   explicit OutBuffer(TensorType t)
       : type_(std::move(t)),
-        buf_(std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(type_.nbytes()))) {}
-  template <class T> T* data() { return reinterpret_cast<T*>(buf_->data()); }
+        buf_(std::make_shared<Blob>(std::vector<uint8_t>(static_cast<size_t>(type_.nbytes())))) {}
+  template <class T> T* data() { return reinterpret_cast<T*>(buf_->writable()); }
   Tensor finish() { return Tensor{type_, buf_}; }
 
  private:
   TensorType type_;
-  std::shared_ptr<std::vector<uint8_t>> buf_;
+  std::shared_ptr<Blob> buf_;
 };
 
 // Calls f(offset) for every multi-index of `shape` in row-major order, where offset =

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/blob.h"
 #include "ir/dtype.h"
 #include "ir/op.h"
 
@@ -70,7 +71,7 @@ struct Node {
 struct ConstantData {
   TensorType type;
   std::string name;  // weight name ("" for folded constants)
-  std::shared_ptr<const std::vector<uint8_t>> bytes;
+  BlobPtr bytes;
   const uint8_t* data() const { return bytes->data(); }
 };
 

@@ -289,12 +289,12 @@ class Parser {
       ConstantData c;
       c.type = types[0];
       c.name = name;
-      auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(c.type.nbytes()), 0);
+      std::vector<uint8_t> bytes(static_cast<size_t>(c.type.nbytes()), 0);
       if (has_data) {
         if (static_cast<int64_t>(data.size()) != c.type.numel()) fail("data has " + std::to_string(data.size()) + " values, the type needs " + std::to_string(c.type.numel()));
-        for (size_t i = 0; i < data.size(); ++i) store(c.type.dtype, bytes->data(), i, data[i]);
+        for (size_t i = 0; i < data.size(); ++i) store(c.type.dtype, bytes.data(), i, data[i]);
       }
-      c.bytes = bytes;
+      c.bytes = make_blob(std::move(bytes));
       v = g_.constant(std::move(c));
     } else {
       if (op == Op::kExpand || op == Op::kReshape || op == Op::kFull || op == Op::kIota) a.ints = types[0].shape;

@@ -191,7 +191,7 @@ chroma::ConstantData bytes_constant(int64_t n, uint8_t fill) {
   chroma::ConstantData c;
   c.type.dtype = chroma::DType::kU8;
   c.type.shape = {n};
-  c.bytes = std::make_shared<const std::vector<uint8_t>>(static_cast<size_t>(n), fill);
+  c.bytes = chroma::make_blob(std::vector<uint8_t>(static_cast<size_t>(n), fill));
   return c;
 }
 

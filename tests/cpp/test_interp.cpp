@@ -566,10 +566,10 @@ TEST(IrText, ScanAndCombiningIndexPutRoundTrip) {
 
 TEST(InterpRun, ConstantsAndChains) {
   Graph g;
-  auto bytes = std::make_shared<std::vector<uint8_t>>(3 * sizeof(float));
+  std::vector<uint8_t> bytes(3 * sizeof(float));
   const float w[3] = {1.0f, 2.0f, 3.0f};
-  std::memcpy(bytes->data(), w, sizeof w);
-  Value c = g.constant(ConstantData{TensorType{DType::kF32, {3}}, "w", bytes});
+  std::memcpy(bytes.data(), w, sizeof w);
+  Value c = g.constant(ConstantData{TensorType{DType::kF32, {3}}, "w", make_blob(std::move(bytes))});
   Tensor x = f32({3}, {10, 20, 30});
   Value vx = g.input("x", x.type);
   Value m = g.map(EwOp::k_mul, {vx, c});

@@ -15,7 +15,10 @@ using json = nlohmann::json;
 
 std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,
                                PhaseTimer& timer) {
+  const fs::path out(out_dir);
+  fs::create_directories(out);
   WeightsLayout wl(64);
+  wl.write_to((out / "weights.bin.partial").string());
   const StateLayout sl = layout_state(entries, wl, 64, [](const TensorType& t) { return t.nbytes(); });
   wl.finish();
   timer.lap("weights");
@@ -23,7 +26,7 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   for (const StateLayout::Tensor& t : sl.tensors) info.states.push_back(CpuStateInfo{t.name, t.nbytes, t.offset, t.init_offset});
   info.state_bytes = sl.bytes;
   info.weights_digest = wl.digest;
-  info.weights_bytes = static_cast<int64_t>(wl.bytes.size());
+  info.weights_bytes = wl.size();
   CpuCodegenOptions co;
   co.blas = opts.blas;
   std::vector<CpuEntry> ces;
@@ -48,10 +51,9 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   timer.lap("codegen");
   const double compile_s = timer.total();
 
-  const fs::path out(out_dir);
   fs::create_directories(out / "src");
   for (const auto& [name, body] : src.files) write_file((out / "src" / name).string(), body.data(), body.size());
-  write_file((out / "weights.bin").string(), wl.bytes.data(), wl.bytes.size());
+  fs::rename(out / "weights.bin.partial", out / "weights.bin");
   {  // sources of an earlier compile into this directory that this one did not write
     std::error_code ec;
     for (const auto& f : fs::directory_iterator(out / "src", ec)) {
@@ -83,13 +85,13 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
                   {"max_expression_depth", opts.max_expression_depth}};
   m["options"]["weights"] = describe_weights(entries, opts.weights);
   json es = json::array();
-  for (const CompiledEntry& e : entries) es.push_back(describe_entry(e, static_cast<int64_t>(wl.bytes.size()), sl.bytes));
+  for (const CompiledEntry& e : entries) es.push_back(describe_entry(e, wl.size(), sl.bytes));
   // The first entry's description also sits at the top level (single-entry readers).
   for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) m[key] = es[0][key];
   m["entries"] = es;
   m["state"] = sl.manifest;
   m["library"] = {{"file", br.library_file}, {"sha256", file_sha256(br.library_path)}};
-  m["weights"] = {{"file", "weights.bin"}, {"bytes", wl.bytes.size()}, {"digest", wl.digest},
+  m["weights"] = {{"file", "weights.bin"}, {"bytes", wl.size()}, {"digest", wl.digest},
                   {"digest_algorithm", chroma::detail::kTreeAlgorithm}, {"tensors", wl.tensors}};
   json files = json::array();
   for (const auto& f : src.files) files.push_back("src/" + f.first);
