@@ -1,0 +1,120 @@
+"""What a run needs in memory, stage by stage, without compiling or reading a weight: the
+dry run and the `auto` transformer choice.
+
+A stage holds one compiled component: its weights (memory.component_bytes, from the
+safetensors headers and the variant's rules), its arena (the compiled plan's temporaries,
+read from the cached artifact's manifest; unknown until the artifact is compiled, and then
+said so) and its library. The run needs the largest stage (the components are loaded one at
+a time) plus the inputs and outputs the pipeline keeps in NumPy (latents, text embeddings).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from .memory import (GiB, MARGIN_BYTES, TRANSFORMER_VARIANTS, T5_VARIANTS, choose_transformer, component_bytes,
+                     t5_rules, transformer_constants, transformer_rules)
+from .sampling import latent_shape
+
+__all__ = ["Stage", "stage", "run_needs", "auto_choice", "dry_run_lines"]
+
+
+class Stage(dict):
+    """{"component", "variant", "weights", "arena" (None: not compiled yet), "library", "total",
+    "detail"}."""
+
+
+def _shapes(comp: str, width: int, height: int, length: int, batch: int) -> Dict[str, Any]:
+    h, w = latent_shape(height, width)
+    if comp == "text_encoder":
+        return {"length": length}
+    if comp == "transformer":
+        return {"batch": batch, "h2": h // 2, "w2": w // 2, "length": length}
+    return {"h": h, "w": w}
+
+
+def _rules(comp: str, variant: str):
+    if comp == "transformer":
+        return transformer_rules(variant)
+    if comp == "text_encoder":
+        return t5_rules(variant)
+    return None
+
+
+def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: int, batch: int = 1) -> Stage:
+    model, store = pipe.model, pipe.store
+    shapes = _shapes(comp, width, height, length, batch)
+    rules = _rules(comp, variant)
+    prefix = {"text_encoder": "t5.", "transformer": "transformer.", "vae": "vae."}[comp]
+    extra = 0
+    if comp == "transformer":
+        extra = transformer_constants(model.config(comp), shapes["length"] + shapes["h2"] * shapes["w2"])
+    tensors = model.tensors(comp)
+    if comp == "vae":  # the decoder only
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(("encoder.", "quant_conv."))}
+    weights = component_bytes(tensors, prefix, rules, extra)["total"]
+    m = store.manifest(comp, rules, shapes)
+    arena = library = None
+    if m is not None:
+        weights = int(m["weights"]["bytes"])
+        arena = max([int(e.get("arena", {}).get("bytes", 0)) for e in m.get("entries", [])] +
+                    [int(m.get("arena", {}).get("bytes", 0))])
+        lib = os.path.join(store.directory(comp, rules, shapes), m["library"]["file"])
+        library = os.path.getsize(lib) if os.path.isfile(lib) else 0
+    total = weights + (arena or 0) + (library or 0)
+    src = "compiled plan" if m is not None else "estimated from the safetensors headers"
+    arena_txt = f"arena {arena / GiB:.2f} GiB" if arena is not None else "arena unknown (not compiled yet: not counted)"
+    detail = f"{comp} {variant}: weights {weights / GiB:.2f} GiB ({src}) + {arena_txt}"
+    if library:
+        detail += f" + library {library / GiB:.3f} GiB"
+    return Stage(component=comp, variant=variant, weights=weights, arena=arena, library=library, total=total,
+                 detail=detail, shapes=shapes)
+
+
+def io_bytes(width: int, height: int, length: int, batch: int, dim: int) -> int:
+    """The NumPy arrays a denoising step keeps: latents, velocities, noise, text and bias."""
+    h, w = latent_shape(height, width)
+    n = (h // 2) * (w // 2) * 64
+    return 4 * (n * (4 + 2 * batch) + 2 * length * (dim + 1))
+
+
+def run_needs(pipe: Any, variant: str, width: int, height: int, length: int, batch: int) -> Dict[str, Any]:
+    """{"total", "detail", "stages"}: the run's peak with transformer `variant`."""
+    stages = [stage(pipe, "text_encoder", pipe.text_encoder_variant, width, height, length),
+              stage(pipe, "transformer", variant, width, height, length, batch),
+              stage(pipe, "vae", "fp32", width, height, length)]
+    extra = io_bytes(width, height, length, batch, int(pipe.model.config("transformer").get("joint_attention_dim", 4096)))
+    peak = max(stages, key=lambda s: s["total"])
+    total = peak["total"] + extra
+    detail = (f"{peak['detail']} + {extra / GiB:.3f} GiB of latents and text, the largest stage of "
+              + ", ".join(f"{s['component']} {s['total'] / GiB:.2f} GiB" for s in stages))
+    return {"total": total, "detail": detail, "stages": stages}
+
+
+def auto_choice(pipe: Any, width: int, height: int, length: int, batch: int):
+    from ..runtime.variants import available_memory
+
+    needs = {v: run_needs(pipe, v, width, height, length, batch) for v in ("q6", "q4")}
+    avail, info = available_memory()
+    return choose_transformer(needs, avail, info, f"{width}x{height}", MARGIN_BYTES)
+
+
+def dry_run_lines(pipe: Any, width: int, height: int, length: int, batch: int, requested: str) -> List[str]:
+    """The dry run's report: bytes per component and variant, the arenas known, the peak of a
+    run with each transformer variant, and what `auto` picks and why."""
+    lines = [f"model {pipe.model.path}: {width}x{height}, text length bucket {length}, transformer batch {batch}, "
+             f"target {pipe.store.target}; nothing compiled, no weights read"]
+    for comp, variants in (("text_encoder", T5_VARIANTS), ("transformer", TRANSFORMER_VARIANTS), ("vae", ("fp32",))):
+        lines.append(f"{comp} (checkpoint files {pipe.model.file_bytes(comp) / GiB:.2f} GiB):")
+        for v in variants:
+            s = stage(pipe, comp, v, width, height, length, batch)
+            lines.append(f"  {v:5} {s['detail'].split(': ', 1)[1]}")
+    for v in TRANSFORMER_VARIANTS:
+        r = run_needs(pipe, v, width, height, length, batch)
+        lines.append(f"run with transformer {v}: peak ~{r['total'] / GiB:.2f} GiB ({r['detail']})")
+    variant, line = auto_choice(pipe, width, height, length, batch)
+    lines.append(line)
+    if requested != "auto":
+        lines.append(f"requested transformer {requested} (auto would pick {variant})")
+    return lines

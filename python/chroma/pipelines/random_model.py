@@ -1,0 +1,97 @@
+"""A diffusers-format directory of Chroma1-HD's architecture with random weights, at any size:
+the tests' tiny models and the benchmark's medium one (no hub access needed).
+
+    write_random_model("tiny-chroma", seed=0)            # TINY: seconds to compile
+    write_random_model("medium", config=MEDIUM)
+
+Every component is built from diffusers' and transformers' own classes and written with
+`save_pretrained` (model_index.json, scheduler/, text_encoder/, tokenizer/, transformer/,
+vae/; safetensors), exactly as ChromaPipeline.save_pretrained writes Chroma1-HD. The
+tokenizer is a T5 Unigram tokenizer over a small vocabulary built offline (the letters,
+a few words, T5's special tokens); the scheduler's settings are Chroma1-HD's.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Dict, Optional
+
+__all__ = ["write_random_model", "TINY", "MEDIUM", "CHROMA1_HD_SCHEDULER"]
+
+# Chroma1-HD's scheduler/scheduler_config.json (the settings diffusers' ChromaPipeline runs with).
+CHROMA1_HD_SCHEDULER = {"base_image_seq_len": 256, "base_shift": 0.5, "invert_sigmas": False,
+                        "max_image_seq_len": 4096, "max_shift": 1.15, "num_train_timesteps": 1000, "shift": 3.0,
+                        "shift_terminal": None, "use_beta_sigmas": False, "use_dynamic_shifting": True,
+                        "use_exponential_sigmas": False, "use_karras_sigmas": False}
+
+# Sizes: t5 (d_model, d_kv, d_ff, layers, heads), transformer (double and single blocks, heads,
+# head dim, approximator hidden size and layers), vae (channels per block, layers per block,
+# norm groups). Chroma1-HD: t5 4096/64/10240/24/64, transformer 19/38/24/128/5120/5,
+# vae (128, 256, 512, 512)/2/32.
+TINY: Dict[str, Any] = {
+    "t5": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
+    "transformer": {"num_layers": 1, "num_single_layers": 2, "num_attention_heads": 2, "attention_head_dim": 16,
+                    "axes_dims_rope": (4, 6, 6), "approximator_hidden_dim": 32, "approximator_layers": 2},
+    "vae": {"block_out_channels": (16, 16, 32, 32), "layers_per_block": 1, "norm_num_groups": 8},
+}
+MEDIUM: Dict[str, Any] = {
+    "t5": {"d_model": 512, "d_kv": 64, "d_ff": 1024, "num_layers": 4, "num_heads": 8},
+    "transformer": {"num_layers": 2, "num_single_layers": 4, "num_attention_heads": 8, "attention_head_dim": 64,
+                    "axes_dims_rope": (8, 28, 28), "approximator_hidden_dim": 512, "approximator_layers": 5},
+    "vae": {"block_out_channels": (32, 64, 128, 128), "layers_per_block": 1, "norm_num_groups": 32},
+}
+
+_WORDS = ["a", "the", "red", "fox", "in", "snow", "cat", "dog", "on", "of", "low", "quality", "ugly", "blurry",
+          "photo", "painting", "flat", "colors", "out", "focus", "deformed", "palette", "restricted", "smudged",
+          "unfinished", "disfigure", "and", "with", "blue", "green", "sky", "tree", "house", "night", "day"]
+
+
+def _tokenizer(extra_ids: int = 0):
+    from transformers import T5Tokenizer
+
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    vocab += [(c, -6.0) for c in string.ascii_lowercase + string.digits + string.punctuation]
+    vocab += [("\u2581" + c, -5.0) for c in string.ascii_lowercase]
+    vocab += [("\u2581" + w, -3.0 - 0.01 * i) for i, w in enumerate(_WORDS)]
+    return T5Tokenizer(vocab=vocab, extra_ids=extra_ids)
+
+
+def write_random_model(path: str, config: Optional[Dict[str, Any]] = None, seed: int = 0,
+                       scheduler: Optional[Dict[str, Any]] = None) -> str:
+    """Writes the directory (created if needed) and returns its path."""
+    import torch
+    from diffusers import AutoencoderKL, ChromaPipeline, ChromaTransformer2DModel, FlowMatchEulerDiscreteScheduler
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = TINY if config is None else config
+    torch.manual_seed(seed)
+    tok = _tokenizer()
+    t5 = cfg["t5"]
+    te = T5EncoderModel(T5Config(vocab_size=len(tok), d_model=t5["d_model"], d_kv=t5["d_kv"], d_ff=t5["d_ff"],
+                                 num_layers=t5["num_layers"], num_heads=t5["num_heads"],
+                                 feed_forward_proj="gated-gelu", relative_attention_num_buckets=32,
+                                 relative_attention_max_distance=128, dropout_rate=0.0)).eval()
+    tr = cfg["transformer"]
+    transformer = ChromaTransformer2DModel(
+        patch_size=1, in_channels=64, num_layers=tr["num_layers"], num_single_layers=tr["num_single_layers"],
+        attention_head_dim=tr["attention_head_dim"], num_attention_heads=tr["num_attention_heads"],
+        joint_attention_dim=t5["d_model"], axes_dims_rope=tuple(tr["axes_dims_rope"]),
+        approximator_num_channels=64, approximator_hidden_dim=tr["approximator_hidden_dim"],
+        approximator_layers=tr["approximator_layers"]).eval()
+    # The modulation and output layers start at zero in diffusers' initialisation: random values
+    # make every block's output depend on its input (a test that would pass on zeros does not).
+    with torch.no_grad():
+        for p in transformer.parameters():
+            if p.abs().max() == 0:
+                p.normal_(0.0, 0.05)
+    v = cfg["vae"]
+    n = len(v["block_out_channels"])
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
+                        up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=tuple(v["block_out_channels"]),
+                        layers_per_block=v["layers_per_block"], latent_channels=16,
+                        norm_num_groups=v["norm_num_groups"], sample_size=1024, scaling_factor=0.3611,
+                        shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False).eval()
+    sched = FlowMatchEulerDiscreteScheduler(**(CHROMA1_HD_SCHEDULER if scheduler is None else scheduler))
+    pipe = ChromaPipeline(scheduler=sched, vae=vae, text_encoder=te, tokenizer=tok, transformer=transformer)
+    pipe.save_pretrained(path, safe_serialization=True)
+    return path
