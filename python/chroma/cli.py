@@ -10,6 +10,8 @@
   chroma info                     CPU features and the kernels in use (BLAS core, oneDNN ISA)
   chroma bench DIR                median call time over repeated runs
   chroma opt FILE.ir PASS...      runs passes (fold_constants, dce, cse, optimize, lower) on IR text
+  chroma text-to-image --model DIR --prompt TEXT
+                                  Chroma1-HD's text-to-image pipeline (docs/text_to_image.md)
 """
 
 from __future__ import annotations
@@ -298,6 +300,9 @@ def main(argv=None):
     o.add_argument("file")
     o.add_argument("passes", nargs="*")
     o.set_defaults(fn=cmd_opt)
+    from .pipelines.cli import add_parser as add_text_to_image
+
+    add_text_to_image(sub)
     a = p.parse_args(argv)
     try:
         a.fn(a)

@@ -86,13 +86,19 @@ class ArtifactStore:
             prog = chroma_compile(module, examples, out=tmp, target=self.target, threads=self.threads, weights=rules)
             del prog, module, examples
             gc.collect()
-            if os.path.isdir(out):
-                shutil.rmtree(out)
-            os.replace(tmp, out)
-            # A GPU target's package lies beside the directory: move it along.
-            for name in os.listdir(self.root):
-                if name.startswith(os.path.basename(tmp) + ".chroma-"):
-                    os.replace(os.path.join(self.root, name), out + name[len(os.path.basename(tmp)):])
+            # A GPU target's package lies beside the directory: it moves along.
+            packages = [n for n in os.listdir(self.root) if n.startswith(os.path.basename(tmp) + ".chroma-")]
+            try:
+                os.replace(tmp, out)
+            except OSError:
+                if not os.path.isfile(os.path.join(out, "manifest.json")):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another process compiled it meanwhile: keep theirs
+                for n in packages:
+                    os.remove(os.path.join(self.root, n))
+                return
+            for n in packages:
+                os.replace(os.path.join(self.root, n), out + n[len(os.path.basename(tmp)):])
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -131,7 +137,7 @@ def _transformer(model: ModelDir, shapes: Dict[str, Any]):
     from .components import KEY_MASKED, Denoiser
 
     tr = ChromaTransformer2DModel.from_pretrained(os.path.join(model.path, "transformer"),
-                                                  torch_dtype=torch.float32).eval()
+                                                  dtype=torch.float32).eval()
     b, h2, w2, n = shapes["batch"], shapes["h2"], shapes["w2"], shapes["length"]
     g = torch.Generator().manual_seed(0)
     lat = torch.randn(b, h2 * w2, tr.config.in_channels, generator=g)
@@ -148,7 +154,7 @@ def _vae(model: ModelDir, shapes: Dict[str, Any]):
 
     from .components import VaeDecoder
 
-    vae = AutoencoderKL.from_pretrained(os.path.join(model.path, "vae"), torch_dtype=torch.float32).eval()
+    vae = AutoencoderKL.from_pretrained(os.path.join(model.path, "vae"), dtype=torch.float32).eval()
     z = torch.randn(1, vae.config.latent_channels, shapes["h"], shapes["w"], generator=torch.Generator().manual_seed(0))
     return VaeDecoder(vae).eval(), (z,)
 

@@ -20,7 +20,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["TRANSFORMER_VARIANTS", "T5_VARIANTS", "transformer_rules", "t5_rules", "component_bytes", "GiB",
-           "peak_memory", "choose_transformer", "MARGIN_BYTES"]
+           "peak_memory", "choose_transformer", "MARGIN_BYTES", "fmt_bytes"]
 
 GiB = float(1 << 30)
 MARGIN_BYTES = 1 << 30  # the margin `auto` adds to q6's need: the interpreter, NumPy arrays, allocator slack
@@ -161,6 +161,15 @@ def peak_memory() -> Dict[str, int]:
 
 def _gib(b: float) -> str:
     return f"{b / GiB:.2f} GiB"
+
+
+def fmt_bytes(b: float) -> str:
+    """GiB from 1 GiB up, else MiB (KiB below 1 MiB): the dry run's sizes at any model size."""
+    if b >= GiB:
+        return f"{b / GiB:.2f} GiB"
+    if b >= 1 << 20:
+        return f"{b / (1 << 20):.2f} MiB"
+    return f"{b / 1024:.1f} KiB"
 
 
 def choose_transformer(needs: Dict[str, Dict[str, Any]], available: Optional[int], avail_info: Dict[str, Any],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from .memory import (GiB, MARGIN_BYTES, TRANSFORMER_VARIANTS, T5_VARIANTS, choose_transformer, component_bytes,
+from .memory import (MARGIN_BYTES, TRANSFORMER_VARIANTS, T5_VARIANTS, choose_transformer, component_bytes, fmt_bytes,
                      t5_rules, transformer_constants, transformer_rules)
 from .sampling import latent_shape
 
@@ -64,10 +64,10 @@ def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: i
         library = os.path.getsize(lib) if os.path.isfile(lib) else 0
     total = weights + (arena or 0) + (library or 0)
     src = "compiled plan" if m is not None else "estimated from the safetensors headers"
-    arena_txt = f"arena {arena / GiB:.2f} GiB" if arena is not None else "arena unknown (not compiled yet: not counted)"
-    detail = f"{comp} {variant}: weights {weights / GiB:.2f} GiB ({src}) + {arena_txt}"
+    arena_txt = f"arena {fmt_bytes(arena)}" if arena is not None else "arena unknown (not compiled yet: not counted)"
+    detail = f"{comp} {variant}: weights {fmt_bytes(weights)} ({src}) + {arena_txt}"
     if library:
-        detail += f" + library {library / GiB:.3f} GiB"
+        detail += f" + library {fmt_bytes(library)}"
     return Stage(component=comp, variant=variant, weights=weights, arena=arena, library=library, total=total,
                  detail=detail, shapes=shapes)
 
@@ -87,8 +87,8 @@ def run_needs(pipe: Any, variant: str, width: int, height: int, length: int, bat
     extra = io_bytes(width, height, length, batch, int(pipe.model.config("transformer").get("joint_attention_dim", 4096)))
     peak = max(stages, key=lambda s: s["total"])
     total = peak["total"] + extra
-    detail = (f"{peak['detail']} + {extra / GiB:.3f} GiB of latents and text, the largest stage of "
-              + ", ".join(f"{s['component']} {s['total'] / GiB:.2f} GiB" for s in stages))
+    detail = (f"{peak['detail']} + {fmt_bytes(extra)} of latents and text; stages "
+              + ", ".join(f"{s['component']} {fmt_bytes(s['total'])}" for s in stages))
     return {"total": total, "detail": detail, "stages": stages}
 
 
@@ -106,13 +106,13 @@ def dry_run_lines(pipe: Any, width: int, height: int, length: int, batch: int, r
     lines = [f"model {pipe.model.path}: {width}x{height}, text length bucket {length}, transformer batch {batch}, "
              f"target {pipe.store.target}; nothing compiled, no weights read"]
     for comp, variants in (("text_encoder", T5_VARIANTS), ("transformer", TRANSFORMER_VARIANTS), ("vae", ("fp32",))):
-        lines.append(f"{comp} (checkpoint files {pipe.model.file_bytes(comp) / GiB:.2f} GiB):")
+        lines.append(f"{comp} (checkpoint files {fmt_bytes(pipe.model.file_bytes(comp))}):")
         for v in variants:
             s = stage(pipe, comp, v, width, height, length, batch)
             lines.append(f"  {v:5} {s['detail'].split(': ', 1)[1]}")
     for v in TRANSFORMER_VARIANTS:
         r = run_needs(pipe, v, width, height, length, batch)
-        lines.append(f"run with transformer {v}: peak ~{r['total'] / GiB:.2f} GiB ({r['detail']})")
+        lines.append(f"run with transformer {v}: peak ~{fmt_bytes(r['total'])} ({r['detail']})")
     variant, line = auto_choice(pipe, width, height, length, batch)
     lines.append(line)
     if requested != "auto":

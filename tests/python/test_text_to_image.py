@@ -1,0 +1,299 @@
+"""The text-to-image pipeline (chroma.pipelines, docs/text_to_image.md) on tiny random models of
+Chroma1-HD's architecture written in diffusers' format (chroma.pipelines.random_model).
+
+Tolerances: a compiled component against float32 PyTorch: cosine >= 1 - 1e-6 and max relative
+error (max |diff| / max |reference|) <= 1e-5 (float32 rounding in another summation order);
+the pipeline's final latents against diffusers' ChromaPipeline given the same embeddings and
+noise: max |diff| <= 1e-4 max |reference| (the same rounding carried through the steps); a
+bucketed and masked result against the exact-length one: <= 1e-5 relative (padded keys add
+exact zeros; only the products' blocking changes). Schedules: bit-exact. The default tier
+compiles one T5 bucket, one transformer and one VAE (about 30 s the first time; the model
+cache keeps them); the rest is marked `full`.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from chroma.pipelines import OFFICIAL_NEGATIVE, TextToImage
+from chroma.pipelines import sampling
+from chroma.pipelines.model_dir import ModelDir, ModelDirError
+from chroma.pipelines.png import read_png_metadata, save_png
+from chroma.pipelines.random_model import CHROMA1_HD_SCHEDULER, TINY, write_random_model
+
+PROMPT = "a red fox in snow"
+W, H = 64, 64  # 4 x 4 packed tokens
+
+
+def _quiet_diffusers():
+    import diffusers
+    import transformers
+
+    diffusers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.set_verbosity_error()
+    diffusers.utils.logging.disable_progress_bar()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    _quiet_diffusers()
+    return write_random_model(str(tmp_path_factory.mktemp("tiny") / "chroma"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("t2i-cache"))
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny, cache):
+    return TextToImage(tiny, transformer="fp32", text_encoder="fp32", cache_dir=cache)
+
+
+def _rel(got, want):
+    got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
+    cos = float(got @ want / (np.linalg.norm(got) * np.linalg.norm(want)))
+    return cos, float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def _diffusers_latents(model, pos, neg, *, seed, width, height, steps, cfg):
+    from diffusers import ChromaPipeline
+
+    dp = ChromaPipeline.from_pretrained(model, dtype=torch.float32)
+    dp.set_progress_bar_config(disable=True)
+    # The trimmed embeddings with an all-true boolean mask: diffusers' masking is then hard masking.
+    kw = {}
+    pe = torch.from_numpy(pos.embeds)[None]
+    kw.update(prompt_embeds=pe, prompt_attention_mask=torch.ones(1, pe.shape[1], dtype=torch.bool))
+    if neg is not None:
+        ne = torch.from_numpy(neg.embeds)[None]
+        kw.update(negative_prompt_embeds=ne, negative_prompt_attention_mask=torch.ones(1, ne.shape[1], dtype=torch.bool))
+    with torch.no_grad():
+        out = dp(height=height, width=width, num_inference_steps=steps, guidance_scale=cfg, output_type="latent",
+                 generator=torch.Generator("cpu").manual_seed(seed), **kw)
+    return dp, out.images.numpy()
+
+
+# ---- sampling arithmetic (no compile) -------------------------------------------------------
+
+@pytest.mark.parametrize("steps", [1, 2, 9, 26, 50])
+@pytest.mark.parametrize("seq", [16, 256, 1024, 4096, 6000])
+def test_diffusers_schedule_is_bit_exact(steps, seq):
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.pipelines.chroma.pipeline_chroma import calculate_shift, retrieve_timesteps
+
+    s = FlowMatchEulerDiscreteScheduler(**CHROMA1_HD_SCHEDULER)
+    mu = calculate_shift(seq, 256, 4096, 0.5, 1.15)
+    ts, _ = retrieve_timesteps(s, steps, "cpu", sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+    sig, t_model = sampling.schedule("diffusers", steps, seq, CHROMA1_HD_SCHEDULER)
+    assert sig.dtype == np.float32 and np.array_equal(sig, s.sigmas.numpy())
+    assert np.array_equal(t_model, (ts.to(torch.float32) / 1000).numpy())  # what the pipeline feeds the transformer
+    # The Euler step: bit-exact with the scheduler's.
+    x, v = np.random.default_rng(0).standard_normal((2, 1, 16, 64), dtype=np.float32)
+    s.set_begin_index(0)
+    want = s.step(torch.from_numpy(v), ts[0], torch.from_numpy(x), return_dict=False)[0].numpy()
+    assert np.array_equal(sampling.euler_step(x, v, sig[0], sig[1]), want)
+
+
+def test_diffusers_schedule_static_shift():
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    cfg = dict(CHROMA1_HD_SCHEDULER, use_dynamic_shifting=False, shift=3.0)
+    s = FlowMatchEulerDiscreteScheduler(**cfg)
+    s.set_timesteps(sigmas=np.linspace(1.0, 1 / 26, 26))
+    assert np.array_equal(sampling.schedule("diffusers", 26, 4096, cfg)[0], s.sigmas.numpy())
+
+
+@pytest.mark.parametrize("steps", [1, 4, 26, 40])
+def test_beta_schedule_against_an_independent_computation(steps):
+    """SciPy's Beta inverse CDF and a float64 table (rounded to float32 per entry) against the
+    pipeline's own bisection and float32 table: the same indices, the same float32 sigmas."""
+    import scipy.stats
+
+    qs = 1 - np.linspace(0, 1, steps, endpoint=False)
+    idx = np.rint(scipy.stats.beta.ppf(qs, 0.45, 0.45) * 9999).astype(int)
+    keep = [i for j, i in enumerate(idx) if j == 0 or i != idx[j - 1]]
+    t = np.arange(1, 10001, dtype=np.float64) / 10000
+    table = np.e / (np.e + (1 / t - 1))
+    sig, t_model = sampling.schedule("beta", steps, 0)
+    assert sig[-1] == 0 and len(sig) == len(keep) + 1 and sig.dtype == np.float32
+    np.testing.assert_allclose(sig[:-1], table[keep], rtol=1e-6)
+    assert np.array_equal(t_model, sig[:-1])
+    assert np.all(np.diff(sig) < 0)
+
+
+def test_beta_ppf_matches_scipy():
+    import scipy.stats
+
+    for a, b in ((0.45, 0.45), (0.6, 0.6), (2.0, 0.5)):
+        for q in np.linspace(1e-4, 1 - 1e-4, 41):
+            assert abs(sampling.beta_ppf(q, a, b) - scipy.stats.beta.ppf(q, a, b)) < 1e-12
+
+
+def test_pack_and_noise_match_diffusers():
+    from diffusers import ChromaPipeline
+
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 12), dtype=np.float32)
+    p = sampling.pack(x)
+    assert np.array_equal(p, ChromaPipeline._pack_latents(torch.from_numpy(x), 1, 16, 8, 12).numpy())
+    assert np.array_equal(sampling.unpack(p, 64, 96), x)
+    want = ChromaPipeline._pack_latents(torch.randn((1, 16, 8, 12), generator=torch.Generator("cpu").manual_seed(7)),
+                                        1, 16, 8, 12).numpy()
+    assert np.array_equal(sampling.noise(7, 64, 96, torch_noise=True), want)
+    a, b = sampling.noise(7, 64, 96), sampling.noise(7, 64, 96)
+    assert np.array_equal(a, b) and a.shape == (1, 24, 64) and not np.array_equal(a, sampling.noise(8, 64, 96))
+
+
+def test_cfg_matches_diffusers_formula():
+    rng = np.random.default_rng(2)
+    pos, neg = rng.standard_normal((2, 1, 8, 64), dtype=np.float32)
+    want = (torch.from_numpy(neg) + 3.8 * (torch.from_numpy(pos) - torch.from_numpy(neg))).numpy()
+    assert np.array_equal(sampling.cfg_combine(pos, neg, 3.8), want)
+
+
+def test_tokenizer_matches_transformers(tiny):
+    from transformers import AutoTokenizer
+
+    from chroma.pipelines.text import Tokenizer
+
+    ours, ref = Tokenizer(os.path.join(tiny, "tokenizer")), AutoTokenizer.from_pretrained(os.path.join(tiny, "tokenizer"))
+    for p in (PROMPT, "", "Low quality, UGLY!! 42 foxes", OFFICIAL_NEGATIVE, "snow " * 600):
+        r = ref(p, padding="max_length", max_length=512, truncation=True)
+        n = sum(r["attention_mask"])
+        assert ours(p) == r["input_ids"][:n], p[:40]
+        x, m, keep = ours.encoder_input(ours(p), 512)
+        assert x[0].tolist() == r["input_ids"] and m[0].tolist() == r["attention_mask"]
+        assert keep == min(n + 1, 512)
+
+
+# ---- files, metadata and errors -------------------------------------------------------------
+
+def test_png_metadata_round_trip(tmp_path):
+    from PIL import Image
+
+    meta = {"prompt": "un renard roux \u2744 dans la neige", "seed": "12", "timings": json.dumps({"denoise": 1.5})}
+    path = save_png(Image.new("RGB", (16, 16), (10, 20, 30)), str(tmp_path / "a" / "x.png"), meta)
+    assert read_png_metadata(path) == meta
+
+
+def _copy_model(tiny, tmp_path):
+    import shutil
+
+    dst = str(tmp_path / "m")
+    shutil.copytree(tiny, dst)
+    return dst
+
+
+def test_bad_model_directories_name_the_problem(tiny, tmp_path):
+    with pytest.raises(ModelDirError, match="not a directory"):
+        ModelDir(str(tmp_path / "nope"))
+    d = _copy_model(tiny, tmp_path)
+    os.remove(os.path.join(d, "model_index.json"))
+    with pytest.raises(ModelDirError, match=r"model_index\.json: missing"):
+        ModelDir(d)
+    d = _copy_model(tiny, tmp_path / "2")
+    idx = json.load(open(os.path.join(d, "model_index.json")))
+    del idx["transformer"]
+    json.dump(idx, open(os.path.join(d, "model_index.json"), "w"))
+    with pytest.raises(ModelDirError, match="field 'transformer' missing"):
+        ModelDir(d)
+    d = _copy_model(tiny, tmp_path / "3")
+    os.remove(os.path.join(d, "vae", "diffusion_pytorch_model.safetensors"))
+    with pytest.raises(ModelDirError, match=r"vae/diffusion_pytorch_model\.safetensors: missing"):
+        ModelDir(d)
+    d = _copy_model(tiny, tmp_path / "4")
+    os.remove(os.path.join(d, "tokenizer", "tokenizer.json"))
+    with pytest.raises(ModelDirError, match="missing the T5 tokenizer"):
+        ModelDir(d)
+
+
+def test_bad_settings_name_the_problem(tiny, cache):
+    with pytest.raises(ValueError, match="unknown transformer variant 'q5'"):
+        TextToImage(tiny, transformer="q5", cache_dir=cache)
+    with pytest.raises(ValueError, match="unknown text encoder variant"):
+        TextToImage(tiny, text_encoder="q4", cache_dir=cache)
+    p = TextToImage(tiny, cache_dir=cache)
+    with pytest.raises(ValueError, match="width 100 is not a multiple of 16"):
+        p.run(PROMPT, width=100, height=64)
+    with pytest.raises(ValueError, match="unknown schedule 'karras'"):
+        p.run(PROMPT, width=64, height=64, schedule="karras")
+
+
+def _cli(*args, env=None):
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    e = dict(os.environ, PYTHONPATH=root, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "chroma", "text-to-image", *args], capture_output=True, text=True,
+                          env=e, timeout=600)
+
+
+def test_dry_run_compiles_nothing(tiny, tmp_path):
+    """--dry-run in a fresh cache: the report, and no artifact, no torch import."""
+    cache = str(tmp_path / "cache")
+    code = ("import sys, runpy; sys.argv = ['chroma'] + sys.argv[1:]; "
+            "from chroma.cli import main\ntry:\n    main()\nfinally:\n"
+            "    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    r = subprocess.run([sys.executable, "-c", code, "text-to-image", "--model", tiny, "--prompt", PROMPT, "--dry-run",
+                        "--width", "512", "--height", "768", "--cache-dir", cache], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "512x768" in out and "nothing compiled, no weights read" in out
+    for v in ("fp32", "bf16", "q8", "q6", "q4"):
+        assert f"run with transformer {v}: peak" in out
+    assert "arena unknown (not compiled yet: not counted)" in out
+    assert "transformer auto -> q" in out and "margin" in out
+    assert out.strip().endswith("NO-TORCH")
+    assert not os.path.exists(cache) or not os.listdir(cache)
+
+
+# ---- the pipeline against diffusers (default tier: one compile of each component) -------------
+
+def test_pipeline_matches_diffusers(tiny, pipe):
+    res = pipe.run(PROMPT, seed=3, width=W, height=H, steps=4, cfg=3.0, schedule="diffusers", torch_noise=True)
+    dp, ref = _diffusers_latents(tiny, res.text["prompt"], res.text["negative"], seed=3, width=W, height=H, steps=4,
+                                 cfg=3.0)
+    assert np.abs(res.latents - ref).max() <= 1e-4 * np.abs(ref).max()
+    # The text embeddings: diffusers' own T5 pass (512 padded tokens, masked), its first n + 1.
+    with torch.no_grad():
+        pe, mask = dp._get_t5_prompt_embeds(PROMPT, max_sequence_length=512)
+    n = int(mask.sum())
+    assert res.text["prompt"].tokens + 1 == n == len(res.text["prompt"])
+    cos, rel = _rel(res.text["prompt"].embeds, pe[0, :n].numpy())
+    assert cos >= 1 - 1e-6 and rel <= 1e-5
+    assert res.text["negative"].prompt == OFFICIAL_NEGATIVE
+    # The decoded image: diffusers' VAE and postprocessing, to one level of 255.
+    with torch.no_grad():
+        z = torch.from_numpy(sampling.unpack(res.latents, H, W))
+        img = dp.vae.decode(z / dp.vae.config.scaling_factor + dp.vae.config.shift_factor, return_dict=False)[0]
+    want = dp.image_processor.postprocess(img, output_type="np")[0]
+    assert np.abs(np.asarray(res.image, np.float64) - np.round(want * 255)).max() <= 1
+    assert res.image.size == (W, H) and res.latents.shape == (1, 16, 64)
+    m = res.image.info
+    assert m["seed"] == "3" and m["schedule"] == "diffusers" and m["transformer"] == "fp32"
+    assert json.loads(m["sigmas"]) == [float(s) for s in res.sigmas]
+    assert res.peak_memory["ru_maxrss"] > 0 and res.timings["denoise"] > 0
+
+
+def test_cli_writes_a_png(tiny, pipe, cache, tmp_path):
+    out = str(tmp_path / "img.png")
+    lat = str(tmp_path / "lat.npy")
+    emb = str(tmp_path / "emb.npz")
+    r = _cli("--model", tiny, "--prompt", PROMPT, "--width", str(W), "--height", str(H), "--steps", "3", "--cfg", "2.5",
+             "--transformer", "fp32", "--text-encoder", "fp32", "--cache-dir", cache, "--out", out, "--seed", "5",
+             "--save-latents", lat, "--save-text-embeds", emb)
+    assert r.returncode == 0, r.stderr
+    assert "step 3/3" in r.stderr and f"wrote {out}" in r.stdout
+    meta = read_png_metadata(out)
+    for key in ("prompt", "negative", "seed", "width", "height", "steps", "cfg", "schedule", "cfg_mode", "transformer",
+                "transformer_choice", "text_encoder", "timings", "peak_memory", "torch_noise", "sigmas"):
+        assert key in meta, key
+    assert meta["prompt"] == PROMPT and meta["seed"] == "5" and meta["schedule"] == "beta" and meta["cfg"] == "2.5"
+    # The same run from the saved embeddings (no T5): the same latents.
+    res = pipe.run(seed=5, width=W, height=H, steps=3, cfg=2.5, text_embeds=emb)
+    assert np.array_equal(res.latents, np.load(lat))
