@@ -11,6 +11,7 @@ compiles one T5 bucket, one transformer and one VAE (about 30 s the first time; 
 cache keeps them); the rest is marked `full`.
 """
 
+import fnmatch
 import json
 import os
 import subprocess
@@ -297,3 +298,192 @@ def test_cli_writes_a_png(tiny, pipe, cache, tmp_path):
     # The same run from the saved embeddings (no T5): the same latents.
     res = pipe.run(seed=5, width=W, height=H, steps=3, cfg=2.5, text_embeds=emb)
     assert np.array_equal(res.latents, np.load(lat))
+
+
+def test_auto_choice_line():
+    from chroma.pipelines.memory import GiB, choose_transformer
+
+    needs = {"q6": {"total": int(8.81 * GiB), "detail": "q6 parts"}, "q4": {"total": int(6.81 * GiB), "detail": "q4 parts"}}
+    info = {"MemAvailable": int(40 * GiB)}
+    v, line = choose_transformer(needs, int(40 * GiB), info, "1024x1024")
+    assert v == "q6" and line.startswith("transformer auto -> q6 at 1024x1024: 40.00 GiB available now >= 9.81 GiB "
+                                         "(q6's ~8.81 GiB + 1.00 GiB margin); q4 needs ~6.81 GiB; q6 needs ~8.81 GiB")
+    v, line = choose_transformer(needs, int(7.85 * GiB), info, "256x256")
+    assert v == "q4" and "7.85 GiB available now < 9.81 GiB" in line and "WARNING" not in line
+    v, line = choose_transformer(needs, int(5 * GiB), info, "256x256")
+    assert v == "q4" and "WARNING: even q4's ~6.81 GiB exceeds the 5.00 GiB available" in line
+    assert "\n" not in line
+
+
+# ---- full tier: each component, more configurations, the weight variants ---------------------
+
+def _exact_t5(tiny, ids, pad_id):
+    from transformers import T5EncoderModel
+
+    t5 = T5EncoderModel.from_pretrained(os.path.join(tiny, "text_encoder"), dtype=torch.float32).eval()
+    x = torch.tensor([ids + [pad_id]])
+    m = torch.tensor([[1] * len(ids) + [0]])
+    with torch.no_grad():
+        return t5(input_ids=x, attention_mask=m)[0][0].numpy()
+
+
+@pytest.mark.full  # compiles a second T5 bucket (the default tier's components are compared through the pipeline)
+def test_components_match_references(tiny, pipe):
+    """Each compiled component in float32 against diffusers / transformers; the bucketed and
+    masked T5 and transformer against the exact-length computation."""
+    from diffusers import AutoencoderKL, ChromaTransformer2DModel
+
+    from chroma.pipelines.components import image_ids, text_ids
+    from chroma.pipelines.memory import t5_rules
+
+    tok = pipe.tokenizer
+    ids = tok(PROMPT)
+    want = _exact_t5(tiny, ids, tok.pad_id)
+    for length in (64, 128):
+        prog, _ = pipe.store.get("text_encoder", t5_rules("fp32"), {"length": length})
+        x, m, keep = tok.encoder_input(ids, length)
+        cos, rel = _rel(np.asarray(prog(x, m))[0, :keep], want)
+        assert cos >= 1 - 1e-6 and rel <= 1e-5, (length, cos, rel)
+    tr = ChromaTransformer2DModel.from_pretrained(os.path.join(tiny, "transformer"), dtype=torch.float32).eval()
+    prog, _ = pipe.store.get("transformer", None, {"batch": 1, "h2": 4, "w2": 4, "length": 64})
+    rng = np.random.default_rng(4)
+    lat = rng.standard_normal((1, 16, 64), dtype=np.float32)
+    n = len(ids) + 1
+    text = rng.standard_normal((1, n, TINY["t5"]["d_model"]), dtype=np.float32)
+    ctx = np.zeros((1, 64, text.shape[2]), np.float32)
+    ctx[:, :n] = text
+    bias = np.full((1, 64), -1e30, np.float32)
+    bias[:, :n] = 0
+    for t in (1.0, 0.37, 0.02):
+        ts = np.array([t], np.float32)
+        with torch.no_grad():
+            ref = tr(hidden_states=torch.from_numpy(lat), timestep=torch.from_numpy(ts),
+                     encoder_hidden_states=torch.from_numpy(text), txt_ids=text_ids(n), img_ids=image_ids(4, 4),
+                     return_dict=False)[0].numpy()
+        cos, rel = _rel(np.asarray(prog(lat, ts, ctx, bias)), ref)
+        assert cos >= 1 - 1e-6 and rel <= 1e-5, (t, cos, rel)
+    vae = AutoencoderKL.from_pretrained(os.path.join(tiny, "vae"), dtype=torch.float32).eval()
+    prog, _ = pipe.store.get("vae", None, {"h": 8, "w": 8})
+    z = rng.standard_normal((1, 16, 8, 8), dtype=np.float32)
+    with torch.no_grad():
+        ref = vae.decode(torch.from_numpy(z) / vae.config.scaling_factor + vae.config.shift_factor,
+                         return_dict=False)[0].numpy()
+    cos, rel = _rel(np.asarray(prog(z)), ref)
+    assert cos >= 1 - 1e-6 and rel <= 1e-5, (cos, rel)
+
+
+SMALL2 = {"t5": dict(TINY["t5"], num_layers=1), "vae": TINY["vae"],
+          "transformer": dict(TINY["transformer"], num_layers=2, num_single_layers=1, approximator_layers=3)}
+
+
+@pytest.mark.full  # a transformer and a VAE compile per configuration
+@pytest.mark.parametrize("case", [
+    dict(config=None, seed=11, width=48, height=80, cfg=3.8, cfg_mode="batched", steps=3, negative="blurry"),
+    dict(config=None, seed=12, width=64, height=32, cfg=1.0, cfg_mode="separate", steps=3, negative=None),
+    dict(config=SMALL2, seed=2, width=32, height=32, cfg=4.5, cfg_mode="separate", steps=5, negative=""),
+], ids=["batched-48x80", "no-cfg-64x32", "config2-empty-negative"])
+def test_pipeline_configurations_match_diffusers(case, tmp_path_factory, cache):
+    tiny_model = write_random_model(str(tmp_path_factory.mktemp("m") / "c"), config=case["config"],
+                                    seed=5 if case["config"] else 0)
+    p = TextToImage(tiny_model, transformer="fp32", text_encoder="fp32", cache_dir=cache)
+    res = p.run("a blue house at night", negative=case["negative"], seed=case["seed"], width=case["width"],
+                height=case["height"], steps=case["steps"], cfg=case["cfg"], cfg_mode=case["cfg_mode"],
+                schedule="diffusers", torch_noise=True)
+    if case["cfg"] <= 1:
+        assert res.text["negative"] is None and res.image.info["negative"] == ""
+    _, ref = _diffusers_latents(tiny_model, res.text["prompt"], res.text["negative"], seed=case["seed"],
+                                width=case["width"], height=case["height"], steps=case["steps"], cfg=case["cfg"])
+    assert np.abs(res.latents - ref).max() <= 1e-4 * np.abs(ref).max()
+    assert res.image.size == (case["width"], case["height"])
+
+
+def _velocity_errors(pipe, variant, steps=4, seed=0):
+    """Relative L2 error of the guided velocity of `variant` against fp32 at every step of the
+    fp32 trajectory (beta schedule, cfg 3.8)."""
+    from chroma.pipelines.memory import transformer_rules
+
+    pos, neg = pipe.encode_many([PROMPT, OFFICIAL_NEGATIVE])
+    shapes = {"batch": 1, "h2": 4, "w2": 4, "length": 64}
+    progs = {v: pipe.store.get("transformer", transformer_rules(v), shapes)[0] for v in ("fp32", variant)}
+    ctx = np.zeros((2, 64, pipe.dim), np.float32)
+    bias = np.full((2, 64), -1e30, np.float32)
+    for i, t in enumerate((pos, neg)):
+        ctx[i, :len(t)] = t.embeds
+        bias[i, :len(t)] = 0
+    sig, tm = sampling.schedule("beta", steps, 16)
+    x, errs = sampling.noise(seed, H, W), []
+    for i in range(steps):
+        ts = tm[i:i + 1]
+        v = {k: sampling.cfg_combine(np.asarray(p(x, ts, ctx[:1], bias[:1])), np.asarray(p(x, ts, ctx[1:], bias[1:])),
+                                     3.8) for k, p in progs.items()}
+        errs.append(float(np.linalg.norm(v[variant] - v["fp32"]) / np.linalg.norm(v["fp32"])))
+        x = sampling.euler_step(x, v["fp32"], sig[i], sig[i + 1])
+    return errs
+
+
+@pytest.mark.full  # compiles the transformer in q8 and q4
+@pytest.mark.parametrize("variant,bound", [("q8", 0.03), ("q4", 0.08)])
+def test_transformer_variants(variant, bound, pipe):
+    """The rules keep x_embedder, context_embedder, the approximator and proj_out in bf16; the
+    manifest's bytes are the estimate's; the guided velocity stays within `bound` (relative L2)
+    of float32's at every step (measured on the tiny model: q8 0.8-0.9%, q4 1.8-2.0%, with the
+    int8 activations the CPU's q4 kernels use)."""
+    from chroma.pipelines import plan
+    from chroma.pipelines.memory import TRANSFORMER_KEEP_BF16, component_bytes, transformer_constants, transformer_rules
+
+    errs = _velocity_errors(pipe, variant)
+    shapes = {"batch": 1, "h2": 4, "w2": 4, "length": 64}
+    m = pipe.store.manifest("transformer", transformer_rules(variant), shapes)
+    w = m["options"]["weights"]
+    for d in w["decisions"]:
+        if any(fnmatch.fnmatchcase(d["name"], p) for p in TRANSFORMER_KEEP_BF16):
+            assert d["format"] == "bf16", d
+        elif d["shape"][0] * d["shape"][1] >= 4096:
+            assert d["format"] == variant, d
+    est = component_bytes(pipe.model.tensors("transformer"), "transformer.", transformer_rules(variant))
+    assert est["products"] == w["product_weights_bytes"]
+    st = plan.stage(pipe, "transformer", variant, W, H, 64)
+    assert st["weights"] == m["weights"]["bytes"] and st["arena"] == m["arena"]["bytes"]
+    est_total = component_bytes(pipe.model.tensors("transformer"), "transformer.", transformer_rules(variant),
+                                transformer_constants(pipe.model.config("transformer"), 64 + 16))["total"]
+    assert abs(est_total - m["weights"]["bytes"]) <= 0.02 * m["weights"]["bytes"], (est_total, m["weights"]["bytes"])
+    assert max(errs) <= bound, errs
+    print(f"{variant}: relative L2 of the guided velocity per step {['%.4f' % e for e in errs]}")
+
+
+@pytest.mark.full  # compiles T5 in q8
+def test_t5_q8_rules(tiny, cache):
+    from chroma.pipelines.memory import component_bytes, t5_rules, text_encoder_constants
+
+    p = TextToImage(tiny, text_encoder="q8", cache_dir=cache)
+    ref = TextToImage(tiny, text_encoder="fp32", cache_dir=cache).encode(PROMPT)
+    got = p.encode(PROMPT)
+    err = float(np.linalg.norm(got.embeds - ref.embeds) / np.linalg.norm(ref.embeds))
+    assert err <= 0.03, err
+    m = p.store.manifest("text_encoder", t5_rules("q8"), {"length": 64})
+    formats = {d["name"].split(".")[-2]: d["format"] for d in m["options"]["weights"]["decisions"]}
+    assert {formats[k] for k in ("q", "k", "v", "o", "wi_0", "wi_1")} == {"q8"} and formats["wo"] == "bf16"
+    emb = [d for d in m["options"]["weights"]["decisions"] if d.get("role") == "embedding"]
+    assert emb and all(d["format"] == "bf16" for d in emb)
+    est = component_bytes(p.model.tensors("text_encoder"), "t5.", t5_rules("q8"),
+                          text_encoder_constants(p.model.config("text_encoder"), 64))
+    assert est["products"] == m["options"]["weights"]["product_weights_bytes"]
+    assert abs(est["total"] - m["weights"]["bytes"]) <= 0.02 * m["weights"]["bytes"], (est, m["weights"]["bytes"])
+
+
+@pytest.mark.full  # runs the pipeline several times
+def test_python_api_stages(pipe):
+    """encode_many (one T5 session), denoise with the transformer kept loaded, then decode:
+    the same latents and image as run()."""
+    texts = pipe.encode_many([PROMPT, OFFICIAL_NEGATIVE, "a green tree"])
+    assert "text_encoder" not in pipe._loaded
+    kw = dict(width=W, height=H, steps=3, cfg=3.8, schedule_name="beta")
+    lats = [pipe.denoise(texts[i], texts[1], seed=s, **kw) for i, s in ((0, 1), (2, 2))]
+    assert "transformer" in pipe._loaded
+    pipe.release_transformer()
+    assert "transformer" not in pipe._loaded
+    imgs = [pipe.decode(lat, H, W) for lat in lats]
+    res = pipe.run(PROMPT, seed=1, width=W, height=H, steps=3, cfg=3.8)
+    assert np.array_equal(res.latents, lats[0]) and np.array_equal(np.asarray(res.image), np.asarray(imgs[0]))
+    assert not pipe._loaded  # run() releases every component
+    assert res.image.info["transformer_choice"].startswith("transformer fp32")

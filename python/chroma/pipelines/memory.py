@@ -20,7 +20,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["TRANSFORMER_VARIANTS", "T5_VARIANTS", "transformer_rules", "t5_rules", "component_bytes", "GiB",
-           "peak_memory", "choose_transformer", "MARGIN_BYTES", "fmt_bytes"]
+           "text_encoder_constants", "peak_memory", "choose_transformer", "MARGIN_BYTES", "fmt_bytes"]
 
 GiB = float(1 << 30)
 MARGIN_BYTES = 1 << 30  # the margin `auto` adds to q6's need: the interpreter, NumPy arrays, allocator slack
@@ -110,23 +110,27 @@ def weight_format(name: str, role: str, numel: int, rules: Optional[Dict[str, st
     return "fp32" if _kept(name, numel) else rules.get("default", "fp32")
 
 
-_TABLES = ("shared.weight", "embed_tokens.weight", "relative_attention_bias.weight")
+_TABLES = ("shared.weight", "embed_tokens.weight")
 
 
 def component_bytes(tensors: Dict[str, Tuple[str, List[int]]], prefix: str, rules: Optional[Dict[str, str]],
                     extra_fp32: int = 0) -> Dict[str, int]:
-    """{"products": ..., "other": ..., "total": ...} bytes of a component's compiled weights."""
+    """{"products": ..., "other": ..., "total": ...} bytes of a component's compiled weights:
+    "products" what the policy decides (the products' weights and the embedding table: the
+    manifest's product_weights_bytes), "other" the rest in float32 (T5's relative position
+    bias table too: its Gather reads constant positions, so the compiler folds it)."""
     products = other = 0
     seen_table = False
     for name, (_, shape) in sorted(tensors.items()):
         numel = math.prod(shape)
         if name.endswith(_TABLES) and len(shape) == 2:
-            if name.endswith(("shared.weight", "embed_tokens.weight")):
-                if seen_table:  # T5's tied embedding is stored once
-                    continue
-                seen_table = True
+            if seen_table:  # T5's tied embedding is stored once
+                continue
+            seen_table = True
             fmt = weight_format(prefix + name, "embedding", numel, rules)
-            other += table_bytes(shape[0], shape[1], fmt)
+            products += table_bytes(shape[0], shape[1], fmt)
+        elif name.endswith("relative_attention_bias.weight"):
+            other += 4 * numel
         elif name.endswith(".weight") and len(shape) == 2:
             fmt = weight_format(prefix + name, "", numel, rules)
             products += product_bytes(shape[1], shape[0], fmt)
@@ -142,6 +146,12 @@ def transformer_constants(config: Dict[str, Any], n_tokens: int) -> int:
     head = int(config.get("attention_head_dim", 128))
     mod = 3 * int(config.get("num_single_layers", 38)) + 12 * int(config.get("num_layers", 19)) + 2
     return 4 * (2 * n_tokens * head + mod * 2 * (int(config.get("approximator_num_channels", 64)) // 4))
+
+
+def text_encoder_constants(config: Dict[str, Any], length: int) -> int:
+    """Float32 bytes of the constant the compiled T5 adds: its relative position bias
+    [heads, L, L] (computed from constant positions, folded by the compiler)."""
+    return 4 * int(config.get("num_heads", 64)) * length * length
 
 
 def peak_memory() -> Dict[str, int]:

@@ -14,7 +14,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from .memory import (MARGIN_BYTES, TRANSFORMER_VARIANTS, T5_VARIANTS, choose_transformer, component_bytes, fmt_bytes,
-                     t5_rules, transformer_constants, transformer_rules)
+                     t5_rules, text_encoder_constants, transformer_constants, transformer_rules)
 from .sampling import latent_shape
 
 __all__ = ["Stage", "stage", "run_needs", "auto_choice", "dry_run_lines"]
@@ -50,6 +50,8 @@ def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: i
     extra = 0
     if comp == "transformer":
         extra = transformer_constants(model.config(comp), shapes["length"] + shapes["h2"] * shapes["w2"])
+    elif comp == "text_encoder":
+        extra = text_encoder_constants(model.config(comp), shapes["length"])
     tensors = model.tensors(comp)
     if comp == "vae":  # the decoder only
         tensors = {k: v for k, v in tensors.items() if not k.startswith(("encoder.", "quant_conv."))}
