@@ -487,3 +487,17 @@ def test_python_api_stages(pipe):
     assert np.array_equal(res.latents, lats[0]) and np.array_equal(np.asarray(res.image), np.asarray(imgs[0]))
     assert not pipe._loaded  # run() releases every component
     assert res.image.info["transformer_choice"].startswith("transformer fp32")
+
+
+@pytest.mark.full  # compiles the three components for WebGPU and runs them on a software adapter
+def test_webgpu_target_matches_cpu(tiny, cache, tmp_path):
+    """The pipeline on another target: WebGPU (lavapipe through the `wgpu` package) gives the
+    CPU's latents to float32 rounding (the GPU's exp and sums differ in the last bits)."""
+    pytest.importorskip("wgpu")
+    os.environ.setdefault("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
+    kw = dict(seed=1, width=32, height=32, steps=2, cfg=3.0)
+    gpu = TextToImage(tiny, target="webgpu", transformer="fp32", text_encoder="fp32", cache_dir=str(tmp_path)).run(
+        PROMPT, **kw)
+    cpu = TextToImage(tiny, transformer="fp32", text_encoder="fp32", cache_dir=cache).run(PROMPT, **kw)
+    assert np.abs(gpu.latents - cpu.latents).max() <= 1e-4 * np.abs(cpu.latents).max()
+    assert gpu.image.info["target"] == "webgpu"

@@ -80,28 +80,28 @@ class ArtifactStore:
         from ..compiler import compile as chroma_compile
 
         os.makedirs(self.root, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}-", dir=self.root)
+        name = os.path.basename(out)
+        # Compiled under the final name in a private directory, then moved: a GPU target's
+        # package lies beside the artifact (<name>.chroma-web, ...), named in its manifest
+        # relative to it, and moves along.
+        work = tempfile.mkdtemp(prefix=f".{name}-", dir=self.root)
         try:
             module, examples = BUILDERS[comp](self.model, shapes)
-            prog = chroma_compile(module, examples, out=tmp, target=self.target, threads=self.threads, weights=rules)
+            prog = chroma_compile(module, examples, out=os.path.join(work, name), target=self.target,
+                                  threads=self.threads, weights=rules)
             del prog, module, examples
             gc.collect()
-            # A GPU target's package lies beside the directory: it moves along.
-            packages = [n for n in os.listdir(self.root) if n.startswith(os.path.basename(tmp) + ".chroma-")]
+            beside = [n for n in os.listdir(work) if n != name]
             try:
-                os.replace(tmp, out)
+                os.replace(os.path.join(work, name), out)
             except OSError:
                 if not os.path.isfile(os.path.join(out, "manifest.json")):
                     raise
-                shutil.rmtree(tmp, ignore_errors=True)  # another process compiled it meanwhile: keep theirs
-                for n in packages:
-                    os.remove(os.path.join(self.root, n))
-                return
-            for n in packages:
-                os.replace(os.path.join(self.root, n), out + n[len(os.path.basename(tmp)):])
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+                return  # another process compiled it meanwhile: keep theirs
+            for n in beside:
+                os.replace(os.path.join(work, n), os.path.join(self.root, n))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         self.compiled.append((comp, out))
 
 
