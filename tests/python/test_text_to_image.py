@@ -501,3 +501,25 @@ def test_webgpu_target_matches_cpu(tiny, cache, tmp_path):
     cpu = TextToImage(tiny, transformer="fp32", text_encoder="fp32", cache_dir=cache).run(PROMPT, **kw)
     assert np.abs(gpu.latents - cpu.latents).max() <= 1e-4 * np.abs(cpu.latents).max()
     assert gpu.image.info["target"] == "webgpu"
+
+
+def test_dry_run_at_chroma1_hd_sizes(tmp_path):
+    """The dry run on a directory with Chroma1-HD's configs and safetensors headers (sparse
+    files, no weights): the bytes per variant at the real scale, and the auto line."""
+    from chroma.pipelines.memory import GiB
+    from chroma.pipelines.random_model import write_shapes_only_model
+
+    d = write_shapes_only_model(str(tmp_path / "hd"))
+    p = TextToImage(d, cache_dir=str(tmp_path / "cache"))
+    ckpt = p.model.file_bytes("transformer")
+    assert 17.7e9 < ckpt < 17.9e9  # 8.9B parameters in bfloat16
+    from chroma.pipelines import plan
+
+    w = {v: plan.stage(p, "transformer", v, 1024, 1024, 64)["weights"] for v in ("fp32", "bf16", "q8", "q6", "q4")}
+    assert abs(w["bf16"] - ckpt) <= 0.005 * ckpt and abs(w["fp32"] - 2 * ckpt) <= 0.005 * ckpt
+    # q8/q6/q4: 8.5/6.5/4.5 bits a weight (a float16 scale and bias per 64), the bf16 rules' layers aside.
+    for v, bits in (("q8", 8.5), ("q6", 6.5), ("q4", 4.5)):
+        assert bits / 16 * ckpt < w[v] < (bits / 16 + 0.03) * ckpt, (v, w[v] / GiB)
+    lines = p.dry_run(PROMPT, width=1024, height=1024)
+    assert lines[-1].startswith("transformer auto -> q") and "at 1024x1024" in lines[-1]
+    assert any(line.startswith("  q4    weights 5.") for line in lines), lines

@@ -42,6 +42,14 @@ def _rules(comp: str, variant: str):
     return None
 
 
+VARIANTS = {"text_encoder": T5_VARIANTS, "transformer": TRANSFORMER_VARIANTS, "vae": ("fp32",)}
+
+
+def _arena(m: Dict[str, Any]) -> int:
+    return max([int(e.get("arena", {}).get("bytes", 0)) for e in m.get("entries", [])] +
+               [int(m.get("arena", {}).get("bytes", 0))])
+
+
 def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: int, batch: int = 1) -> Stage:
     model, store = pipe.model, pipe.store
     shapes = _shapes(comp, width, height, length, batch)
@@ -58,15 +66,22 @@ def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: i
     weights = component_bytes(tensors, prefix, rules, extra)["total"]
     m = store.manifest(comp, rules, shapes)
     arena = library = None
+    arena_txt = "arena unknown (not compiled yet: not counted)"
     if m is not None:
         weights = int(m["weights"]["bytes"])
-        arena = max([int(e.get("arena", {}).get("bytes", 0)) for e in m.get("entries", [])] +
-                    [int(m.get("arena", {}).get("bytes", 0))])
+        arena = _arena(m)
+        arena_txt = f"arena {fmt_bytes(arena)}"
         lib = os.path.join(store.directory(comp, rules, shapes), m["library"]["file"])
         library = os.path.getsize(lib) if os.path.isfile(lib) else 0
+    else:  # another variant's plan at this size: the same temporaries, give or take the products' kinds
+        for other in VARIANTS[comp]:
+            om = store.manifest(comp, _rules(comp, other), shapes)
+            if om is not None:
+                arena = _arena(om)
+                arena_txt = f"arena {fmt_bytes(arena)} (the {other} plan's at this size)"
+                break
     total = weights + (arena or 0) + (library or 0)
     src = "compiled plan" if m is not None else "estimated from the safetensors headers"
-    arena_txt = f"arena {fmt_bytes(arena)}" if arena is not None else "arena unknown (not compiled yet: not counted)"
     detail = f"{comp} {variant}: weights {fmt_bytes(weights)} ({src}) + {arena_txt}"
     if library:
         detail += f" + library {fmt_bytes(library)}"
@@ -107,7 +122,7 @@ def dry_run_lines(pipe: Any, width: int, height: int, length: int, batch: int, r
     run with each transformer variant, and what `auto` picks and why."""
     lines = [f"model {pipe.model.path}: {width}x{height}, text length bucket {length}, transformer batch {batch}, "
              f"target {pipe.store.target}; nothing compiled, no weights read"]
-    for comp, variants in (("text_encoder", T5_VARIANTS), ("transformer", TRANSFORMER_VARIANTS), ("vae", ("fp32",))):
+    for comp, variants in VARIANTS.items():
         lines.append(f"{comp} (checkpoint files {fmt_bytes(pipe.model.file_bytes(comp))}):")
         for v in variants:
             s = stage(pipe, comp, v, width, height, length, batch)

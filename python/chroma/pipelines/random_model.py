@@ -16,7 +16,7 @@ from __future__ import annotations
 import string
 from typing import Any, Dict, Optional
 
-__all__ = ["write_random_model", "TINY", "MEDIUM", "CHROMA1_HD_SCHEDULER"]
+__all__ = ["write_random_model", "write_shapes_only_model", "TINY", "MEDIUM", "CHROMA1_HD", "CHROMA1_HD_SCHEDULER"]
 
 # Chroma1-HD's scheduler/scheduler_config.json (the settings diffusers' ChromaPipeline runs with).
 CHROMA1_HD_SCHEDULER = {"base_image_seq_len": 256, "base_shift": 0.5, "invert_sigmas": False,
@@ -94,4 +94,68 @@ def write_random_model(path: str, config: Optional[Dict[str, Any]] = None, seed:
     sched = FlowMatchEulerDiscreteScheduler(**(CHROMA1_HD_SCHEDULER if scheduler is None else scheduler))
     pipe = ChromaPipeline(scheduler=sched, vae=vae, text_encoder=te, tokenizer=tok, transformer=transformer)
     pipe.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+# Chroma1-HD's own sizes (its config.json files): for write_shapes_only_model.
+CHROMA1_HD: Dict[str, Any] = {
+    "t5": {"d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64, "vocab_size": 32128},
+    "transformer": {"num_layers": 19, "num_single_layers": 38, "num_attention_heads": 24, "attention_head_dim": 128,
+                    "axes_dims_rope": (16, 56, 56), "approximator_hidden_dim": 5120, "approximator_layers": 5},
+    "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
+}
+
+
+def _write_header_only(path: str, state: Dict[str, Any], dtype: str = "BF16") -> None:
+    """A .safetensors file with the tensors' header and a sparse, zero body of the right size."""
+    import json
+    import math
+    import struct
+
+    header, offset = {}, 0
+    for name, shape in state.items():
+        n = math.prod(shape) * 2
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
+def write_shapes_only_model(path: str, config: Optional[Dict[str, Any]] = None) -> str:
+    """A model directory with the configs and safetensors headers of `config` (default:
+    Chroma1-HD's sizes) and no weights (sparse files of zeros): what --dry-run reads, at the
+    real model's scale, in a few seconds and no disk space. Not for running."""
+    import json
+    import os
+
+    import torch
+    from diffusers import AutoencoderKL, ChromaTransformer2DModel
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = CHROMA1_HD if config is None else config
+    write_random_model(path, config=TINY, seed=0)  # index, tokenizer, scheduler, and configs to replace
+    t5c, tr, v = cfg["t5"], cfg["transformer"], cfg["vae"]
+    n = len(v["block_out_channels"])
+    with torch.device("meta"):
+        t5 = T5EncoderModel(T5Config(vocab_size=t5c.get("vocab_size", 32128), d_model=t5c["d_model"], d_kv=t5c["d_kv"],
+                                     d_ff=t5c["d_ff"], num_layers=t5c["num_layers"], num_heads=t5c["num_heads"],
+                                     feed_forward_proj="gated-gelu"))
+        transformer = ChromaTransformer2DModel(
+            num_layers=tr["num_layers"], num_single_layers=tr["num_single_layers"],
+            attention_head_dim=tr["attention_head_dim"], num_attention_heads=tr["num_attention_heads"],
+            joint_attention_dim=t5c["d_model"], axes_dims_rope=tuple(tr["axes_dims_rope"]),
+            approximator_hidden_dim=tr["approximator_hidden_dim"], approximator_layers=tr["approximator_layers"])
+        vae = AutoencoderKL(down_block_types=("DownEncoderBlock2D",) * n, up_block_types=("UpDecoderBlock2D",) * n,
+                            block_out_channels=tuple(v["block_out_channels"]), layers_per_block=v["layers_per_block"],
+                            latent_channels=16, norm_num_groups=v["norm_num_groups"], scaling_factor=0.3611,
+                            shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False)
+    for comp, model, stem in (("text_encoder", t5, "model"), ("transformer", transformer, "diffusion_pytorch_model"),
+                              ("vae", vae, "diffusion_pytorch_model")):
+        state = {k: tuple(t.shape) for k, t in model.state_dict().items() if k != "encoder.embed_tokens.weight"}
+        _write_header_only(os.path.join(path, comp, f"{stem}.safetensors"), state)
+        with open(os.path.join(path, comp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(model.config.to_dict() if comp == "text_encoder" else dict(model.config), f)
     return path
