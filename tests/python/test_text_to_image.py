@@ -73,7 +73,8 @@ def _diffusers_latents(model, pos, neg, *, seed, width, height, steps, cfg):
     kw.update(prompt_embeds=pe, prompt_attention_mask=torch.ones(1, pe.shape[1], dtype=torch.bool))
     if neg is not None:
         ne = torch.from_numpy(neg.embeds)[None]
-        kw.update(negative_prompt_embeds=ne, negative_prompt_attention_mask=torch.ones(1, ne.shape[1], dtype=torch.bool))
+        kw.update(negative_prompt_embeds=ne,
+                  negative_prompt_attention_mask=torch.ones(1, ne.shape[1], dtype=torch.bool))
     with torch.no_grad():
         out = dp(height=height, width=width, num_inference_steps=steps, guidance_scale=cfg, output_type="latent",
                  generator=torch.Generator("cpu").manual_seed(seed), **kw)
@@ -162,7 +163,8 @@ def test_tokenizer_matches_transformers(tiny):
 
     from chroma.pipelines.text import Tokenizer
 
-    ours, ref = Tokenizer(os.path.join(tiny, "tokenizer")), AutoTokenizer.from_pretrained(os.path.join(tiny, "tokenizer"))
+    ours = Tokenizer(os.path.join(tiny, "tokenizer"))
+    ref = AutoTokenizer.from_pretrained(os.path.join(tiny, "tokenizer"))
     for p in (PROMPT, "", "Low quality, UGLY!! 42 foxes", OFFICIAL_NEGATIVE, "snow " * 600):
         r = ref(p, padding="max_length", max_length=512, truncation=True)
         n = sum(r["attention_mask"])
@@ -303,7 +305,8 @@ def test_cli_writes_a_png(tiny, pipe, cache, tmp_path):
 def test_auto_choice_line():
     from chroma.pipelines.memory import GiB, choose_transformer
 
-    needs = {"q6": {"total": int(8.81 * GiB), "detail": "q6 parts"}, "q4": {"total": int(6.81 * GiB), "detail": "q4 parts"}}
+    needs = {"q6": {"total": int(8.81 * GiB), "detail": "q6 parts"},
+             "q4": {"total": int(6.81 * GiB), "detail": "q4 parts"}}
     info = {"MemAvailable": int(40 * GiB)}
     v, line = choose_transformer(needs, int(40 * GiB), info, "1024x1024")
     assert v == "q6" and line.startswith("transformer auto -> q6 at 1024x1024: 40.00 GiB available now >= 9.81 GiB "

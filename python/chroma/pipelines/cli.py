@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
                        description="Text to image with Chroma1-HD's architecture: T5-XXL, the MMDiT transformer and "
                        "the FLUX VAE, each compiled by Chroma on first use and cached.")
     p.add_argument("--model", required=True, metavar="DIR",
-                   help="a diffusers-format directory (model_index.json, text_encoder/, tokenizer/, transformer/, vae/, "
-                   "scheduler/)")
+                   help="a diffusers-format directory (model_index.json, text_encoder/, tokenizer/, transformer/, "
+                   "vae/, scheduler/)")
     p.add_argument("--prompt", help="the prompt (required unless --text-embeds gives it)")
     p.add_argument("--negative", default=None,
                    help='the negative prompt (default: the official one; "" is an empty prompt, still encoded)')
@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
                    help="transformer weights: auto (q6 if the memory available covers q6's run plus 1 GiB, else q4), "
                    "q4, q6, q8, bf16 or fp32 (default auto)")
     p.add_argument("--text-encoder", choices=T5_VARIANTS, default="bf16",
-                   help="T5 weights: bf16 (default), q8 (q, k, v, o, wi_0, wi_1 in q8; wo and the embedding bf16) or fp32")
+                   help="T5 weights: bf16 (default), q8 (q, k, v, o, wi_0, wi_1 in q8; wo and the embedding bf16) "
+                   "or fp32")
     p.add_argument("--cfg-mode", choices=("separate", "batched"), default="separate",
                    help="separate: two batch-1 transformer calls a step; batched: one batch-2 call (default separate)")
     p.add_argument("--vae-dtype", choices=("float32",), default="float32", help="the VAE's precision (float32)")
@@ -52,7 +53,8 @@ def add_parser(sub) -> None:
                    help="diffusers' torch CPU-generator noise (the only option that imports torch at run time)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--target", choices=tuple(TARGETS), default="cpu", help="the compile target (default cpu)")
-    p.add_argument("--threads", type=int, default=None, help="threads the compiled programs run on (default: one a core)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads the compiled programs run on (default: one a core)")
     p.add_argument("--cache-dir", default=None,
                    help="where compiled components are kept (default $CHROMA_CACHE_DIR/text_to_image, else "
                    "~/.cache/chroma/text_to_image)")

@@ -91,7 +91,8 @@ class Denoiser(torch.nn.Module):
                            joint_attention_kwargs=kw)
         h = torch.cat([ctx, x], dim=1)
         for i, block in enumerate(t.single_transformer_blocks):
-            h = block(hidden_states=h, temb=pooled[:, 3 * i:3 * i + 3], image_rotary_emb=rope, joint_attention_kwargs=kw)
+            h = block(hidden_states=h, temb=pooled[:, 3 * i:3 * i + 3], image_rotary_emb=rope,
+                      joint_attention_kwargs=kw)
         h = t.norm_out(h[:, ctx.shape[1]:], pooled[:, -2:])
         return t.proj_out(h)
 

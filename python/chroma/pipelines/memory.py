@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["TRANSFORMER_VARIANTS", "T5_VARIANTS", "transformer_rules", "t5_rules", "component_bytes", "GiB",

@@ -134,7 +134,8 @@ class ModelDir:
                 if not os.path.isfile(f):
                     raise ModelDirError(f"{f}: missing (a shard {index} lists)")
             return files
-        raise ModelDirError(f"{single}: missing (the {comp}'s weights; no shard index {os.path.basename(index)} either)")
+        raise ModelDirError(f"{single}: missing (the {comp}'s weights; no shard index "
+                            f"{os.path.basename(index)} either)")
 
     def tensors(self, comp: str) -> Dict[str, Tuple[str, List[int]]]:
         if comp not in self._tensors:

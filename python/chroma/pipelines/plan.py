@@ -11,7 +11,7 @@ a time) plus the inputs and outputs the pipeline keeps in NumPy (latents, text e
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from .memory import (MARGIN_BYTES, TRANSFORMER_VARIANTS, T5_VARIANTS, choose_transformer, component_bytes, fmt_bytes,
                      t5_rules, text_encoder_constants, transformer_constants, transformer_rules)
@@ -101,7 +101,8 @@ def run_needs(pipe: Any, variant: str, width: int, height: int, length: int, bat
     stages = [stage(pipe, "text_encoder", pipe.text_encoder_variant, width, height, length),
               stage(pipe, "transformer", variant, width, height, length, batch),
               stage(pipe, "vae", "fp32", width, height, length)]
-    extra = io_bytes(width, height, length, batch, int(pipe.model.config("transformer").get("joint_attention_dim", 4096)))
+    dim = int(pipe.model.config("transformer").get("joint_attention_dim", 4096))
+    extra = io_bytes(width, height, length, batch, dim)
     peak = max(stages, key=lambda s: s["total"])
     total = peak["total"] + extra
     detail = (f"{peak['detail']} + {fmt_bytes(extra)} of latents and text; stages "

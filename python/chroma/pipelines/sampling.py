@@ -92,7 +92,8 @@ def flux_sigmas(shift: float = 1.0, timesteps: int = FLUX_TIMESTEPS) -> np.ndarr
     return (e / (e + (np.float32(1.0) / t - np.float32(1.0)))).astype(np.float32)
 
 
-def beta_schedule(steps: int, alpha: float = 0.45, beta: float = 0.45, shift: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+def beta_schedule(steps: int, alpha: float = 0.45, beta: float = 0.45,
+                  shift: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
     table = flux_sigmas(shift)
     total = len(table) - 1
     qs = 1.0 - np.linspace(0.0, 1.0, steps, endpoint=False)
@@ -168,7 +169,8 @@ def unpack(packed: np.ndarray, height: int, width: int) -> np.ndarray:
     b, n, ch = packed.shape
     h, w = latent_shape(height, width)
     if n != (h // 2) * (w // 2):
-        raise ValueError(f"latents of {n} tokens do not belong to a {width}x{height} image ({(h // 2) * (w // 2)} tokens)")
+        raise ValueError(f"latents of {n} tokens do not belong to a {width}x{height} image "
+                         f"({(h // 2) * (w // 2)} tokens)")
     x = packed.reshape(b, h // 2, w // 2, ch // 4, 2, 2).transpose(0, 3, 1, 4, 2, 5)
     return np.ascontiguousarray(x.reshape(b, ch // 4, h, w))
 

@@ -30,7 +30,7 @@ from .artifacts import ArtifactStore
 from .components_np import KEY_MASKED
 from .memory import TRANSFORMER_VARIANTS, T5_VARIANTS, peak_memory, t5_rules, transformer_rules
 from .model_dir import ModelDir
-from .sampling import SCHEDULES, cfg_combine, euler_step, latent_shape, noise, pack, schedule, unpack
+from .sampling import SCHEDULES, cfg_combine, euler_step, latent_shape, noise, schedule, unpack
 from .text import BUCKETS, MAX_TOKENS, TextEmbedding, Tokenizer, bucket_for, load_text_embeds, save_text_embeds
 
 __all__ = ["TextToImage", "Result", "OFFICIAL_NEGATIVE", "CFG_MODES"]
