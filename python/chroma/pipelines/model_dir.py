@@ -94,6 +94,7 @@ class ModelDir:
                 raise ModelDirError(f"{self._p('model_index.json')}: field {comp!r} missing")
         self._configs: Dict[str, Dict[str, Any]] = {}
         self._tensors: Dict[str, Dict[str, Tuple[str, List[int]]]] = {}
+        self._fingerprints: Dict[str, str] = {}
         for comp in COMPONENTS:
             self.config(comp)
             self.weight_files(comp)
@@ -150,11 +151,15 @@ class ModelDir:
 
     def fingerprint(self, comp: str) -> str:
         """A digest of the component's config, its weights files' headers, sizes and modification
-        times: what the artifact cache keys on (a changed file changes its time)."""
+        times: what the artifact cache keys on (a changed file changes its time). Computed once
+        per ModelDir."""
+        if comp in self._fingerprints:
+            return self._fingerprints[comp]
         h = hashlib.sha256()
         h.update(json.dumps(self.config(comp), sort_keys=True).encode())
         for f in self.weight_files(comp):
             st = os.stat(f)
             h.update(f"{os.path.basename(f)}:{st.st_size}:{st.st_mtime_ns}".encode())
             h.update(json.dumps(read_safetensors_header(f), sort_keys=True).encode())
-        return h.hexdigest()[:20]
+        self._fingerprints[comp] = h.hexdigest()[:20]
+        return self._fingerprints[comp]
