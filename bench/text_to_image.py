@@ -7,7 +7,9 @@ The whole comparison runs in minutes (the first run also compiles each variant o
     .venv/bin/python bench/text_to_image.py
     .venv/bin/python bench/text_to_image.py --size 512 --steps 8 --variants fp32,q4 --threads 4
 
-Each measurement is a fresh process (so its peak memory is its own): the per-step time (the
+Each measurement is a fresh process (so its peak memory is its own; each Chroma variant is
+compiled once first, unmeasured), `--repeat` rounds over all systems, medians reported: the
+per-step time (the
 mean over the steps: two transformer calls and the Euler step), the whole run from loading
 to the image (Chroma: from cached artifacts; diffusers: from_pretrained), and the peak
 resident memory (/proc's VmHWM, the interpreter and its imports included). diffusers runs as
@@ -100,6 +102,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--variants", default="fp32,bf16,q8,q6,q4")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds over every system (interleaved); the medians are reported")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--worker", choices=("chroma", "diffusers"), help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="fp32", help=argparse.SUPPRESS)
@@ -114,16 +118,21 @@ def main() -> None:
 
         a.model = write_random_model(os.path.join(work, "medium"), config=MEDIUM, seed=0)
     a.cache = a.cache or os.path.join(work, "cache")
+    systems = [("diffusers fp32 (512 text tokens)", ["--worker", "diffusers"]),
+               ("diffusers fp32 (64 text tokens)", ["--worker", "diffusers", "--max-seq", "64"])]
+    systems += [(f"chroma {v}", ["--worker", "chroma", "--variant", v]) for v in a.variants.split(",")]
+    for label, extra in systems[2:]:  # compile each variant once, unmeasured
+        _run(a, extra)
+    samples = {label: [] for label, _ in systems}
+    for _ in range(a.repeat):  # rounds alternate the systems, so drift of the machine hits all
+        for label, extra in systems:
+            samples[label].append(_run(a, extra))
     results = {}
-    for label, extra in (("diffusers fp32 (512 text tokens)", ["--worker", "diffusers"]),
-                         ("diffusers fp32 (64 text tokens)", ["--worker", "diffusers", "--max-seq", "64"])):
-        results[label] = _run(a, extra)
-    for v in a.variants.split(","):
-        r = _run(a, ["--worker", "chroma", "--variant", v])
-        if r.get("compiled"):  # the first run compiled: measure again from the cached artifacts
-            r = _run(a, ["--worker", "chroma", "--variant", v])
-        results[f"chroma {v}"] = r
-    print(f"{a.size}x{a.size}, {a.steps} steps, CFG 3.8, {a.threads} threads, model {a.model}")
+    for label, rs in samples.items():
+        med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]  # noqa: E731
+        results[label] = {"step": med("step"), "total": med("total"), "peak": max(r["peak"] for r in rs),
+                          "samples": rs}
+    print(f"{a.size}x{a.size}, {a.steps} steps, CFG 3.8, {a.threads} threads, {a.repeat} round(s), model {a.model}")
     print(f"{'system':36} {'step s':>9} {'run s':>9} {'peak MiB':>9}")
     for k, r in results.items():
         print(f"{k:36} {r['step']:9.4f} {r['total']:9.2f} {r['peak'] / 2 ** 20:9.1f}")
