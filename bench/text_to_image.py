@@ -9,9 +9,8 @@ The whole comparison runs in minutes (the first run also compiles each variant o
 
 Each measurement is a fresh process (so its peak memory is its own; each Chroma variant is
 compiled once first, unmeasured), `--repeat` rounds over all systems, medians reported: the
-per-step time (the
-mean over the steps: two transformer calls and the Euler step), the whole run from loading
-to the image (Chroma: from cached artifacts; diffusers: from_pretrained), and the peak
+per-step time (the mean over the steps: two transformer calls and the Euler step), the
+whole run from loading to the image (Chroma: from cached artifacts; diffusers: from_pretrained), and the peak
 resident memory (/proc's VmHWM, the interpreter and its imports included). diffusers runs as
 it does by default (text padded to 512 tokens) and with max_sequence_length 64 (the same
 text length as Chroma's bucket: the like-for-like transformer cost).
