@@ -490,6 +490,9 @@ def test_python_api_stages(pipe):
     assert np.array_equal(res.latents, lats[0]) and np.array_equal(np.asarray(res.image), np.asarray(imgs[0]))
     assert not pipe._loaded  # run() releases every component
     assert res.image.info["transformer_choice"].startswith("transformer fp32")
+    # denoise(text, seed=s) as the SPEC writes it: the official negative prompt, encoded once.
+    assert np.array_equal(pipe.denoise(texts[0], seed=1, **kw), lats[0])
+    assert pipe.official_negative() is pipe.official_negative()
 
 
 @pytest.mark.full  # compiles the three components for WebGPU and runs them on a software adapter

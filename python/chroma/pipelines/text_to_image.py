@@ -86,6 +86,7 @@ class TextToImage:
         self.quiet = quiet
         self._log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self._tokenizer: Optional[Tokenizer] = None
+        self._negative: Optional[TextEmbedding] = None
         self._loaded: Dict[str, Any] = {}  # kind -> (key, program)
         self.timings: Dict[str, float] = {}
         self.transformer_choice = ""
@@ -155,6 +156,12 @@ class TextToImage:
     def encode(self, prompt: str) -> TextEmbedding:
         return self.encode_many([prompt])[0]
 
+    def official_negative(self) -> TextEmbedding:
+        """The official negative prompt's embeddings (encoded on first use, then kept)."""
+        if self._negative is None:
+            self._negative = self.encode(OFFICIAL_NEGATIVE)
+        return self._negative
+
     # ---- denoising ---------------------------------------------------------------------------
 
     def choose_variant(self, width: int, height: int, length: int, batch: int) -> str:
@@ -172,13 +179,14 @@ class TextToImage:
                 cfg_mode: str = DEFAULTS["cfg_mode"], torch_noise: bool = False,
                 latents: Optional[np.ndarray] = None) -> np.ndarray:
         """The final packed latents [1, N, 64]. The transformer stays loaded for the next call
-        (release_transformer() frees it). cfg <= 1 skips the negative pass."""
+        (release_transformer() frees it). cfg <= 1 skips the negative pass; without `negative`
+        the official negative prompt is used (encoded once and kept)."""
         check_size(width, height)
         if cfg_mode not in CFG_MODES:
             raise ValueError(f"unknown cfg_mode {cfg_mode!r} (expected {', '.join(CFG_MODES)})")
         guided = cfg > 1.0
         if guided and negative is None:
-            raise ValueError("cfg > 1 needs the negative prompt's embeddings")
+            negative = self.official_negative()
         for e in [text] + ([negative] if guided else []):
             if e.embeds.ndim != 2 or e.embeds.shape[1] != self.dim:
                 raise ValueError(f"text embeddings of shape {list(e.embeds.shape)}: this transformer takes [tokens, "
