@@ -227,6 +227,16 @@ def test_bad_settings_name_the_problem(tiny, cache):
         p.run(PROMPT, width=64, height=64, schedule="karras")
 
 
+def test_cli_errors_are_one_line(tiny, tmp_path):
+    r = _cli("--model", tiny, "--prompt", PROMPT, "--width", "100", "--cache-dir", str(tmp_path))
+    assert r.returncode != 0 and "chroma text-to-image: ValueError: width 100 is not a multiple of 16" in r.stderr
+    r = _cli("--model", str(tmp_path), "--prompt", PROMPT)
+    assert r.returncode != 0 and "not a directory" not in r.stderr and "model_index.json: missing" in r.stderr
+    r = _cli("--model", tiny, "--prompt", PROMPT, "--transformer", "q5")
+    assert r.returncode != 0 and "invalid choice: 'q5'" in r.stderr
+    assert not os.listdir(tmp_path)
+
+
 def _cli(*args, env=None):
     root = os.path.join(os.path.dirname(__file__), "..", "..", "python")
     e = dict(os.environ, PYTHONPATH=root, **(env or {}))

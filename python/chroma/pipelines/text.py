@@ -47,6 +47,7 @@ class Tokenizer:
 
             self._hf = AutoTokenizer.from_pretrained(directory)
             self.eos_id, self.pad_id = self._hf.eos_token_id, self._hf.pad_token_id
+        self.dropped = 0
         if self.eos_id is None or self.pad_id is None:
             raise ValueError(f"{directory}: the tokenizer has no </s> or <pad> token (a T5 tokenizer has both)")
 
@@ -58,6 +59,7 @@ class Tokenizer:
             ids = self._fast.encode(prompt, add_special_tokens=False).ids
         else:
             ids = self._hf(prompt, add_special_tokens=False)["input_ids"]
+        self.dropped = max(0, len(ids) - (MAX_TOKENS - 1))  # tokens truncation dropped (diffusers drops them too)
         return list(ids[: MAX_TOKENS - 1]) + [self.eos_id]
 
     def encoder_input(self, ids: List[int], length: int) -> Tuple[np.ndarray, np.ndarray, int]:

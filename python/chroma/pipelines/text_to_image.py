@@ -137,7 +137,12 @@ class TextToImage:
     def encode_many(self, prompts: Sequence[str]) -> List[TextEmbedding]:
         """Text embeddings of each prompt (T5 loaded once per length bucket used, then released)."""
         t0 = time.perf_counter()
-        ids = [self.tokenizer(p) for p in prompts]
+        ids = []
+        for p in prompts:
+            ids.append(self.tokenizer(p))
+            if self.tokenizer.dropped:
+                self._log(f"warning: the prompt {p[:40]!r}... has {MAX_TOKENS - 1 + self.tokenizer.dropped} tokens "
+                          f"before EOS; T5 takes {MAX_TOKENS} with EOS: the last {self.tokenizer.dropped} are dropped")
         self._time("tokenize", time.perf_counter() - t0)
         out: List[Optional[TextEmbedding]] = [None] * len(prompts)
         rules = t5_rules(self.text_encoder_variant)
