@@ -15,6 +15,9 @@ resident memory (/proc's VmHWM, the interpreter and its imports included). diffu
 it does by default (text padded to 512 tokens) and with max_sequence_length 64 (the same
 text length as Chroma's bucket: the like-for-like transformer cost).
 
+With fp32 among the variants, each other variant's accuracy follows: the relative L2 error
+of its guided velocity at every step of the fp32 trajectory (chroma.pipelines.accuracy).
+
 Targets: a denoising step >= 2x faster than diffusers fp32, >= 3x with q4/q6; peak memory
 <= half of diffusers'.
 """
@@ -146,9 +149,21 @@ def main() -> None:
         print(f"{k}: step {sp:.2f}x diffusers (default), {sp_like:.2f}x (64 tokens): target >= {want:.0f}x "
               f"{'met' if sp_like >= want else 'NOT met'} (like for like); peak {mem:.2f} of diffusers': target <= 0.5 "
               f"{'met' if mem <= 0.5 else 'NOT met'}")
+    accuracy = {}
+    if "fp32" in a.variants.split(","):
+        from chroma.pipelines import TextToImage
+        from chroma.pipelines.accuracy import velocity_errors
+
+        pipe = TextToImage(a.model, text_encoder="fp32", cache_dir=a.cache, threads=a.threads)
+        for v in a.variants.split(","):
+            if v != "fp32":
+                accuracy[v] = velocity_errors(pipe, v, PROMPT, seed=1, width=a.size, height=a.size, steps=a.steps)
+                print(f"chroma {v}: relative L2 of the guided velocity against fp32 per step of the fp32 trajectory: "
+                      + " ".join(f"{e:.4f}" for e in accuracy[v]))
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"size": a.size, "steps": a.steps, "threads": a.threads, "results": results}, f, indent=2)
+            json.dump({"size": a.size, "steps": a.steps, "threads": a.threads, "repeat": a.repeat, "results": results,
+                       "velocity_rel_l2": accuracy}, f, indent=2)
 
 
 if __name__ == "__main__":

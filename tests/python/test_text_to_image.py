@@ -410,30 +410,6 @@ def test_pipeline_configurations_match_diffusers(case, tmp_path_factory, cache):
     assert res.image.size == (case["width"], case["height"])
 
 
-def _velocity_errors(pipe, variant, steps=4, seed=0):
-    """Relative L2 error of the guided velocity of `variant` against fp32 at every step of the
-    fp32 trajectory (beta schedule, cfg 3.8)."""
-    from chroma.pipelines.memory import transformer_rules
-
-    pos, neg = pipe.encode_many([PROMPT, OFFICIAL_NEGATIVE])
-    shapes = {"batch": 1, "h2": 4, "w2": 4, "length": 64}
-    progs = {v: pipe.store.get("transformer", transformer_rules(v), shapes)[0] for v in ("fp32", variant)}
-    ctx = np.zeros((2, 64, pipe.dim), np.float32)
-    bias = np.full((2, 64), -1e30, np.float32)
-    for i, t in enumerate((pos, neg)):
-        ctx[i, :len(t)] = t.embeds
-        bias[i, :len(t)] = 0
-    sig, tm = sampling.schedule("beta", steps, 16)
-    x, errs = sampling.noise(seed, H, W), []
-    for i in range(steps):
-        ts = tm[i:i + 1]
-        v = {k: sampling.cfg_combine(np.asarray(p(x, ts, ctx[:1], bias[:1])), np.asarray(p(x, ts, ctx[1:], bias[1:])),
-                                     3.8) for k, p in progs.items()}
-        errs.append(float(np.linalg.norm(v[variant] - v["fp32"]) / np.linalg.norm(v["fp32"])))
-        x = sampling.euler_step(x, v["fp32"], sig[i], sig[i + 1])
-    return errs
-
-
 @pytest.mark.full  # compiles the transformer in q8 and q4
 @pytest.mark.parametrize("variant,bound", [("q8", 0.03), ("q4", 0.08)])
 def test_transformer_variants(variant, bound, pipe):
@@ -442,9 +418,10 @@ def test_transformer_variants(variant, bound, pipe):
     of float32's at every step (measured on the tiny model: q8 0.8-0.9%, q4 1.8-2.0%, with the
     int8 activations the CPU's q4 kernels use)."""
     from chroma.pipelines import plan
+    from chroma.pipelines.accuracy import velocity_errors
     from chroma.pipelines.memory import TRANSFORMER_KEEP_BF16, component_bytes, transformer_constants, transformer_rules
 
-    errs = _velocity_errors(pipe, variant)
+    errs = velocity_errors(pipe, variant, PROMPT, width=W, height=H, steps=4)
     shapes = {"batch": 1, "h2": 4, "w2": 4, "length": 64}
     m = pipe.store.manifest("transformer", transformer_rules(variant), shapes)
     w = m["options"]["weights"]
