@@ -237,23 +237,22 @@ def test_cli_errors_are_one_line(tiny, tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def _cli(*args, env=None):
+_MAIN = ("import sys; sys.argv = ['chroma'] + sys.argv[1:]\nfrom chroma.cli import main\ntry:\n    main()\n"
+         "finally:\n    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+
+
+def _cli(*args):
+    """`chroma text-to-image ARGS` in a fresh process; its stdout ends with TORCH or NO-TORCH
+    (whether torch was imported)."""
     root = os.path.join(os.path.dirname(__file__), "..", "..", "python")
-    e = dict(os.environ, PYTHONPATH=root, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "chroma", "text-to-image", *args], capture_output=True, text=True,
-                          env=e, timeout=600)
+    return subprocess.run([sys.executable, "-c", _MAIN, "text-to-image", *args], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=600)
 
 
 def test_dry_run_compiles_nothing(tiny, tmp_path):
     """--dry-run in a fresh cache: the report, and no artifact, no torch import."""
     cache = str(tmp_path / "cache")
-    code = ("import sys, runpy; sys.argv = ['chroma'] + sys.argv[1:]; "
-            "from chroma.cli import main\ntry:\n    main()\nfinally:\n"
-            "    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "python")
-    r = subprocess.run([sys.executable, "-c", code, "text-to-image", "--model", tiny, "--prompt", PROMPT, "--dry-run",
-                        "--width", "512", "--height", "768", "--cache-dir", cache], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    r = _cli("--model", tiny, "--prompt", PROMPT, "--dry-run", "--width", "512", "--height", "768", "--cache-dir", cache)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "512x768" in out and "nothing compiled, no weights read" in out
@@ -302,6 +301,12 @@ def test_cli_writes_a_png(tiny, pipe, cache, tmp_path):
              "--save-latents", lat, "--save-text-embeds", emb)
     assert r.returncode == 0, r.stderr
     assert "step 3/3" in r.stderr and f"wrote {out}" in r.stdout
+    # Again, the components now from the cache: no torch at run time, no progress with --quiet.
+    r2 = _cli("--model", tiny, "--prompt", PROMPT, "--width", str(W), "--height", str(H), "--steps", "3",
+              "--transformer", "fp32", "--text-encoder", "fp32", "--cache-dir", cache, "--quiet",
+              "--out", str(tmp_path / "again.png"))
+    assert r2.returncode == 0 and r2.stdout.strip().endswith("NO-TORCH"), r2.stdout + r2.stderr
+    assert r2.stdout.startswith("seed ") and "step" not in r2.stderr
     meta = read_png_metadata(out)
     for key in ("prompt", "negative", "seed", "width", "height", "steps", "cfg", "schedule", "cfg_mode", "transformer",
                 "transformer_choice", "text_encoder", "timings", "peak_memory", "torch_noise", "sigmas"):
