@@ -62,7 +62,11 @@ def _key_bias_processor():
 
 class Denoiser(torch.nn.Module):
     """velocity = transformer(latents [B, N, 64], timestep [B] (sigma, t/1000), text [B, L, D],
-    key_bias [B, L]) for an image of h2 x w2 packed tokens (N = h2 * w2) and L text tokens."""
+    key_bias [B, L]) for an image of h2 x w2 packed tokens (N = h2 * w2) and L text tokens.
+
+    forward() is ChromaTransformer2DModel.forward (diffusers 0.42) with the rotary tables
+    precomputed and the key bias passed to every attention; its blocks and layers are
+    diffusers' own. tests/python/test_text_to_image.py checks it against the model's forward."""
 
     def __init__(self, transformer: Any, h2: int, w2: int, text_len: int):
         super().__init__()

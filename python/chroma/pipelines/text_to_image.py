@@ -312,6 +312,7 @@ class TextToImage:
                 "transformer_choice": self.transformer_choice, "text_encoder": self.text_encoder_variant,
                 "vae_dtype": "float32", "target": self.store.target, "threads": self.store.threads or "default",
                 "model": self.model.path, "sigmas": [float(s) for s in self.last_sigmas],
+                "steps_run": len(self.last_sigmas) - 1,  # the beta schedule drops repeated timesteps
                 "timings": {k: round(v, 4) for k, v in self.timings.items()}, "peak_memory": peak,
                 "software": f"chroma {__version__} text-to-image"}
         meta.update(settings)
