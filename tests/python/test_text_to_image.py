@@ -521,3 +521,28 @@ def test_dry_run_at_chroma1_hd_sizes(tmp_path):
     lines = p.dry_run(PROMPT, width=1024, height=1024)
     assert lines[-1].startswith("transformer auto -> q") and "at 1024x1024" in lines[-1]
     assert any(line.startswith("  q4    weights 5.") for line in lines), lines
+
+
+def test_sharded_weights(tiny, tmp_path):
+    """A component in shards with their index (how Chroma1-HD's transformer and T5 are stored):
+    the same tensors; a shard the index names but the directory lacks is named."""
+    from safetensors.torch import load_file, save_file
+
+    d = _copy_model(tiny, tmp_path)
+    comp = os.path.join(d, "transformer")
+    single = os.path.join(comp, "diffusion_pytorch_model.safetensors")
+    state = load_file(single)
+    names = sorted(state)
+    halves = {"diffusion_pytorch_model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "diffusion_pytorch_model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for f, keys in halves.items():
+        save_file({k: state[k] for k in keys}, os.path.join(comp, f))
+    with open(os.path.join(comp, "diffusion_pytorch_model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": {k: f_ for f_, ks in halves.items() for k in ks}}, f)
+    want = ModelDir(tiny).tensors("transformer")
+    os.remove(single)
+    m = ModelDir(d)
+    assert m.tensors("transformer") == want and len(m.weight_files("transformer")) == 2
+    os.remove(os.path.join(comp, "diffusion_pytorch_model-00002-of-00002.safetensors"))
+    with pytest.raises(ModelDirError, match="00002-of-00002.safetensors: missing"):
+        ModelDir(d)
