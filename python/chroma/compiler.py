@@ -260,7 +260,8 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
 
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
             blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
-            threads: Optional[int] = None, keep_graph: bool = False, weights: Any = None) -> Program:  # noqa: A001
+            threads: Optional[int] = None, keep_graph: bool = False, weights: Any = None,
+            weight_data: Any = None) -> Program:  # noqa: A001
     """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
 
     out:       artifact directory (a new temporary directory when None)
@@ -297,6 +298,11 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                manifest lists every decision; prog.accuracy compares the outputs on the example
                inputs with float32 PyTorch. A list (["q8", "q4"]) builds one artifact with a
                variant each (chroma.load(out, weights="auto") chooses by the memory available).
+    weight_data: where the weights' bytes come from (chroma.frontend.exporter.export's
+               weight_data): a model built without its weights (structure_only()) compiles
+               with them read from files, e.g. safetensors_weights(paths); nothing runs the
+               model eagerly then (no golden data for GPU packages, no accuracy report, and
+               the finished-artifact cache is off: it fingerprints the weights)
     """
     from .frontend.exporter import export
 
@@ -315,23 +321,27 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         out = tempfile.mkdtemp(prefix="chroma-")
     os.makedirs(out, exist_ok=True)
 
+    eager = weight_data is None and not _without_weights(model_or_function)
+
     def build(timings: Dict[str, Any]) -> Program:
-        graph = _timed(timings, "export", export, model_or_function, tuple(example_inputs))
+        graph = _timed(timings, "export", export, model_or_function, tuple(example_inputs), weight_data=weight_data)
         with _graph_dir(out, keep_graph) as gdir:
             gpath = os.path.join(gdir, "graph.cgraph")
             _timed(timings, "graph_write", graph.write, gpath)
             golden = ""
-            if _RUNTIME_TARGETS[target].gpu and not graph.json.get("state_updates"):
+            if eager and _RUNTIME_TARGETS[target].gpu and not graph.json.get("state_updates"):
                 golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
                                 [i["name"] for i in graph.json["inputs"]], gdir, _golden_weight_error(spec))
             _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
                    cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
-            if spec:
+            if spec and eager:
                 _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
             return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
+    if not eager:
+        return build({"model_cache": "off (weights from weight_data)"})
     if _RUNTIME_TARGETS[target].gpu:  # the package lies beside the directory the model cache stores
         return build({"model_cache": f"off (target {target})"})
     options = dict(target=target, blas=blas, max_depth=max_depth)
@@ -339,6 +349,17 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         options["weights"] = spec
     return through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
                                 threads, build)
+
+
+def _without_weights(model: Any) -> bool:
+    """Whether a module was built without its weights (structure_only(): FakeTensors)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return False
+    from .frontend.exporter import _is_fake
+
+    return any(_is_fake(p) for p in model.parameters())
 
 
 def compile_variants(compile_fn, model: Any, example_inputs: Any, weights: List[Any], out: str, **options: Any):

@@ -668,7 +668,7 @@ Graph import_container(const GraphFile& gf, const std::string& name) {
 }
 
 // Files at least this large are mapped rather than read: their weights stay file pages.
-constexpr uint64_t kMapBytes = uint64_t{64} << 20;
+constexpr uint64_t kMapBytes = uint64_t{1} << 20;
 
 // The whole file mapped read-only (nullptr when it cannot be: the caller reads it instead).
 std::shared_ptr<const void> map_file(const std::string& path, uint64_t size) {

@@ -67,7 +67,7 @@ def test_large_graph_compiles_without_copying_its_weights(tmp_path):
     from chroma.frontend.exporter import export
 
     torch.manual_seed(0)
-    model = Stack(20, 1024).eval()  # 80 MiB of float32 weights: above the mapping threshold (64 MiB)
+    model = Stack(20, 1024).eval()  # 80 MiB of float32 weights: above the mapping threshold (1 MiB)
     x = torch.randn(3, 1024)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     graph = str(tmp_path / "g.cgraph")

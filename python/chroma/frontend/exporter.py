@@ -210,6 +210,31 @@ def _tensor_bytes(t: torch.Tensor):
     return t.reshape(-1).view(torch.uint8).numpy()
 
 
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor) or t.device.type == "meta"
+
+
+def _into_fake_mode(module: torch.nn.Module, example_inputs: tuple) -> tuple:
+    """A model built without its weights traces in the fake mode its parameters belong to:
+    real example inputs are converted into it (their values are not needed)."""
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode(tuple(module.parameters()) + tuple(module.buffers()))
+    if mode is None:
+        return example_inputs
+    return tuple(mode.from_tensor(x) if isinstance(x, torch.Tensor) and not _is_fake(x) else x for x in example_inputs)
+
+
+def structure_only():
+    """A context in which modules are built without their weights (every parameter a
+    FakeTensor: shapes and dtypes, no memory): export such a model with ``weight_data``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
 def _check_inputs(example_inputs: Any) -> tuple:
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
@@ -371,6 +396,8 @@ class _Serializer:
     def __init__(self, ep):
         self.extra_state: Tuple[str, ...] = ()
         self.state_updates: list = []
+        self.weight_data: Optional[Callable[[str], Optional[torch.Tensor]]] = None
+        self.widenings: list = []  # cast nodes of weights stored narrower than the model computes
         self.ep = ep
         self.getitems: Dict[str, Tuple[str, int]] = {}  # getitem node -> (parent, k)
 
@@ -432,8 +459,9 @@ class _Serializer:
                 t = self.ep.constants.get(spec.target)
             if not isinstance(t, torch.Tensor):
                 raise ExportError(f"weight {spec.target!r} is not a tensor")
-            dtype = _dtype_name(t.dtype, f"weight {spec.target!r}")
-            data = _tensor_bytes(t)
+            stored, name = self._stored(spec.target, spec.arg.name, t, spec.kind == InputKind.BUFFER and spec.target in state)
+            dtype = _dtype_name(stored.dtype, f"weight {spec.target!r}")
+            data = _tensor_bytes(stored)
             digest = hashlib.sha256(data).hexdigest()
             key = (dtype, digest)
             if key not in seen:  # deduplicate identical dtype+bytes
@@ -443,12 +471,40 @@ class _Serializer:
             kind = kinds[spec.kind]
             if spec.kind == InputKind.BUFFER and spec.target in state:
                 kind = "state"
-            entries.append({"name": spec.arg.name, "source": spec.target,
+            entries.append({"name": name, "source": spec.target,
                             "kind": kind, "dtype": dtype,
                             "shape": _shape(t, f"weight {spec.target!r}"),
                             "offset": seen[key], "nbytes": len(data),
                             "sha256": digest})
         return entries, pieces, end
+
+    def _stored(self, target: str, arg: str, t: torch.Tensor, state: bool):
+        """The tensor whose bytes the file holds for weight `target` and the entry's name:
+        weight_data's when it gives one (checked against the model's), else the model's own.
+        A narrower stored type gets a cast node named like the weight (self.widenings)."""
+        src = self.weight_data(target) if self.weight_data is not None else None
+        if src is None:
+            if _is_fake(t):
+                raise ExportError(f"weight {target!r} has no data: the model was built without its weights "
+                                  f"(structure_only) and weight_data gives none for it")
+            return t, arg
+        if _is_fake(src) or src.device.type != "cpu":
+            raise ExportError(f"weight_data({target!r}) must give a CPU tensor with data, got {type(src).__name__} "
+                              f"on {src.device}")
+        if tuple(src.shape) != tuple(t.shape):
+            raise ExportError(f"weight {target!r}: the file's tensor has shape {list(src.shape)}, the model's "
+                              f"{list(t.shape)}")
+        if src.dtype == t.dtype:
+            return src, arg
+        if not (t.dtype == torch.float32 and src.dtype in (torch.bfloat16, torch.float16)) or state:
+            raise ExportError(f"weight {target!r} is stored as {src.dtype} and the model computes in {t.dtype}: "
+                              f"only a bfloat16 or float16 weight (not state) widens exactly to float32")
+        stored = f"{arg}__stored"
+        self.widenings.append({"name": arg, "target": "aten._to_copy.default", "args": [{"ref": stored}],
+                               "kwargs": {"dtype": {"dtype": "float32"}},
+                               "outputs": [{"dtype": "float32", "shape": _shape(t, f"weight {target!r}")}],
+                               "source": f"weight {target} ({_dtype_name(src.dtype, target)} in its file)"})
+        return src, stored
 
     def outputs_of(self, n: torch.fx.Node) -> list:
         val = n.meta.get("val")
@@ -524,7 +580,8 @@ class _Serializer:
 
 
 def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: tuple,
-           path: Optional[str] = None, state: Tuple[str, ...] = ()) -> ExportedGraph:
+           path: Optional[str] = None, state: Tuple[str, ...] = (),
+           weight_data: Optional[Callable[[str], Optional[torch.Tensor]]] = None) -> ExportedGraph:
     """Export a model (or function of tensors) to a Chroma graph.
 
     Args:
@@ -536,6 +593,12 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
         state: names (fully qualified) of buffers to treat as persistent state even if
             this program only reads them. Buffers the program updates in place are
             always state (a KV cache): the compiled program keeps and updates them.
+        weight_data: where weights' bytes come from, by fully qualified name (a tensor, or
+            None for the model's own): a model built without its weights (under
+            ``structure_only()``: every parameter a FakeTensor) exports with its weights read
+            from files (``safetensors_weights``), never all in memory. A weight stored as
+            bfloat16 or float16 for a float32 model is written as stored and widened by a
+            cast in the graph (exact).
 
     Returns: an :class:`ExportedGraph` (``.json``, ``.blob``, ``.write()``).
     Raises: :class:`ExportError` if torch.export fails, inputs/outputs are not
@@ -549,6 +612,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
             raise ExportError(f"expected an nn.Module or a function, got "
                               f"{type(module).__name__}")
         module = _wrap_function(module)
+    example_inputs = _into_fake_mode(module, example_inputs)
     try:
         with warnings.catch_warnings():  # torch-internal pytree deprecation noise
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -562,6 +626,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
     _check_targets(ep.graph)
     ser = _Serializer(ep)
     ser.extra_state = tuple(state)
+    ser.weight_data = weight_data
     weights, pieces, data_length = ser.weights()
     inputs = []
     from torch.export.graph_signature import InputKind
@@ -569,7 +634,7 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
     for i, (s, x) in enumerate(zip(user_specs, example_inputs)):
         inputs.append({"name": s.arg.name, "dtype": _dtype_name(x.dtype, f"input {i}"),
                        "shape": _shape(x, f"input {i}")})
-    nodes = ser.nodes()
+    nodes = ser.widenings + ser.nodes()
     outputs, structure = ser.graph_outputs()
     graph = {
         "format": graph_file.FORMAT_NAME, "version": graph_file.FORMAT_VERSION,
