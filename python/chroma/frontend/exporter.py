@@ -19,6 +19,7 @@ Supported torch: 2.14 (other versions >= 2.1 work with a warning).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -227,12 +228,31 @@ def _into_fake_mode(module: torch.nn.Module, example_inputs: tuple) -> tuple:
     return tuple(mode.from_tensor(x) if isinstance(x, torch.Tensor) and not _is_fake(x) else x for x in example_inputs)
 
 
+@contextlib.contextmanager
 def structure_only():
-    """A context in which modules are built without their weights (every parameter a
-    FakeTensor: shapes and dtypes, no memory): export such a model with ``weight_data``."""
+    """A context in which modules are built without their weights: every parameter registered
+    in it becomes a FakeTensor (its shape and dtype, no memory; its initialization runs on the
+    fake), while buffers and everything else __init__ computes stay real (a model's
+    non-persistent tables, which no weights file holds). Export such a model with
+    ``weight_data``. The real tensor a layer allocates before registering it is never
+    written, so its pages are never made resident."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    return FakeTensorMode(allow_non_fake_inputs=True)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    original = torch.nn.Module.register_parameter
+
+    def register(self, name, param):
+        original(self, name, param)
+        if param is not None and not _is_fake(param):
+            with mode:
+                self._parameters[name] = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype),
+                                                            requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = register
+    try:
+        yield mode
+    finally:
+        torch.nn.Module.register_parameter = original
 
 
 def _check_inputs(example_inputs: Any) -> tuple:

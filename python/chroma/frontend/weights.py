@@ -15,16 +15,23 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
-import torch
 
-__all__ = ["SafetensorsError", "safetensors_weights", "safetensors_header"]
+__all__ = ["SafetensorsError", "safetensors_weights", "safetensors_header", "tied_aliases"]
 
-_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
+# Bytes per element of each dtype the format names (torch is imported only to make tensors:
+# reading a header needs NumPy alone).
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+            "BOOL": torch.bool}[name]
 
 
 class SafetensorsError(ValueError):
@@ -52,15 +59,14 @@ def safetensors_header(path: str) -> Tuple[Dict[str, dict], int]:
     for name, d in meta.items():
         if name == "__metadata__":
             continue
-        if not isinstance(d, dict) or d.get("dtype") not in _DTYPES or not isinstance(d.get("shape"), list) or \
+        if not isinstance(d, dict) or d.get("dtype") not in ITEMSIZE or not isinstance(d.get("shape"), list) or \
                 not isinstance(d.get("data_offsets"), list) or len(d["data_offsets"]) != 2:
             raise SafetensorsError(f"{path}: tensor {name!r}: needs a known dtype, a shape and two data_offsets")
         begin, end = d["data_offsets"]
         shape = d["shape"]
         if not all(isinstance(v, int) and v >= 0 for v in shape + [begin, end]) or end < begin:
             raise SafetensorsError(f"{path}: tensor {name!r}: bad shape or offsets {shape} {d['data_offsets']}")
-        itemsize = torch.empty((), dtype=_DTYPES[d["dtype"]]).element_size()
-        if int(np.prod(shape, dtype=np.int64)) * itemsize != end - begin:
+        if int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[d["dtype"]] != end - begin:
             raise SafetensorsError(f"{path}: tensor {name!r}: {end - begin} bytes for shape {shape} of {d['dtype']}")
         if start + end > size:
             raise SafetensorsError(f"{path}: tensor {name!r}: its bytes end at {start + end}, past the file's {size}")
@@ -68,9 +74,20 @@ def safetensors_header(path: str) -> Tuple[Dict[str, dict], int]:
     return tensors, start
 
 
-def safetensors_weights(paths: Iterable[str], prefix: str = "") -> Callable[[str], Optional[torch.Tensor]]:
+def tied_aliases(module: Any, prefix: str = "") -> Dict[str, List[str]]:
+    """{name: every name of the same parameter} for the parameters a module holds under more
+    than one name (tied weights), names without `prefix`."""
+    names: Dict[int, List[str]] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name[len(prefix):] if name.startswith(prefix) else name)
+    return {n: group for group in names.values() if len(group) > 1 for n in group}
+
+
+def safetensors_weights(paths: Iterable[str], prefix: str = "",
+                        aliases: Optional[Dict[str, List[str]]] = None) -> Callable[[str], Any]:
     """weight_data for export(): the tensor called `name` minus `prefix` in any of the files
-    (a view of its mapping, in the file's dtype), or None for a name no file holds."""
+    (a view of its mapping, in the file's dtype), or under another name of the same parameter
+    (`aliases`, from tied_aliases), or None for a name no file holds."""
     where: Dict[str, Tuple[str, dict, int]] = {}
     for path in paths:
         tensors, start = safetensors_header(path)
@@ -80,19 +97,23 @@ def safetensors_weights(paths: Iterable[str], prefix: str = "") -> Callable[[str
             where[name] = (path, d, start)
     maps: Dict[str, np.memmap] = {}
 
-    def get(name: str) -> Optional[torch.Tensor]:
+    def get(name: str):
+        import torch
+
         if prefix:
             if not name.startswith(prefix):
                 return None
             name = name[len(prefix):]
         if name not in where:
-            return None
+            name = next((a for a in (aliases or {}).get(name, []) if a in where), "")
+            if not name:
+                return None
         path, d, start = where[name]
         if path not in maps:
             maps[path] = np.memmap(path, dtype=np.uint8, mode="c")
         raw = maps[path][start + d["begin"]:start + d["end"]]
         t = torch.from_numpy(raw) if raw.size else torch.empty(0, dtype=torch.uint8)
-        return t.view(_DTYPES[d["dtype"]]).reshape(d["shape"])
+        return t.view(_torch_dtype(d["dtype"])).reshape(d["shape"])
 
     get.names = frozenset(where)  # type: ignore[attr-defined]
     return get

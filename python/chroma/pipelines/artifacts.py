@@ -8,9 +8,12 @@ Chroma's version. Directory: <cache>/<component>-<key>/ (an artifact as chroma.c
 writes it; chroma.load reads it). A compile writes into a temporary directory beside it and
 renames it into place, so an interrupted compile leaves no half artifact.
 
-The modules are built from diffusers' and transformers' own classes (components.py) loaded
-from the directory in float32; torch, diffusers and transformers are imported only here, in
-the functions that compile.
+The modules are built from diffusers' and transformers' own classes (components.py), from
+their configs and without their weights (chroma.frontend.exporter.structure_only): the
+compile reads each weight from the component's safetensors files as it goes
+(safetensors_weights), so a component larger than memory compiles, and weights stored in
+bfloat16 stay so in the graph, widened exactly where the float32 model reads them. torch,
+diffusers and transformers are imported only here, in the functions that compile.
 """
 
 from __future__ import annotations
@@ -20,14 +23,13 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..paths import default_cache_dir
 from ..quantization.quant import weights_spec
-from ..runtime.registry import load
+from ..runtime.registry import emulated_here, load
 from ..version import __version__
 from .model_dir import ModelDir
 
@@ -72,7 +74,7 @@ class ArtifactStore:
             self._compile(comp, rules, shapes, out)
             times["compile"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        prog = load(out, threads=self.threads, emulate=_emulate(self.target))
+        prog = load(out, threads=self.threads, emulate=emulated_here(self.target))
         times["load"] = time.perf_counter() - t0
         return prog, times
 
@@ -86,9 +88,9 @@ class ArtifactStore:
         # relative to it, and moves along.
         work = tempfile.mkdtemp(prefix=f".{name}-", dir=self.root)
         try:
-            module, examples = BUILDERS[comp](self.model, shapes)
+            module, examples, weight_data = BUILDERS[comp](self.model, shapes)
             prog = chroma_compile(module, examples, out=os.path.join(work, name), target=self.target,
-                                  threads=self.threads, weights=rules)
+                                  threads=self.threads, weights=rules, weight_data=weight_data)
             del prog, module, examples
             gc.collect()
             beside = [n for n in os.listdir(work) if n != name]
@@ -105,29 +107,34 @@ class ArtifactStore:
         self.compiled.append((comp, out))
 
 
-def _emulate(target: str) -> bool:
-    """CUDA and Metal artifacts run on their GPU where there is one, else on the CPU SIMT
-    emulator (slow; for checking a build on a machine without the GPU)."""
-    if target == "cuda":
-        return not os.path.exists("/dev/nvidiactl")
-    return target == "metal" and sys.platform != "darwin"
-
-
 # ---- building the modules (torch from here on) -----------------------------------------------
+
+def _weights(model: ModelDir, comp: str, module: Any, prefix: str):
+    """weight_data for a component built without its weights: its safetensors files, each
+    parameter found under any of the names it has in the module (tied weights: T5's shared
+    embedding is also the encoder's embed_tokens)."""
+    from ..frontend.weights import safetensors_weights, tied_aliases
+
+    return safetensors_weights(model.weight_files(comp), prefix=prefix, aliases=tied_aliases(module, prefix))
+
 
 def _text_encoder(model: ModelDir, shapes: Dict[str, Any]):
     import torch
-    from transformers import T5EncoderModel
+    from transformers import T5Config, T5EncoderModel
 
+    from ..frontend.exporter import structure_only
     from .components import TextEncoder
 
-    t5 = T5EncoderModel.from_pretrained(os.path.join(model.path, "text_encoder"), dtype=torch.float32).eval()
+    config = T5Config.from_pretrained(os.path.join(model.path, "text_encoder"))
+    with structure_only():
+        t5 = T5EncoderModel(config).eval()
     n = shapes["length"]
     ids = torch.zeros(1, n, dtype=torch.int64)
     ids[0, : max(1, n // 2)] = torch.arange(3, 3 + max(1, n // 2)) % t5.config.vocab_size
     mask = torch.zeros(1, n, dtype=torch.int64)
     mask[0, : max(1, n // 2)] = 1
-    return TextEncoder(t5).eval(), (ids, mask)
+    module = TextEncoder(t5).eval()
+    return module, (ids, mask), _weights(model, "text_encoder", module, "t5.")
 
 
 def _transformer(model: ModelDir, shapes: Dict[str, Any]):
@@ -136,8 +143,11 @@ def _transformer(model: ModelDir, shapes: Dict[str, Any]):
 
     from .components import KEY_MASKED, Denoiser
 
-    tr = ChromaTransformer2DModel.from_pretrained(os.path.join(model.path, "transformer"),
-                                                  dtype=torch.float32).eval()
+    from ..frontend.exporter import structure_only
+
+    config = ChromaTransformer2DModel.load_config(os.path.join(model.path, "transformer"))
+    with structure_only():
+        tr = ChromaTransformer2DModel.from_config(config).eval()
     b, h2, w2, n = shapes["batch"], shapes["h2"], shapes["w2"], shapes["length"]
     g = torch.Generator().manual_seed(0)
     lat = torch.randn(b, h2 * w2, tr.config.in_channels, generator=g)
@@ -145,7 +155,8 @@ def _transformer(model: ModelDir, shapes: Dict[str, Any]):
     text = 0.1 * torch.randn(b, n, tr.config.joint_attention_dim, generator=g)
     bias = torch.zeros(b, n)
     bias[:, max(1, n // 2):] = KEY_MASKED
-    return Denoiser(tr, h2, w2, n).eval(), (lat, t, text, bias)
+    module = Denoiser(tr, h2, w2, n).eval()
+    return module, (lat, t, text, bias), _weights(model, "transformer", module, "transformer.")
 
 
 def _vae(model: ModelDir, shapes: Dict[str, Any]):
@@ -154,9 +165,14 @@ def _vae(model: ModelDir, shapes: Dict[str, Any]):
 
     from .components import VaeDecoder
 
-    vae = AutoencoderKL.from_pretrained(os.path.join(model.path, "vae"), dtype=torch.float32).eval()
+    from ..frontend.exporter import structure_only
+
+    config = AutoencoderKL.load_config(os.path.join(model.path, "vae"))
+    with structure_only():
+        vae = AutoencoderKL.from_config(config).eval()
     z = torch.randn(1, vae.config.latent_channels, shapes["h"], shapes["w"], generator=torch.Generator().manual_seed(0))
-    return VaeDecoder(vae).eval(), (z,)
+    module = VaeDecoder(vae).eval()
+    return module, (z,), _weights(model, "vae", module, "vae.")
 
 
 BUILDERS: Dict[str, Callable] = {"text_encoder": _text_encoder, "transformer": _transformer, "vae": _vae}

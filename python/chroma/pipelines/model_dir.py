@@ -15,8 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 from typing import Any, Dict, List, Tuple
+
+from ..frontend.weights import SafetensorsError, safetensors_header
 
 __all__ = ["ModelDir", "ModelDirError", "COMPONENTS", "DTYPE_BYTES"]
 
@@ -49,28 +50,15 @@ def _read_json(path: str, what: str) -> Dict[str, Any]:
 
 
 def read_safetensors_header(path: str) -> Dict[str, Tuple[str, List[int]]]:
-    """{name: (dtype, shape)} from a .safetensors file's header (the first 8 + n bytes)."""
+    """{name: (dtype, shape)} from a .safetensors file's header (checked as the compile reads
+    it: chroma.frontend.weights.safetensors_header)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise ModelDirError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-            (n,) = struct.unpack("<Q", raw)
-            if n > 100 << 20:
-                raise ModelDirError(f"{path}: not a safetensors file (header length {n})")
-            header = json.loads(f.read(n))
+        tensors, _ = safetensors_header(path)
     except OSError as e:
         raise ModelDirError(f"{path}: {e}") from e
-    except ValueError as e:
-        raise ModelDirError(f"{path}: the safetensors header is not JSON ({e})") from e
-    out = {}
-    for name, d in header.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(d, dict) or "dtype" not in d or "shape" not in d:
-            raise ModelDirError(f"{path}: tensor {name!r} has no dtype or shape in the header")
-        out[name] = (str(d["dtype"]), [int(s) for s in d["shape"]])
-    return out
+    except SafetensorsError as e:
+        raise ModelDirError(str(e)) from None
+    return {name: (d["dtype"], list(d["shape"])) for name, d in tensors.items()}
 
 
 class ModelDir:

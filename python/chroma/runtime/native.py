@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 from typing import Any, Dict, List, Tuple, Union
 
@@ -481,6 +482,14 @@ def load_artifact(directory: str, manifest: dict, mpath: str, options: Any) -> H
         raise RunError(f"{e}; chroma.load(directory, emulate=True) runs its kernels on the CPU SIMT emulator") from None
     prog.manifest, prog.directory = manifest, directory
     return prog
+
+
+def device_present(target: str) -> bool:
+    """Whether this machine has the GPU a `target` artifact runs on natively (else its kernels
+    run on the CPU SIMT emulator, chroma.load(..., emulate=True))."""
+    if target == "cuda":
+        return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+    return target == "metal" and sys.platform == "darwin"
 
 
 def describe_artifact(m: dict) -> List[str]:

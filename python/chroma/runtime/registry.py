@@ -71,6 +71,13 @@ def runtime_module(name: str, emulate: bool, where: str) -> Any:
     return importlib.import_module(t.emulator if emulate and t.emulator else t.module)
 
 
+def emulated_here(name: str) -> bool:
+    """Whether an artifact of target `name` runs on the CPU SIMT emulator on this machine: its
+    target has an emulator and this machine lacks the GPU it runs on natively."""
+    t = target(name)
+    return bool(t.emulator) and not importlib.import_module(t.module).device_present(name)
+
+
 def load_compiled(directory: str, threads: Optional[int] = None) -> Any:
     """An artifact chroma.compile just wrote, as compile returns it: on the emulator when its
     target has one (the CUDA and Metal targets: it runs on every machine), else as
