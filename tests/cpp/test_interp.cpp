@@ -566,10 +566,11 @@ TEST(IrText, ScanAndCombiningIndexPutRoundTrip) {
 
 TEST(InterpRun, ConstantsAndChains) {
   Graph g;
-  std::vector<uint8_t> bytes(3 * sizeof(float));
+  std::vector<uint8_t> raw(3 * sizeof(float));
   const float w[3] = {1.0f, 2.0f, 3.0f};
-  std::memcpy(bytes.data(), w, sizeof w);
-  Value c = g.constant(ConstantData{TensorType{DType::kF32, {3}}, "w", make_blob(std::move(bytes))});
+  std::memcpy(raw.data(), w, sizeof w);
+  const chroma::BlobPtr bytes = chroma::make_blob(std::move(raw));
+  Value c = g.constant(ConstantData{TensorType{DType::kF32, {3}}, "w", bytes});
   Tensor x = f32({3}, {10, 20, 30});
   Value vx = g.input("x", x.type);
   Value m = g.map(EwOp::k_mul, {vx, c});
