@@ -9,6 +9,7 @@
 #include "passes/dce.h"
 #include "passes/fold_constants.h"
 #include "passes/fuse_attention.h"
+#include "passes/narrow_float64.h"
 #include "passes/rewrite.h"
 #include "passes/routed_experts.h"
 #include "passes/widen_half.h"
@@ -73,7 +74,9 @@ std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const
   if (!target) throw CompileError("target '" + target_name + "' has no GPU kernels");
   CompileOptions o;
   o.target = target_name;
-  Program p = lower(optimize(import_graph_file(graph_path), target->keep_half_weights()), target->lower_options(o));
+  LowerOptions lo = target->lower_options(o);
+  const Graph g = target->prepare(optimize(import_graph_file(graph_path), target->keep_half_weights()), &lo);
+  Program p = lower(g, lo);
   if (std::vector<Refusal> r = target->supports(p); !r.empty()) throw UnsupportedError(target->name(), std::move(r));
   // Placement does not change a kernel's text (offsets are params); every buffer in one slot
   // per region, as a package would bind them.
@@ -119,6 +122,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
     else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);
     else if (p == "fuse_attention") g = run_pass("fuse_attention", &fuse_attention, g);
+    else if (p == "narrow_float64_constants") g = run_pass("narrow_float64_constants", &narrow_float64_constants, g);
     else if (p == "cse") g = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, g);
     else if (p == "optimize") g = optimize(g);
     else if (p == "lower") {
@@ -128,7 +132,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
       lo.routed = routed;
       return describe(lower(g, lo));
     } else {
-      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, fuse_attention, route_experts, lower)");
+      throw CompileError("unknown pass '" + p + "' (widen_half, fold_constants, dce, cse, optimize, fuse_attention, route_experts, narrow_float64_constants, lower)");
     }
   }
   return print(g);

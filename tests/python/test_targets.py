@@ -144,6 +144,32 @@ def test_supports_lists_every_refusal_with_its_node(target, tmp_path):
         assert "test_targets.py" in e.value.refusals[0][2], e.value.refusals
 
 
+@pytest.mark.parametrize("target", ["webgpu", "cuda", "metal", "null"])
+def test_float64_on_gpu_targets_narrowed_or_refused_with_node_and_line(target, tmp_path):
+    # GpuTarget::prepare (passes/narrow_float64): a float64 constant that only feeds float32
+    # (through views) is stored as float32, so it compiles; FluxPosEmbed's float64 RoPE computed
+    # from run-time positions is refused, every refusal with its node and diffusers' line.
+    class Table(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("f", torch.linspace(0, 3, 1024, dtype=torch.float64))
+
+        def forward(self, x):
+            return x + self.f.cos().expand(8192, 1024).float()[: x.shape[0]]
+
+    path = str(tmp_path / "table.cgraph")
+    chroma.export(Table(), (torch.randn(4, 1024),), path)
+    assert _compiler.gpu_kernel_sources(path, target)
+    pytest.importorskip("diffusers")
+    from diffusers.models.transformers.transformer_flux import FluxPosEmbed
+
+    path = str(tmp_path / "rope.cgraph")
+    chroma.export(FluxPosEmbed(theta=10000, axes_dim=[4, 6, 6]), (torch.zeros(16, 3),), path)
+    with pytest.raises(chroma.UnsupportedError) as e:
+        _compiler.gpu_kernel_sources(path, target)
+    assert all(r[1] and "transformer_flux.py" in r[2] and "float64" in r[3] for r in e.value.refusals), e.value.refusals
+
+
 def test_the_guarding_tier_fails_when_a_target_starts_refusing(tmp_path, monkeypatch, capsys):
     import gpu_coverage
 

@@ -253,6 +253,68 @@ def test_float64_is_refused_naming_the_input(tmp_path):
     assert [r[0] for r in e.value.refusals] == ["input 'x'", "output 0"], e.value.refusals
 
 
+class _ExpandedTable(torch.nn.Module):
+    """A float64 table folded at compile time (cos of a float64 buffer) and read only as
+    float32, through an expand whose float32 result (32 MiB) is past the folding limit, so the
+    Cast stays in the graph and the float64 constant reaches the target."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("f", torch.linspace(0, 3, 1024, dtype=torch.float64))
+
+    def forward(self, x):
+        return x + self.f.cos().expand(8192, 1024).float()[: x.shape[0]]
+
+
+def test_float64_constants_read_as_float32_are_stored_as_float32(tmp_path):
+    # passes/narrow_float64: the table is stored as float32 (4 KiB, not 8) and rounded before
+    # the expand instead of after it, which gives the same bits: the output matches eager
+    # exactly (one float32 addition of the same operands).
+    m, x = _ExpandedTable(), randn(4, 1024)
+    prog = _compile(m, (x,), tmp_path, "f64")
+    assert prog.stats["weight_bytes"] == 1024 * 4, prog.stats
+    np.testing.assert_array_equal(prog(x.numpy()), m(x).numpy())
+
+
+def test_flux_rope_in_float64_folds_when_the_positions_are_constants(tmp_path):
+    # diffusers' FluxPosEmbed computes RoPE's angles, cos and sin in float64. Positions known at
+    # compile time (a module buffer: they depend only on the image and text sizes) fold to
+    # float32 tables: compiled, and equal to eager to 1e-7 (the folder's float64 libm against
+    # torch's, then one rounding to float32 each).
+    pytest.importorskip("diffusers")
+    from diffusers.models.transformers.transformer_flux import FluxPosEmbed
+
+    ids = torch.zeros(64, 3)
+    ids[:, 1], ids[:, 2] = torch.arange(64) // 8, torch.arange(64) % 8
+
+    class Rope(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pe = FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])
+            self.register_buffer("ids", ids)
+
+        def forward(self, x):
+            cos, sin = self.pe(self.ids)
+            return x * cos + x.flip(-1) * sin
+
+    m, x = Rope(), randn(64, 128)
+    prog = _compile(m, (x,), tmp_path, "rope")
+    np.testing.assert_allclose(prog(x.numpy()), m(x).numpy(), rtol=0, atol=1e-7)
+
+
+def test_float64_computed_from_an_input_is_refused_with_its_node_and_line(tmp_path):
+    # A float64 computation that reads a run-time input is no constant: the GPU targets refuse
+    # it (computing it in float32 would move RoPE's angles by up to |angle| * 2^-23, silently),
+    # naming every node and the user's line.
+    def f(x):
+        return (x.double() * torch.arange(8, dtype=torch.float64)).cos().float()
+
+    with pytest.raises(chroma.UnsupportedError) as e:
+        _compile(f, (randn(3, 8),), tmp_path, "f64in")
+    assert e.value.refusals and all(r[1] and "test_webgpu.py" in r[2] and "float64" in r[3] for r in e.value.refusals), \
+        e.value.refusals
+
+
 def test_corrupt_truncated_and_mismatched_packages_are_rejected(tmp_path):
     prog = _compile(torch.nn.Linear(4, 3).eval(), (randn(2, 4),), tmp_path, "lin")
     path = tmp_path / "lin.chroma-web"

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include "passes/narrow_float64.h"
+#include "passes/rewrite.h"
 #include "targets/gpu/gpu_target.h"
 
 namespace chroma {
@@ -14,6 +16,10 @@ LowerOptions GpuTarget::lower_options(const CompileOptions& opts) const {
   lo.product_epilogues = true;
   lo.weights = quant::parse_policy(opts.weights);  // reduced weights (Lowerer::reduced_weight)
   return lo;
+}
+
+Graph GpuTarget::prepare(const Graph& g, LowerOptions*) const {
+  return run_pass("narrow_float64_constants", &narrow_float64_constants, g);
 }
 
 }  // namespace chroma

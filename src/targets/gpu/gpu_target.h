@@ -27,6 +27,9 @@ class GpuTarget : public Target {
   // minStorageBufferOffsetAlignment).
   LowerOptions lower_options(const CompileOptions& opts) const override;
   bool keep_half_weights() const override { return true; }
+  // narrow_float64_constants: float64 constants that only feed float32 become float32 ones
+  // (passes/narrow_float64.h; the GPU targets cannot store float64).
+  Graph prepare(const Graph& g, LowerOptions* lo) const override;
   // float64 buffers, int64 constants beyond int32, and the GPU generator's refusals (supports.cpp).
   std::vector<Refusal> supports(const Program& p) const override;
   std::string write(std::vector<CompiledEntry>& entries, const std::string& out_dir, const CompileOptions& opts,

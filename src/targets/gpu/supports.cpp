@@ -79,7 +79,8 @@ std::vector<Refusal> GpuTarget::supports(const Program& p) const {
     ids.insert(ids.end(), k.outputs.begin(), k.outputs.end());
     for (int32_t id : ids) check(id, k.name, k.source);
   }
-  for (size_t id = 0; id < p.buffers.size(); ++id) check(static_cast<int32_t>(id), "", "");
+  // A buffer no kernel touches (an input nothing reads): named by its own value.
+  for (size_t id = 0; id < p.buffers.size(); ++id) check(static_cast<int32_t>(id), p.buffers[id].name, "");
   if (!out.empty()) return out;  // the kernels' own refusals once the storage is settled
 
   // The generator's refusals: placement does not change whether a kernel can be generated.
