@@ -121,7 +121,7 @@ std::string run_ir_text(const std::string& text, const std::vector<std::string>&
     } else if (p == "fold_constants") g = run_pass("fold_constants", &fold_constants, g);
     else if (p == "dce") g = run_pass("eliminate_dead_code", &eliminate_dead_code, g);
     else if (p == "widen_half") g = run_pass("widen_half", &widen_half, g);
-    else if (p == "fuse_attention") g = run_pass("fuse_attention", &fuse_attention, g);
+    else if (p == "fuse_attention") g = run_pass("fuse_attention", [](const Graph& in) { return fuse_attention(in); }, g);
     else if (p == "narrow_float64_constants") g = run_pass("narrow_float64_constants", &narrow_float64_constants, g);
     else if (p == "cse") g = run_pass("eliminate_common_subexpressions", &eliminate_common_subexpressions, g);
     else if (p == "optimize") g = optimize(g);

@@ -18,7 +18,7 @@ struct Match {
 
 class Finder {
  public:
-  explicit Finder(const Graph& g) : g_(g), uses_(g.size(), 0) {
+  Finder(const Graph& g, int64_t max_width) : g_(g), uses_(g.size(), 0), max_width_(max_width) {
     for (const Node& n : g.nodes()) {
       for (Value in : n.inputs) ++uses_[static_cast<size_t>(in.node)];
     }
@@ -126,11 +126,13 @@ class Finder {
     const Shape& s2 = mm2.type().shape;
     if (s2[s2.size() - 2] != m.domain[m.domain.size() - 2]) return std::nullopt;
     if (m.bias.valid() && g_.type(m.bias).dtype != DType::kF32) return std::nullopt;
+    if (max_width_ > 0 && (g_.type(m.q).shape.back() > max_width_ || g_.type(m.v).shape.back() > max_width_)) return std::nullopt;
     return m;
   }
 
   const Graph& g_;
   std::vector<int32_t> uses_;
+  int64_t max_width_;
 };
 
 // `v` (of `src`) in the new graph with shape `shape` (its batch dimensions split as the
@@ -147,8 +149,8 @@ Value reshaped(GraphRewriter& rw, Value v, const Shape& shape) {
 
 }  // namespace
 
-Graph fuse_attention(const Graph& g) {
-  Finder finder(g);
+Graph fuse_attention(const Graph& g, int64_t max_width) {
+  Finder finder(g, max_width);
   GraphRewriter rw(g);
   bool any = false;
   for (int32_t id = 0; id < static_cast<int32_t>(g.size()); ++id) {

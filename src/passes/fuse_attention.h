@@ -8,6 +8,8 @@ namespace chroma {
 // dimensions, so the lowering can run it as one kernel that never holds the scores.
 // Assumes: a valid graph. Guarantees: the same values, a float32 attention whose scores,
 // weights and intermediate values are read by nothing else becomes an Attention node (the
-// other forms are left as they are); dead nodes removed.
-Graph fuse_attention(const Graph& g);
+// other forms are left as they are); dead nodes removed. `max_width` > 0: only attention whose
+// query/key rows (D) and value rows (E) are at most that wide (a GPU kernel holds a row of each
+// per invocation: codegen/gpu kAttentionMaxWidth); wider ones are left as they are.
+Graph fuse_attention(const Graph& g, int64_t max_width = 0);
 }  // namespace chroma

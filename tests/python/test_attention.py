@@ -1,14 +1,21 @@
-"""Attention in one kernel (passes/fuse_attention, chroma/cpu/attention.h).
+"""Attention in one kernel (passes/fuse_attention; chroma/cpu/attention.h on the CPU,
+src/codegen/gpu/attention.cpp on the GPU targets).
 
 Every form the importer sees: torch's scaled_dot_product_attention (no mask, float and boolean
 masks, causal, a given scale, grouped heads) and attention written out by hand (T5's product
 plus position bias, a division by sqrt(d), casts to float32 around the softmax), against torch
-eager. On the CPU target each must become one Attention kernel, and the arena must not hold the
-scores: it grows with the sequence, not with its square. Blocks of 64 query rows and 256 keys,
-so the shapes below cover partial blocks, several blocks and a single row.
+eager. On every target each must become one Attention kernel, and the arena must not hold the
+scores: it grows with the sequence, not with its square (the GPU targets: CHROMA_TEST_TARGET=webgpu,
+cuda, metal, and in the CPU pass through the null target's plan and each GPU target's kernel
+texts). The CPU's blocks are 64 query rows and 256 keys; the GPU kernel's are 32 or 64 rows
+(one per invocation) and 64 keys when D + E <= 64 (16384 bytes of workgroup memory), fewer for
+wider heads (16 at D = E = 128); so the shapes below cover partial blocks, several blocks and
+a single row. Heads wider than 256 are not fused on the GPU targets (products and a softmax).
 
 Tolerances: the kernel adds the softmax's sum and the second product in another order than
-eager (blocks of keys, an online maximum): a few float32 ulp of the output's scale.
+eager (blocks of keys, an online maximum): a few float32 ulp of the output's scale (on the GPU
+targets conftest widens them to GPU_RTOL / GPU_ATOL, 1e-4 / 1e-5: their exp differs from libm's
+in the last bits).
 """
 
 import math
@@ -18,7 +25,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import CPU
+from conftest import CPU, TARGET
 
 RTOL, ATOL = 2e-5, 2e-5
 
@@ -45,6 +52,9 @@ def _qkv(b, h, L, S, d, e=None, hk=None, seed=0):
     (1, 2, 8, 6, 4, 4),          # one partial block
     (2, 3, 130, 300, 16, 24),    # several query blocks and key blocks, partial ones, D != E
     (1, 1, 1, 517, 8, 8),        # a single query row over three key blocks
+    (1, 2, 40, 70, 128, 128),    # wide heads: the GPU kernel's key blocks of 16
+    (1, 1, 40, 1100, 64, 64),    # a long sequence: lavapipe ends loops past 65535 iterations per invocation
+    (1, 1, 5, 20, 288, 8),       # wider than the GPU kernel takes: unfused there, fused on the CPU
 ])
 def test_sdpa_without_mask(check, b, h, L, S, d, e):
     q, k, v = _qkv(b, h, L, S, d, e)
@@ -102,6 +112,20 @@ class Divided(torch.nn.Module):
         return out.transpose(1, 2).reshape(b, L, hd)
 
 
+def test_rows_of_minus_inf_and_nan_give_nan(check):
+    # Softmax's NaN semantics: a row whose scores are all -inf is 0 / 0, a NaN or +inf score
+    # makes its row NaN; the other rows are untouched (NaN compares equal in the check).
+    q, k, v = _qkv(1, 2, 70, 300, 8)
+    bias = torch.randn(1, 2, 70, 300)
+    bias[0, 0, 3] = -math.inf
+    bias[0, 1, 60] = -math.inf
+    bias[0, 1, 5, 299] = math.nan
+    bias[0, 0, 64, 7] = math.inf
+    want = T5Attention()(q, k, v, bias)
+    assert want[0, 0, 3].isnan().all() and want[0, 1, 5].isnan().all() and not want[0, 0, 4].isnan().any()
+    check(T5Attention(), q, k, v, bias, rtol=RTOL, atol=ATOL)
+
+
 def test_t5_position_bias(check):
     q, k, v = _qkv(1, 3, 65, 65, 8)
     bias = torch.randn(1, 3, 65, 65)
@@ -113,33 +137,56 @@ def test_divided_scores_and_head_views(check):
     check(Divided(4), torch.randn(2, 40, 32, generator=g), torch.randn(2, 300, 32, generator=g), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.skipif(not CPU, reason="asserts the CPU lowering (one Attention kernel); the op tests run on every target")
 @pytest.mark.parametrize("model,args", [
     (Sdpa(), lambda: _qkv(1, 2, 96, 96, 8)),
     (Sdpa(causal=True), lambda: _qkv(1, 2, 96, 96, 8)),
     (T5Attention(), lambda: _qkv(1, 2, 96, 96, 8) + (torch.randn(1, 2, 96, 96),)),
 ])
-def test_one_kernel_and_no_scores_in_the_arena(compile_to, model, args):
+def test_one_kernel_and_no_scores_in_the_arena(check, model, args):
+    # On every target (the GPU programs' stats come from their package manifest: the lowered
+    # kernels and the planned temporaries, as the CPU's).
     inputs = args()
-    prog = compile_to(model, *inputs)
-    np.testing.assert_allclose(prog(*[x.numpy() for x in inputs]), model(*inputs).numpy(), rtol=RTOL, atol=ATOL)
+    prog = check(model, *inputs, rtol=RTOL, atol=ATOL)
     # No temporary holds the scores or the weights ([1, 2, 96, 96] float32: 73,728 bytes):
     # the attention kernel, and at most a copy of its output into the caller's layout.
     assert prog.stats["temporaries_bytes"] < 2 * 96 * 96 * 4, prog.stats
     assert prog.stats["kernels"] <= 2, prog.stats
+    if not CPU:  # one dispatch each, the attention's workgroups never more than 64 wide
+        assert prog.stats["dispatches"] == prog.stats["kernels"], prog.stats
 
 
-@pytest.mark.skipif(not CPU, reason="compares CPU arenas (the GPU targets do not fuse attention yet)")
-def test_arena_grows_linearly_with_the_sequence(compile_to):
+def test_arena_grows_linearly_with_the_sequence(check):
     arenas = []
     for n in (256, 1024):
         q, k, v = _qkv(1, 2, n, n, 16)
-        prog = compile_to(Sdpa(), q, k, v, name=f"att{n}")
+        prog = check(Sdpa(), q, k, v, rtol=RTOL, atol=ATOL)
         arenas.append(prog.stats["arena_bytes"])
-        got = prog(q.numpy(), k.numpy(), v.numpy())
-        np.testing.assert_allclose(got, Sdpa()(q, k, v).numpy(), rtol=RTOL, atol=ATOL)
     # Four times the sequence: at most four times the arena (the scores would be sixteen).
     assert arenas[1] <= 4 * max(arenas[0], 1), arenas
+
+
+@pytest.mark.skipif(not CPU, reason="compiles for the GPU targets without running them (the CPU pass)")
+@pytest.mark.parametrize("target", ["webgpu", "cuda", "metal"])
+def test_gpu_targets_plan_one_attention_kernel(tmp_path, target):
+    # Every GPU target fuses it (GpuTarget::prepare) and prints one attention kernel; the null
+    # target's plan (the same lowering and arena) holds no scores, at 256 and at 1024 tokens.
+    import json
+
+    import chroma
+    from chroma import _compiler
+    from chroma.paths import include_dir
+
+    arenas = []
+    for n in (256, 1024):
+        path = str(tmp_path / f"att{n}.cgraph")
+        chroma.export(Sdpa(), _qkv(1, 2, n, n, 16), path)
+        texts = _compiler.gpu_kernel_sources(path, target)
+        assert sum(t.startswith("// attention:") for t in texts) == 1, [t.splitlines()[0] for t in texts]
+        stats = json.loads(_compiler.compile_graph(path, str(tmp_path / f"n{n}"), target="null",
+                                                   include_dir=include_dir()))["stats"]
+        assert stats["temporaries_bytes"] < n * n * 4 and stats["kernels"] <= 2, stats
+        arenas.append(stats["arena_bytes"])
+    assert arenas[1] <= 4 * arenas[0], arenas
 
 
 @pytest.mark.skipif(not CPU, reason="the CPU target's portable kernels (blas=False)")

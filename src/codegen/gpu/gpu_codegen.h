@@ -86,6 +86,11 @@ struct Generated {
   int64_t max_grid = 0;
 };
 
+// The widest query, key or value row (D or E) the attention template (attention.cpp) takes:
+// each invocation holds its query and output rows in private arrays. The GPU targets fuse
+// attention only up to it (GpuTarget::prepare); wider heads run as products and a softmax.
+inline constexpr int64_t kAttentionMaxWidth = 256;
+
 // Generates every kernel of the program. `place` says where each buffer lives. Every kernel
 // the target cannot compile is reported at once in one CompileError (op, node, source line).
 Generated generate(const Program& p, const std::function<Placement(int32_t)>& place, const Capabilities& caps,

@@ -117,6 +117,7 @@ std::vector<KB> build_parts(const Program& p, const std::function<Placement(int3
     case chroma::Kernel::kTopK: t_topk(make(""), lk); break;
     case chroma::Kernel::kScan: t_scan(make(""), lk, p); break;
     case chroma::Kernel::kConv: internal::t_conv(make(""), lk); break;
+    case chroma::Kernel::kAttention: internal::t_attention(make(""), lk, caps.max_shared_bytes); break;
     case chroma::Kernel::kIndexPut: {
       const Buffer& ob = p.buffers[static_cast<size_t>(lk.outputs[0])];
       if (!lk.index_put().in_place && numel(ob.type.shape) > 0) {  // the base first, as an assign
@@ -135,7 +136,6 @@ std::vector<KB> build_parts(const Program& p, const std::function<Placement(int3
       throw Unsupported("linear-algebra factorizations (LAPACK) are not available on GPU targets");
     case chroma::Kernel::kMatMulPacked:
     case chroma::Kernel::kMatMulGathered:
-    case chroma::Kernel::kAttention:
       throw Unsupported("internal: a CPU-only kernel kind reached the GPU generator");
   }
   return parts;

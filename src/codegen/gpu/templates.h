@@ -46,6 +46,12 @@ void t_softmax(KB& kb, const chroma::Kernel& lk);
 void t_arg_reduce(KB& kb, const chroma::Kernel& lk);
 void t_scan(KB& kb, const chroma::Kernel& lk, const Program& p);
 
+// Attention in one dispatch (attention.cpp): softmax(q kt (*|/) scale + bias) v with an online
+// softmax, keys and values in blocks of attention_key_block(D, E, the device's workgroup
+// memory) through workgroup memory.
+void t_attention(KB& kb, const chroma::Kernel& lk, int64_t max_shared_bytes);
+int64_t attention_key_block(int64_t d, int64_t e, int64_t max_shared_bytes);
+
 // Gathers, top-k and scatters (indexing.cpp).
 void t_gather(KB& kb, const chroma::Kernel& lk);
 void t_topk(KB& kb, const chroma::Kernel& lk);

@@ -35,7 +35,7 @@ class CpuTarget final : public Target {
   // the graph.
   Graph prepare(const Graph& g, LowerOptions* lo) const override {
     std::map<int32_t, RoutedProduct> products;
-    Graph r = run_pass("fuse_attention", &fuse_attention, g);
+    Graph r = run_pass("fuse_attention", [](const Graph& in) { return fuse_attention(in); }, g);
     r = run_pass("route_experts", [&](const Graph& in) {
       RoutedGraph rg = route_experts(in);
       products = std::move(rg.products);

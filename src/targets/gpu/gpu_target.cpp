@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "passes/fuse_attention.h"
 #include "passes/narrow_float64.h"
 #include "passes/rewrite.h"
 #include "targets/gpu/gpu_target.h"
@@ -19,7 +20,8 @@ LowerOptions GpuTarget::lower_options(const CompileOptions& opts) const {
 }
 
 Graph GpuTarget::prepare(const Graph& g, LowerOptions*) const {
-  return run_pass("narrow_float64_constants", &narrow_float64_constants, g);
+  const Graph r = run_pass("narrow_float64_constants", &narrow_float64_constants, g);
+  return run_pass("fuse_attention", [](const Graph& in) { return fuse_attention(in, gpu::kAttentionMaxWidth); }, r);
 }
 
 }  // namespace chroma

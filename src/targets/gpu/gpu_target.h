@@ -28,7 +28,9 @@ class GpuTarget : public Target {
   LowerOptions lower_options(const CompileOptions& opts) const override;
   bool keep_half_weights() const override { return true; }
   // narrow_float64_constants: float64 constants that only feed float32 become float32 ones
-  // (passes/narrow_float64.h; the GPU targets cannot store float64).
+  // (passes/narrow_float64.h; the GPU targets cannot store float64); fuse_attention: attention
+  // as one kernel that never stores the scores (codegen/gpu/attention.cpp), for heads up to
+  // gpu::kAttentionMaxWidth wide.
   Graph prepare(const Graph& g, LowerOptions* lo) const override;
   // float64 buffers, int64 constants beyond int32, and the GPU generator's refusals (supports.cpp).
   std::vector<Refusal> supports(const Program& p) const override;
