@@ -49,17 +49,17 @@ bool only_float32_casts(const Graph& g, const std::vector<std::vector<std::pair<
 
 ConstantData to_float32(const ConstantData& c) {
   const int64_t n = c.type.numel();
-  auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n) * 4);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
   for (int64_t i = 0; i < n; ++i) {
     double d;
     std::memcpy(&d, c.data() + 8 * i, 8);
     const auto f = static_cast<float>(d);  // round to nearest, as the Cast does
-    std::memcpy(bytes->data() + 4 * i, &f, 4);
+    std::memcpy(bytes.data() + 4 * i, &f, 4);
   }
   ConstantData r;
   r.type = TensorType{DType::kF32, c.type.shape};
   r.name = c.name;
-  r.bytes = std::move(bytes);
+  r.bytes = make_blob(std::move(bytes));
   return r;
 }
 
