@@ -22,23 +22,13 @@ from conftest import CPU
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 CHILD = r"""
-import json, sys, threading, time
-def anon():
-    for line in open('/proc/self/status'):
-        if line.startswith('RssAnon'):
-            return int(line.split()[1]) * 1024
+import json, sys
+sys.path.insert(0, sys.argv[4])
+from memwatch import AnonPeak
 from chroma.compiler import build_graph
-base, peak, done = anon(), [0], [False]
-def poll():
-    while not done[0]:
-        peak[0] = max(peak[0], anon())
-        time.sleep(0.002)
-t = threading.Thread(target=poll)
-t.start()
-build_graph(sys.argv[1], sys.argv[2], weights=sys.argv[3] or None)
-done[0] = True
-t.join()
-print(json.dumps({"base": base, "peak": peak[0]}))
+with AnonPeak() as m:
+    build_graph(sys.argv[1], sys.argv[2], weights=sys.argv[3] or None)
+print(json.dumps({"base": m.base, "peak": m.peak}))
 """
 
 
@@ -55,8 +45,8 @@ class Stack(torch.nn.Module):
 
 def _compile(graph, out, weights):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    r = subprocess.run([sys.executable, "-c", CHILD, graph, out, weights], capture_output=True, text=True, env=env,
-                       timeout=600)
+    r = subprocess.run([sys.executable, "-c", CHILD, graph, out, weights, os.path.dirname(__file__)],
+                       capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -89,13 +89,10 @@ def test_errors_name_the_weight_and_the_file(tmp_path):
 
 
 CHILD = r"""
-import json, sys, threading, time
+import json, sys
 import torch
-def anon():
-    for line in open('/proc/self/status'):
-        if line.startswith('RssAnon'):
-            return int(line.split()[1]) * 1024
 sys.path.insert(0, sys.argv[3])
+from memwatch import AnonPeak
 from test_structure_only import Net
 from chroma.compiler import build_graph
 from chroma.frontend.exporter import export, structure_only
@@ -106,18 +103,10 @@ x = torch.randn(3, 1024)
 # torch.export's own tracing first (its memory is the exporter's, not the weights'); then the
 # weights' part, measured: the digests and the graph file's writing, the compile.
 g = export(bare, (x,), weight_data=safetensors_weights([sys.argv[1]]))
-base, peak, done = anon(), [0], [False]
-def poll():
-    while not done[0]:
-        peak[0] = max(peak[0], anon())
-        time.sleep(0.002)
-t = threading.Thread(target=poll)
-t.start()
-g.write(sys.argv[2] + ".cgraph")
-build_graph(sys.argv[2] + ".cgraph", sys.argv[2], weights="q4")
-done[0] = True
-t.join()
-print(json.dumps({"base": base, "peak": peak[0]}))
+with AnonPeak() as m:
+    g.write(sys.argv[2] + ".cgraph")
+    build_graph(sys.argv[2] + ".cgraph", sys.argv[2], weights="q4")
+print(json.dumps({"base": m.base, "peak": m.peak}))
 """
 
 
