@@ -7,10 +7,13 @@
 #   ./scripts/sanitize.sh [pytest args...]     both
 #   ./scripts/sanitize.sh --cpp                the build and the C++ unit tests
 #   ./scripts/sanitize.sh --python [args...]   the Python subset (after --cpp)
+#   ./scripts/sanitize.sh --list               the subset's test files (the guarding tier runs
+#                                              them only here: scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PYTHON_SUBSET=(tests/python/test_hardening.py tests/python/test_errors.py tests/python/test_runtime.py)
 PART=all
-case "${1:-}" in --cpp | --python) PART="${1#--}"; shift ;; esac
+case "${1:-}" in --cpp | --python) PART="${1#--}"; shift ;; --list) printf '%s\n' "${PYTHON_SUBSET[@]}"; exit 0 ;; esac
 
 if [ "$PART" != python ]; then
   # -O1 and line tables only: ASan's own guidance, and half the compile time of -O2 -g.
@@ -33,8 +36,8 @@ export CHROMA_EXTRA_CXXFLAGS="-fsanitize=address,undefined -fno-sanitize=signed-
 export CHROMA_CACHE_DIR="$PWD/build/asan/cache"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=0"
 LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" .venv/bin/python -m pytest -q -n 2 -p no:cacheprovider \
-  tests/python/test_hardening.py tests/python/test_errors.py tests/python/test_runtime.py "$@"
+  "${PYTHON_SUBSET[@]}" "$@"
 echo "[sanitize] the GPU generator (compile-only tests of the WebGPU target: no GPU driver under ASan)"
-LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_webgpu.py \
+LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" .venv/bin/python -m pytest -q -n 2 -p no:cacheprovider tests/python/test_webgpu.py \
   -k "golden or unsupported or linalg or float64 or cuda_dialect"
 echo "[sanitize] clean"
