@@ -18,6 +18,8 @@ import fnmatch
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..runtime.variants import proc_kib_field
+
 __all__ = ["TRANSFORMER_VARIANTS", "T5_VARIANTS", "transformer_rules", "t5_rules", "component_bytes", "GiB",
            "text_encoder_constants", "peak_memory", "choose_transformer", "MARGIN_BYTES", "fmt_bytes"]
 
@@ -158,13 +160,9 @@ def peak_memory() -> Dict[str, int]:
     import resource
 
     out = {"ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    out["VmHWM"] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    hwm = proc_kib_field("/proc/self/status", "VmHWM")
+    if hwm is not None:
+        out["VmHWM"] = hwm
     return out
 
 

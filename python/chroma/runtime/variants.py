@@ -32,7 +32,7 @@ MARGIN_BYTES = 64 << 20  # headroom for the interpreter, NumPy arrays, allocator
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
-__all__ = ["load_variant", "available_memory", "variant_name", "variant_need", "variant_error", "VARIANTS_FORMAT",
+__all__ = ["load_variant", "available_memory", "proc_kib_field", "variant_name", "variant_need", "variant_error", "VARIANTS_FORMAT",
            "VARIANTS_VERSION", "MARGIN_BYTES"]
 
 
@@ -73,16 +73,24 @@ def _read_int(path: str) -> Optional[int]:
     return int(text)
 
 
+def proc_kib_field(path: str, field: str) -> Optional[int]:
+    """The bytes of a "Field:   N kB" line of a /proc file (meminfo, a process's status), or None."""
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def available_memory() -> Tuple[Optional[int], Dict[str, Any]]:
     """Bytes of memory available to this process now, and where the figure comes from."""
     info: Dict[str, Any] = {}
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    info["MemAvailable"] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    avail = proc_kib_field("/proc/meminfo", "MemAvailable")
+    if avail is not None:
+        info["MemAvailable"] = avail
     # The cgroup this process is in (v2: one line "0::/path"; v1: the memory controller's).
     try:
         with open("/proc/self/cgroup", encoding="ascii") as f:
