@@ -32,8 +32,8 @@ MARGIN_BYTES = 64 << 20  # headroom for the interpreter, NumPy arrays, allocator
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
-__all__ = ["load_variant", "available_memory", "proc_kib_field", "variant_name", "variant_need", "variant_error", "VARIANTS_FORMAT",
-           "VARIANTS_VERSION", "MARGIN_BYTES"]
+__all__ = ["load_variant", "available_memory", "proc_kib_field", "variant_name", "variant_need", "variant_error",
+           "VARIANTS_FORMAT", "VARIANTS_VERSION", "MARGIN_BYTES"]
 
 
 def variant_name(weights: Any, index: int) -> str:
