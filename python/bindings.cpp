@@ -81,6 +81,18 @@ NB_MODULE(_compiler, m) {
       nb::arg("max_depth") = 32, nb::arg("weights") = "",
       "Compiles several .cgraph files into one artifact with one entry point each (shared weights and state).");
   m.def(
+      "plan_graph",
+      [](const std::string& graph, const std::string& scratch, const std::string& target, bool blas,
+         const std::string& include_dir, int max_depth, const std::string& weights) {
+        const chroma::CompileOptions o = options(target, blas, include_dir, "", "", 0, max_depth, "", weights);
+        nb::gil_scoped_release release;
+        return chroma::plan_graph_files({{"forward", graph}}, scratch, o);
+      },
+      nb::arg("graph"), nb::arg("scratch"), nb::arg("target") = "cpu", nb::arg("blas") = true, nb::arg("include_dir"),
+      nb::arg("max_depth") = 32, nb::arg("weights") = "",
+      "What compiling a .cgraph file would plan (JSON: per entry its arena, kernels and constant bytes), with no "
+      "code generated and nothing written.");
+  m.def(
       "dump_graph",
       [](const std::string& graph, const std::string& stage, int max_depth) {
         return chroma::dump_graph_file(graph, stage, max_depth);

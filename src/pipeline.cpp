@@ -1,6 +1,8 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "import/importer.h"
@@ -17,6 +19,22 @@
 #include "targets/target.h"
 
 namespace chroma {
+
+namespace {
+
+// The bytes of constants a compile keeps in memory before the rest go to its scratch file
+// (ir/spill.h): CHROMA_SPILL_AFTER (bytes; 0 spills every constant of 64 KiB or more), else
+// 256 MiB, which no test model reaches.
+int64_t spill_after() {
+  if (const char* v = std::getenv("CHROMA_SPILL_AFTER")) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 0) return n;
+  }
+  return int64_t{256} << 20;
+}
+
+}  // namespace
 
 Graph optimize(const Graph& g, bool keep_half_weights) {
   Graph r = run_pass("widen_half", &widen_half, g);
@@ -35,11 +53,15 @@ std::string compile_graph_file(const std::string& graph_path, const std::string&
 
 // One script for every target: import, optimize, the target's own passes and lowering with
 // the target's options for each entry; then the target's code generator and artifact writer.
-std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
-  const Target& target = find_target(opts.target);
+namespace {
+
+// Every entry imported, optimized, prepared by the target and lowered; refused at once with
+// everything the target lacks, every entry's.
+std::vector<CompiledEntry> lower_entries(const Target& target, const std::vector<EntrySpec>& specs, const std::string& out_dir,
+                                         const CompileOptions& opts, PhaseTimer& timer) {
   if (specs.empty()) throw CompileError("nothing to compile: no entry points");
-  const LowerOptions base = target.lower_options(opts);  // the options checked before any file is read
-  PhaseTimer timer;
+  LowerOptions base = target.lower_options(opts);  // the options checked before any file is read
+  base.spill = std::make_shared<SpillFile>(out_dir, spill_after());  // one for every entry
   std::vector<CompiledEntry> entries;
   for (const EntrySpec& s : specs) {
     for (const CompiledEntry& e : entries) {
@@ -66,7 +88,40 @@ std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::
     }
   }
   if (!refusals.empty()) throw UnsupportedError(target.name(), std::move(refusals));
+  return entries;
+}
+
+}  // namespace
+
+std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
+  const Target& target = find_target(opts.target);
+  PhaseTimer timer;
+  std::vector<CompiledEntry> entries = lower_entries(target, specs, out_dir, opts, timer);
   return target.write(entries, out_dir, opts, timer);
+}
+
+std::string plan_graph_files(const std::vector<EntrySpec>& specs, const std::string& scratch_dir, const CompileOptions& opts) {
+  const Target& target = find_target(opts.target);
+  PhaseTimer timer;
+  const std::vector<CompiledEntry> entries = lower_entries(target, specs, scratch_dir, opts, timer);
+  nlohmann::json out = nlohmann::json::array();
+  for (const CompiledEntry& e : entries) {
+    const Program& p = e.program;
+    int64_t constants = 0;  // what the kernels read, before the artifact's dedup and alignment
+    std::vector<bool> seen(p.constants.size(), false);
+    for (const Buffer& b : p.buffers) {
+      if (b.region != Region::kConstant || b.slot < 0 || seen[static_cast<size_t>(b.slot)]) continue;
+      seen[static_cast<size_t>(b.slot)] = true;
+      constants += static_cast<int64_t>(p.constants[static_cast<size_t>(b.slot)].bytes->size());
+    }
+    out.push_back({{"name", e.name},
+                   {"arena", {{"bytes", p.arena_bytes}, {"lower_bound", p.arena_lower_bound},
+                              {"temporaries_bytes", p.temporaries_bytes}}},
+                   {"kernels", p.kernels.size()},
+                   {"constant_bytes", constants},
+                   {"seconds", timer.json()}});
+  }
+  return out.dump();
 }
 
 std::vector<std::string> gpu_kernel_sources(const std::string& graph_path, const std::string& target_name) {

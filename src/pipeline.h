@@ -45,6 +45,13 @@ struct EntrySpec {
   std::string graph_path;
 };
 
+// What a compile of these graph files would plan, without generating or writing anything:
+// per entry (JSON array) its arena (bytes, lower_bound, temporaries_bytes), kernel count and
+// the bytes of the constants its kernels read (before the artifact stores identical ones
+// once). Refused as compile_graph_files would refuse. `scratch_dir`: where constants the
+// lowering makes may be spilled (ir/spill.h); nothing is left there.
+std::string plan_graph_files(const std::vector<EntrySpec>& specs, const std::string& scratch_dir, const CompileOptions& opts);
+
 // Compiles several graphs into one artifact whose entry points share the weights (stored
 // once) and the persistent state (matched by name; docs/artifact_format.md).
 std::string compile_graph_files(const std::vector<EntrySpec>& entries, const std::string& out_dir,

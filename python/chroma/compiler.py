@@ -19,7 +19,7 @@ from .runtime.registry import TARGETS as _RUNTIME_TARGETS
 from .runtime.registry import load, load_compiled
 from .runtime.variants import MARGIN_BYTES, VARIANTS_FORMAT, VARIANTS_VERSION, variant_error, variant_name, variant_need
 
-__all__ = ["compile", "compile_entries", "include_dir", "default_cache_dir"]
+__all__ = ["compile", "compile_artifact", "plan", "compile_entries", "include_dir", "default_cache_dir"]
 
 
 # The targets chroma.compile builds and chroma.load runs: the compiler's registered targets
@@ -304,8 +304,6 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                model eagerly then (no golden data for GPU packages, no accuracy report, and
                the finished-artifact cache is off: it fingerprints the weights)
     """
-    from .frontend.exporter import export
-
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
     if isinstance(weights, (list, tuple)):
@@ -324,19 +322,10 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
     eager = weight_data is None and not _without_weights(model_or_function)
 
     def build(timings: Dict[str, Any]) -> Program:
-        graph = _timed(timings, "export", export, model_or_function, tuple(example_inputs), weight_data=weight_data)
-        with _graph_dir(out, keep_graph) as gdir:
-            gpath = os.path.join(gdir, "graph.cgraph")
-            _timed(timings, "graph_write", graph.write, gpath)
-            golden = ""
-            if eager and _RUNTIME_TARGETS[target].gpu and not graph.json.get("state_updates"):
-                golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
-                                [i["name"] for i in graph.json["inputs"]], gdir, _golden_weight_error(spec))
-            _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
-                   cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
-            if spec and eager:
-                _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
-            return _timed_load(out, threads, timings)
+        _build_artifact(model_or_function, example_inputs, out, timings, target=target, blas=blas, jobs=jobs,
+                        cache_dir=cache_dir, max_depth=max_depth, keep_graph=keep_graph, spec=spec,
+                        weight_data=weight_data, eager=eager)
+        return _timed_load(out, threads, timings)
 
     if keep_graph:
         return build({"model_cache": "off (keep_graph)"})
@@ -349,6 +338,70 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         options["weights"] = spec
     return through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
                                 threads, build)
+
+
+def _build_artifact(model_or_function: Any, example_inputs: tuple, out: str, timings: Dict[str, Any], *, target: str,
+                    blas: bool, jobs: int, cache_dir: Optional[str], max_depth: int, keep_graph: bool, spec: Any,
+                    weight_data: Any, eager: bool) -> None:
+    """compile()'s work up to a finished artifact in `out`: export, graph file, golden data,
+    the native compiler, the accuracy report; nothing loaded."""
+    from .frontend.exporter import export
+
+    graph = _timed(timings, "export", export, model_or_function, tuple(example_inputs), weight_data=weight_data)
+    with _graph_dir(out, keep_graph) as gdir:
+        gpath = os.path.join(gdir, "graph.cgraph")
+        _timed(timings, "graph_write", graph.write, gpath)
+        golden = ""
+        if eager and _RUNTIME_TARGETS[target].gpu and not graph.json.get("state_updates"):
+            golden = _timed(timings, "golden", _write_golden, model_or_function, tuple(example_inputs),
+                            [i["name"] for i in graph.json["inputs"]], gdir, _golden_weight_error(spec))
+        _timed(timings, "compiler", build_graph, gpath, out, target=target, blas=blas, jobs=jobs,
+               cache_dir=cache_dir, max_depth=max_depth, golden=golden, weights=spec)
+        if spec and eager:
+            _timed(timings, "accuracy", record_accuracy, out, model_or_function, tuple(example_inputs))
+
+
+def plan(model_or_function: Any, example_inputs: Any, *, target: str = "cpu", blas: bool = True, max_depth: int = 32,
+         weights: Any = None, weight_data: Any = None) -> Dict[str, Any]:
+    """What compiling would plan, without generating code or writing an artifact: the entry's
+    arena {"bytes", "lower_bound", "temporaries_bytes"}, its kernel count and the bytes of the
+    constants its kernels read. Exports the model (with weight_data, as compile() does) and
+    lowers it. The arena depends on the weights' shapes, not their values, except where
+    equal constants are stored once (give distinct values, e.g. random, not zeros)."""
+    from . import _compiler
+    from .frontend.exporter import export
+
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+    graph = export(model_or_function, _example_inputs(example_inputs), weight_data=weight_data)
+    with tempfile.TemporaryDirectory(prefix="chroma-plan-") as tmp:
+        gpath = os.path.join(tmp, "graph.cgraph")
+        graph.write(gpath)
+        del graph
+        text = _compiler.plan_graph(gpath, tmp, target=target, blas=blas, include_dir=include_dir(),
+                                    max_depth=max_depth, weights=weights_spec(weights))
+    return json.loads(text)[0]
+
+
+def compile_artifact(model_or_function: Any, example_inputs: Any, out: str, *, target: str = "cpu",
+                     blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
+                     weights: Any = None, weight_data: Any = None) -> Dict[str, Any]:
+    """compile() without loading the result: writes the artifact to `out` and returns the
+    seconds of each phase. For a caller that loads it later, or in another process (the
+    text-to-image pipeline: a loaded CPU program holds its weights in memory, which a compile
+    of a large model need not add to its own peak). One weights format (no list); no model
+    cache."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+    if isinstance(weights, (list, tuple)):
+        raise ValueError("compile_artifact: one weights format (chroma.compile builds several variants)")
+    os.makedirs(out, exist_ok=True)
+    timings: Dict[str, Any] = {}
+    eager = weight_data is None and not _without_weights(model_or_function)
+    _build_artifact(model_or_function, _example_inputs(example_inputs), out, timings, target=target, blas=blas,
+                    jobs=jobs, cache_dir=cache_dir, max_depth=max_depth, keep_graph=False,
+                    spec=weights_spec(weights), weight_data=weight_data, eager=eager)
+    return timings
 
 
 def _without_weights(model: Any) -> bool:

@@ -18,7 +18,7 @@ int32_t Lowerer::add_packed_bytes(std::string name, TensorType type, std::vector
   ConstantData pc;
   pc.name = std::move(name);
   pc.type = std::move(type);
-  pc.bytes = make_blob(std::move(data));
+  pc.bytes = make_blob(std::move(data), opts_.spill.get());
   p_.constants.push_back(std::move(pc));
   Buffer pb;
   pb.region = Region::kConstant;

@@ -8,12 +8,14 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "ir/graph.h"
 #include "ir/routed_product.h"
+#include "ir/spill.h"
 #include "lower/layout.h"
 #include "quant/quant.h"
 
@@ -261,6 +263,10 @@ struct LowerOptions {
   // CPU target: products whose experts the run-time mask can skip (passes/routed_experts.h),
   // by node id of the graph being lowered.
   std::map<int32_t, RoutedProduct> routed;
+  // Where the constants the lowering makes (packed, quantized, relaid-out weights) go beyond
+  // the first few hundred MiB: a scratch file they are mapped from (ir/spill.h), so a model
+  // larger than memory compiles. None: kept in memory.
+  std::shared_ptr<SpillFile> spill;
 };
 
 // Lowers an optimized graph: decides what is materialized (src/lower/README.md, "Fusion"),

@@ -43,8 +43,8 @@ class Stack(torch.nn.Module):
         return x
 
 
-def _compile(graph, out, weights):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+def _compile(graph, out, weights, **env_extra):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), **env_extra)
     r = subprocess.run([sys.executable, "-c", CHILD, graph, out, weights, os.path.dirname(__file__)],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -74,3 +74,30 @@ def test_large_graph_compiles_without_copying_its_weights(tmp_path):
     assert mem["peak"] - mem["base"] < 0.35 * weight_bytes, (mem, weight_bytes)
     got = chroma.load(str(tmp_path / "q4"))(x.numpy())
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.25
+
+
+@pytest.mark.skipif(not CPU, reason="measures the CPU target's compile")
+def test_constants_the_compile_makes_are_spilled_to_a_scratch_file(tmp_path):
+    """The weights the lowering makes (here float32 products of 3 rows, packed in panels: a
+    second copy of every weight) go to a scratch file and are mapped from it (ir/spill.h) once
+    CHROMA_SPILL_AFTER bytes were kept in memory: the anonymous peak stays far below the
+    weights (kept, it held all the packed copies: about the weight bytes), the artifact is
+    the same file, and the scratch file is gone."""
+    import chroma
+    from chroma.frontend.exporter import export
+
+    torch.manual_seed(1)
+    model = Stack(20, 1024).eval()
+    x = torch.randn(3, 1024)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    graph = str(tmp_path / "g.cgraph")
+    export(model, (x,), graph)
+    kept = _compile(graph, str(tmp_path / "kept"), "", CHROMA_SPILL_AFTER=str(1 << 40))
+    spilled = _compile(graph, str(tmp_path / "spilled"), "", CHROMA_SPILL_AFTER="0")
+    assert kept["peak"] - kept["base"] > 0.9 * weight_bytes, kept  # what the spill removes is there
+    assert spilled["peak"] - spilled["base"] < 0.35 * weight_bytes, (spilled, weight_bytes)
+    manifests = [json.load(open(tmp_path / d / "manifest.json")) for d in ("kept", "spilled")]
+    assert manifests[0]["weights"]["digest"] == manifests[1]["weights"]["digest"]
+    assert not [n for n in os.listdir(tmp_path / "spilled") if n.startswith(".chroma-spill")]
+    want = model(x).detach().numpy()
+    np.testing.assert_allclose(chroma.load(str(tmp_path / "spilled"))(x.numpy()), want, rtol=1e-4, atol=1e-5)

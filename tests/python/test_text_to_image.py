@@ -264,6 +264,40 @@ def test_dry_run_compiles_nothing(tiny, tmp_path):
     assert not os.path.exists(cache) or not os.listdir(cache)
 
 
+def test_planned_arenas_equal_the_compiled_ones(tmp_path):
+    """ArtifactStore.plan (one block of each kind, zero weights, lowered without code) against
+    the compiled artifact's arena, on a model of several blocks of each kind: within 1% (they
+    differ by a few values per token kept across a block boundary: 0.003% at Chroma1-HD's full
+    size, bench/compile_full_size.py); then --dry-run --plan reports them, and a later dry run
+    reads them without torch."""
+    import copy
+
+    from chroma.pipelines.plan import _rules, _shapes
+    from chroma.pipelines.random_model import TINY
+
+    cfg = copy.deepcopy(TINY)
+    cfg["transformer"].update(num_layers=2, num_single_layers=3)
+    cfg["t5"].update(num_layers=3)
+    d = write_random_model(str(tmp_path / "deep"), config=cfg, seed=1)
+    cache = str(tmp_path / "cache")
+    p = TextToImage(d, cache_dir=cache, transformer="q4", text_encoder="q8")
+    for comp, variant in (("transformer", "q4"), ("text_encoder", "q8"), ("vae", "fp32")):
+        shapes, rules = _shapes(comp, 96, 64, 16, 1), _rules(comp, variant)
+        planned = p.store.plan(comp, rules, shapes)["arena"]
+        p.store.get(comp, rules, shapes)
+        compiled = max(e["arena"]["bytes"] for e in p.store.manifest(comp, rules, shapes)["entries"])
+        assert abs(planned - compiled) <= 0.01 * compiled, (comp, planned, compiled)
+    r = _cli("--model", d, "--dry-run", "--plan", "--width", "128", "--height", "64", "--cache-dir", cache)
+    assert r.returncode == 0, r.stderr
+    assert "arenas planned without weights" in r.stdout and "(planned)" in r.stdout, r.stdout
+    assert "planned transformer fp32: arena" in r.stdout
+    r = _cli("--model", d, "--dry-run", "--width", "128", "--height", "64", "--cache-dir", cache)
+    assert r.returncode == 0, r.stderr
+    assert "(planned)" in r.stdout and "not compiled yet" not in r.stdout and r.stdout.strip().endswith("NO-TORCH")
+    r = _cli("--model", d, "--plan", "--prompt", PROMPT, "--cache-dir", cache)
+    assert r.returncode != 0 and "--plan" in r.stderr
+
+
 # ---- the pipeline against diffusers (default tier: one compile of each component) -------------
 
 def test_pipeline_matches_diffusers(tiny, pipe):

@@ -79,7 +79,7 @@ class ArtifactStore:
         return prog, times
 
     def _compile(self, comp: str, rules: Optional[Dict[str, str]], shapes: Dict[str, Any], out: str) -> None:
-        from ..compiler import compile as chroma_compile
+        from ..compiler import compile_artifact
 
         os.makedirs(self.root, exist_ok=True)
         name = os.path.basename(out)
@@ -89,9 +89,10 @@ class ArtifactStore:
         work = tempfile.mkdtemp(prefix=f".{name}-", dir=self.root)
         try:
             module, examples, weight_data = BUILDERS[comp](self.model, shapes)
-            prog = chroma_compile(module, examples, out=os.path.join(work, name), target=self.target,
-                                  threads=self.threads, weights=rules, weight_data=weight_data)
-            del prog, module, examples
+            # Not loaded here (a loaded CPU program holds its weights in memory): get() loads it.
+            compile_artifact(module, examples, os.path.join(work, name), target=self.target, weights=rules,
+                             weight_data=weight_data)
+            del module, examples
             gc.collect()
             beside = [n for n in os.listdir(work) if n != name]
             try:
@@ -107,6 +108,48 @@ class ArtifactStore:
         self.compiled.append((comp, out))
 
 
+    def plan_path(self, comp: str, rules: Optional[Dict[str, str]], shapes: Dict[str, Any]) -> str:
+        d = self.directory(comp, rules, shapes)
+        return os.path.join(os.path.dirname(d), "plans", os.path.basename(d) + ".json")
+
+    def planned(self, comp: str, rules: Optional[Dict[str, str]], shapes: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The plan record plan() made for these settings, or None."""
+        path = self.plan_path(comp, rules, shapes)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    def plan(self, comp: str, rules: Optional[Dict[str, str]], shapes: Dict[str, Any]) -> Dict[str, Any]:
+        """The arena a compile of this component would plan ({"arena": bytes, ...}), without
+        compiling it or reading its weights: the component is built at one block of each kind
+        (T5: two layers, the first computing the position bias every later one reads; the VAE
+        whole) with random weights, exported and lowered (chroma.compiler.plan). The blocks of
+        each kind are identical and run one after another, each leaving only the residual
+        stream (and T5's position bias) behind, so one of each plans the same temporaries as
+        the whole stack; the transformer keeps its full modulation table (one row per block of
+        the whole model), the one temporary whose size depends on the depth.
+        Kept beside the artifacts (plans/), so a later dry run needs no torch."""
+        rec = self.planned(comp, rules, shapes)
+        if rec is not None:
+            return rec
+        from ..compiler import plan
+
+        t0 = time.perf_counter()
+        module, examples, weight_data = BUILDERS[comp](self.model, shapes, plan_only=True)
+        p = plan(module, examples, target=self.target, weights=rules, weight_data=weight_data)
+        rec = {"arena": int(p["arena"]["bytes"]), "arena_lower_bound": int(p["arena"]["lower_bound"]),
+               "kernels": int(p["kernels"]), "planned_at": "one block of each kind, random weights",
+               "seconds": round(time.perf_counter() - t0, 2)}
+        path = self.plan_path(comp, rules, shapes)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rec, f)
+        os.replace(tmp, path)
+        return rec
+
+
 # ---- building the modules (torch from here on) -----------------------------------------------
 
 def _weights(model: ModelDir, comp: str, module: Any, prefix: str):
@@ -118,7 +161,32 @@ def _weights(model: ModelDir, comp: str, module: Any, prefix: str):
     return safetensors_weights(model.weight_files(comp), prefix=prefix, aliases=tied_aliases(module, prefix))
 
 
-def _text_encoder(model: ModelDir, shapes: Dict[str, Any]):
+def _plan_weights(model: ModelDir, comp: str, module: Any, prefix: str):
+    """weight_data for a plan: random values of each parameter's shape (seeded by its name), in
+    the checkpoint's dtype where the checkpoint has it (the graph then holds the casts the real
+    one does). Not zeros: the compiler stores and folds identical constants once, so zero
+    weights of one shape would plan a different graph."""
+    import zlib
+
+    import torch
+
+    dtypes = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    tensors = model.tensors(comp)
+    params = dict(module.named_parameters(remove_duplicate=False))
+
+    def data(name: str):
+        p = params.get(name)
+        if p is None:
+            return None
+        stored = tensors.get(name[len(prefix):] if name.startswith(prefix) else name)
+        g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+        w = torch.randn(tuple(p.shape), generator=g).mul_(0.02)
+        return w.to(dtypes.get(stored[0], p.dtype) if stored else p.dtype)
+
+    return data
+
+
+def _text_encoder(model: ModelDir, shapes: Dict[str, Any], plan_only: bool = False):
     import torch
     from transformers import T5Config, T5EncoderModel
 
@@ -126,6 +194,8 @@ def _text_encoder(model: ModelDir, shapes: Dict[str, Any]):
     from .components import TextEncoder
 
     config = T5Config.from_pretrained(os.path.join(model.path, "text_encoder"))
+    if plan_only:  # layer 0 computes the position bias every later layer reads: it and one more
+        config.num_layers = min(config.num_layers, 2)
     with structure_only():
         t5 = T5EncoderModel(config).eval()
     n = shapes["length"]
@@ -134,10 +204,11 @@ def _text_encoder(model: ModelDir, shapes: Dict[str, Any]):
     mask = torch.zeros(1, n, dtype=torch.int64)
     mask[0, : max(1, n // 2)] = 1
     module = TextEncoder(t5).eval()
-    return module, (ids, mask), _weights(model, "text_encoder", module, "t5.")
+    weights = _plan_weights if plan_only else _weights
+    return module, (ids, mask), weights(model, "text_encoder", module, "t5.")
 
 
-def _transformer(model: ModelDir, shapes: Dict[str, Any]):
+def _transformer(model: ModelDir, shapes: Dict[str, Any], plan_only: bool = False):
     import torch
     from diffusers import ChromaTransformer2DModel
 
@@ -145,9 +216,18 @@ def _transformer(model: ModelDir, shapes: Dict[str, Any]):
 
     from ..frontend.exporter import structure_only
 
-    config = ChromaTransformer2DModel.load_config(os.path.join(model.path, "transformer"))
+    config = dict(ChromaTransformer2DModel.load_config(os.path.join(model.path, "transformer")))
+    full_rows = None
+    if plan_only:  # one block of each kind, the whole model's modulation table (a row per block)
+        full_rows = 3 * int(config.get("num_single_layers", 38)) + 12 * int(config.get("num_layers", 19)) + 2
+        config = dict(config, num_layers=1, num_single_layers=1)
     with structure_only():
         tr = ChromaTransformer2DModel.from_config(config).eval()
+    if full_rows is not None:
+        from diffusers.models.transformers.transformer_chroma import ChromaCombinedTimestepTextProjEmbeddings
+
+        tr.time_text_embed = ChromaCombinedTimestepTextProjEmbeddings(
+            num_channels=tr.config.approximator_num_channels // 4, out_dim=full_rows)
     b, h2, w2, n = shapes["batch"], shapes["h2"], shapes["w2"], shapes["length"]
     g = torch.Generator().manual_seed(0)
     lat = torch.randn(b, h2 * w2, tr.config.in_channels, generator=g)
@@ -156,10 +236,11 @@ def _transformer(model: ModelDir, shapes: Dict[str, Any]):
     bias = torch.zeros(b, n)
     bias[:, max(1, n // 2):] = KEY_MASKED
     module = Denoiser(tr, h2, w2, n).eval()
-    return module, (lat, t, text, bias), _weights(model, "transformer", module, "transformer.")
+    weights = _plan_weights if plan_only else _weights
+    return module, (lat, t, text, bias), weights(model, "transformer", module, "transformer.")
 
 
-def _vae(model: ModelDir, shapes: Dict[str, Any]):
+def _vae(model: ModelDir, shapes: Dict[str, Any], plan_only: bool = False):
     import torch
     from diffusers import AutoencoderKL
 
@@ -172,7 +253,8 @@ def _vae(model: ModelDir, shapes: Dict[str, Any]):
         vae = AutoencoderKL.from_config(config).eval()
     z = torch.randn(1, vae.config.latent_channels, shapes["h"], shapes["w"], generator=torch.Generator().manual_seed(0))
     module = VaeDecoder(vae).eval()
-    return module, (z,), _weights(model, "vae", module, "vae.")
+    weights = _plan_weights if plan_only else _weights
+    return module, (z,), weights(model, "vae", module, "vae.")
 
 
 BUILDERS: Dict[str, Callable] = {"text_encoder": _text_encoder, "transformer": _transformer, "vae": _vae}

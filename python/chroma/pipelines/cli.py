@@ -61,6 +61,10 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="compile nothing, read no weights: print the bytes of each component and variant (from the "
                    "safetensors headers), the arenas known, the peak a run needs and what auto would pick")
+    p.add_argument("--plan", action="store_true",
+                   help="with --dry-run: first plan the arenas not known yet (each component at one block of each "
+                   "kind with random weights, exported and lowered, no code generated: needs torch, seconds each; kept "
+                   "in the cache for later dry runs)")
     p.set_defaults(fn=run)
 
 
@@ -69,8 +73,11 @@ def run(a: argparse.Namespace) -> None:
 
     pipe = TextToImage(a.model, target=a.target, threads=a.threads, transformer=a.transformer,
                        text_encoder=a.text_encoder, cache_dir=a.cache_dir, quiet=a.quiet)
+    if a.plan and not a.dry_run:
+        raise ValueError("--plan plans the arenas for --dry-run; give both")
     if a.dry_run:
-        for line in pipe.dry_run(a.prompt, a.negative, width=a.width, height=a.height, cfg=a.cfg, cfg_mode=a.cfg_mode):
+        for line in pipe.dry_run(a.prompt, a.negative, width=a.width, height=a.height, cfg=a.cfg, cfg_mode=a.cfg_mode,
+                                 plan_arenas=a.plan):
             print(line)
         return
     if not a.prompt and not a.text_embeds:

@@ -11,13 +11,13 @@ a time) plus the inputs and outputs the pipeline keeps in NumPy (latents, text e
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from .memory import (MARGIN_BYTES, TRANSFORMER_VARIANTS, T5_VARIANTS, choose_transformer, component_bytes, fmt_bytes,
                      t5_rules, text_encoder_constants, transformer_constants, transformer_rules)
 from .sampling import latent_shape
 
-__all__ = ["Stage", "stage", "run_needs", "auto_choice", "dry_run_lines"]
+__all__ = ["Stage", "stage", "run_needs", "auto_choice", "dry_run_lines", "plan_arenas", "plan_arenas_for"]
 
 
 class Stage(dict):
@@ -73,11 +73,15 @@ def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: i
         arena_txt = f"arena {fmt_bytes(arena)}"
         lib = os.path.join(store.directory(comp, rules, shapes), m["library"]["file"])
         library = os.path.getsize(lib) if os.path.isfile(lib) else 0
+    elif store.planned(comp, rules, shapes) is not None:  # planned without compiling (ArtifactStore.plan)
+        arena = int(store.planned(comp, rules, shapes)["arena"])
+        arena_txt = f"arena {fmt_bytes(arena)} (planned)"
     else:  # another variant's plan at this size: the same temporaries, give or take the products' kinds
         for other in VARIANTS[comp]:
             om = store.manifest(comp, _rules(comp, other), shapes)
-            if om is not None:
-                arena = _arena(om)
+            rec = None if om is not None else store.planned(comp, _rules(comp, other), shapes)
+            if om is not None or rec is not None:
+                arena = _arena(om) if om is not None else int(rec["arena"])
                 arena_txt = f"arena {fmt_bytes(arena)} (the {other} plan's at this size)"
                 break
     total = weights + (arena or 0) + (library or 0)
@@ -118,11 +122,35 @@ def auto_choice(pipe: Any, width: int, height: int, length: int, batch: int):
     return choose_transformer(needs, avail, info, f"{width}x{height}", MARGIN_BYTES)
 
 
-def dry_run_lines(pipe: Any, width: int, height: int, length: int, batch: int, requested: str) -> List[str]:
+def plan_arenas(pipe: Any, width: int, height: int, length: int, batch: int,
+                which: Optional[List[Tuple[str, str]]] = None) -> List[str]:
+    """Plans the arena of every (component, variant) in `which` (default: all of them) at this
+    size that has neither an artifact nor a plan yet (ArtifactStore.plan: one block of each
+    kind, random weights; needs torch). Returns a line per plan made."""
+    out = []
+    for comp, v in which if which is not None else [(c, v) for c, vs in VARIANTS.items() for v in vs]:
+        shapes, rules = _shapes(comp, width, height, length, batch), _rules(comp, v)
+        if pipe.store.manifest(comp, rules, shapes) is None and pipe.store.planned(comp, rules, shapes) is None:
+            rec = pipe.store.plan(comp, rules, shapes)
+            out.append(f"planned {comp} {v}: arena {fmt_bytes(rec['arena'])} in {rec['seconds']:.1f} s")
+    return out
+
+
+def plan_arenas_for(pipe: Any, variant: str, width: int, height: int, length: int, batch: int) -> List[str]:
+    """plan_arenas for the stages of one run: the pipe's T5, transformer `variant`, the VAE."""
+    return plan_arenas(pipe, width, height, length, batch,
+                       [("text_encoder", pipe.text_encoder_variant), ("transformer", variant), ("vae", "fp32")])
+
+
+def dry_run_lines(pipe: Any, width: int, height: int, length: int, batch: int, requested: str,
+                  plan: bool = False) -> List[str]:
     """The dry run's report: bytes per component and variant, the arenas known, the peak of a
-    run with each transformer variant, and what `auto` picks and why."""
+    run with each transformer variant, and what `auto` picks and why. `plan`: first plan the
+    arenas not known yet (plan_arenas)."""
+    planned = plan_arenas(pipe, width, height, length, batch) if plan else []
+    what = "arenas planned without weights" if plan else "no weights read"
     lines = [f"model {pipe.model.path}: {width}x{height}, text length bucket {length}, transformer batch {batch}, "
-             f"target {pipe.store.target}; nothing compiled, no weights read"]
+             f"target {pipe.store.target}; nothing compiled, {what}"] + planned
     for comp, variants in VARIANTS.items():
         lines.append(f"{comp} (checkpoint files {fmt_bytes(pipe.model.file_bytes(comp))}):")
         for v in variants:

@@ -324,12 +324,15 @@ class TextToImage:
         return self.run(prompt, **kwargs).image
 
     def dry_run(self, prompt: Optional[str] = None, negative: Optional[str] = None, *, width: int = 1024,
-                height: int = 1024, cfg: float = DEFAULTS["cfg"], cfg_mode: str = DEFAULTS["cfg_mode"]) -> List[str]:
-        """What a run needs, per component and variant, without compiling or reading weights."""
+                height: int = 1024, cfg: float = DEFAULTS["cfg"], cfg_mode: str = DEFAULTS["cfg_mode"],
+                plan_arenas: bool = False) -> List[str]:
+        """What a run needs, per component and variant, without compiling or reading weights.
+        plan_arenas: plan the arenas not known yet (one block of each kind, zero weights; needs
+        torch, a few seconds a component and variant; kept for later dry runs)."""
         check_size(width, height)
         length = self.buckets[0]
         if prompt is not None:
             texts = [prompt] + ([OFFICIAL_NEGATIVE if negative is None else negative] if cfg > 1 else [])
             length = bucket_for(max(min(len(self.tokenizer(t)) + 1, MAX_TOKENS) for t in texts), self.buckets)
         batch = 2 if cfg > 1 and cfg_mode == "batched" else 1
-        return plan.dry_run_lines(self, width, height, length, batch, self.transformer_variant)
+        return plan.dry_run_lines(self, width, height, length, batch, self.transformer_variant, plan=plan_arenas)
