@@ -3,6 +3,9 @@ ChromaPipeline in float32, on the same random weights of Chroma1-HD's architectu
 medium size (chroma.pipelines.random_model.MEDIUM: T5 4 layers d_model 512, transformer 2 double
 + 4 single blocks of 8 heads x 64, the VAE at channels 32-128), 256x256, 4 steps, CFG 3.8.
 The whole comparison runs in minutes (the first run also compiles each variant once).
+`--config wide` runs Chroma1-HD's widths (random_model.WIDE: T5-XXL's width at 2 layers, the
+transformer's 24 heads of 128 at 2 double and 4 single blocks, the real VAE): what a step
+costs at the real width, where the full depth in float32 (35.6 GB) does not fit this machine.
 
     .venv/bin/python bench/text_to_image.py
     .venv/bin/python bench/text_to_image.py --size 512 --steps 8 --variants fp32,q4 --threads 4
@@ -98,7 +101,10 @@ def _run(args, extra) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None, help="a model directory (default: a MEDIUM random one in a temp dir)")
+    ap.add_argument("--model", default=None, help="a model directory (default: a random one of --config in a temp dir)")
+    ap.add_argument("--config", choices=("medium", "wide"), default="medium",
+                    help="the random model's size: medium (minutes), or wide: Chroma1-HD's widths at 2 double and 4 "
+                    "single blocks, T5-XXL's at 2 layers, the real VAE (random_model.WIDE)")
     ap.add_argument("--cache", default=None, help="the compiled components' cache (default: beside the model)")
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
@@ -116,9 +122,10 @@ def main() -> None:
         return
     work = tempfile.mkdtemp(prefix="chroma-t2i-bench-")
     if a.model is None:
-        from chroma.pipelines.random_model import MEDIUM, write_random_model
+        from chroma.pipelines import random_model
 
-        a.model = write_random_model(os.path.join(work, "medium"), config=MEDIUM, seed=0)
+        a.model = random_model.write_random_model(os.path.join(work, a.config),
+                                                  config=getattr(random_model, a.config.upper()), seed=0)
     a.cache = a.cache or os.path.join(work, "cache")
     systems = [("diffusers fp32 (512 text tokens)", ["--worker", "diffusers"]),
                ("diffusers fp32 (64 text tokens)", ["--worker", "diffusers", "--max-seq", "64"])]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import string
 from typing import Any, Dict, Optional
 
-__all__ = ["write_random_model", "write_shapes_only_model", "fill_bf16_weights", "TINY", "MEDIUM", "CHROMA1_HD", "CHROMA1_HD_SCHEDULER"]
+__all__ = ["write_random_model", "write_shapes_only_model", "fill_bf16_weights", "TINY", "MEDIUM", "WIDE", "CHROMA1_HD",
+           "CHROMA1_HD_SCHEDULER"]
 
 # Chroma1-HD's scheduler/scheduler_config.json (the settings diffusers' ChromaPipeline runs with).
 CHROMA1_HD_SCHEDULER = {"base_image_seq_len": 256, "base_shift": 0.5, "invert_sigmas": False,
@@ -33,6 +34,15 @@ TINY: Dict[str, Any] = {
     "transformer": {"num_layers": 1, "num_single_layers": 2, "num_attention_heads": 2, "attention_head_dim": 16,
                     "axes_dims_rope": (4, 6, 6), "approximator_hidden_dim": 32, "approximator_layers": 2},
     "vae": {"block_out_channels": (16, 16, 32, 32), "layers_per_block": 1, "norm_num_groups": 8},
+}
+# Chroma1-HD's widths (T5-XXL's d_model 4096 and d_ff 10240, the transformer's 24 heads of 128,
+# its approximator, the FLUX VAE) at a few blocks: what the benchmark runs against diffusers
+# in float32 on a 24 GiB machine (the full depth in float32 does not fit).
+WIDE: Dict[str, Any] = {
+    "t5": {"d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 2, "num_heads": 64},
+    "transformer": {"num_layers": 2, "num_single_layers": 4, "num_attention_heads": 24, "attention_head_dim": 128,
+                    "axes_dims_rope": (16, 56, 56), "approximator_hidden_dim": 5120, "approximator_layers": 5},
+    "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
 }
 MEDIUM: Dict[str, Any] = {
     "t5": {"d_model": 512, "d_kv": 64, "d_ff": 1024, "num_layers": 4, "num_heads": 8},
