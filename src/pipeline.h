@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/optimize.h"  // optimize(): the optimizing passes, in order
 
 namespace chroma {
 
@@ -30,10 +31,6 @@ struct CompileOptions {
   std::string weights;
 };
 
-// The optimizing passes, in order. `keep_half_weights` (GPU targets): float16 and bfloat16
-// weights stay in 16 bits, converted by the kernels that read them (fold_constants_keep_half);
-// the CPU folds them to float32 at compile time (BLAS and the pre-packed products read float32).
-Graph optimize(const Graph& g, bool keep_half_weights = false);
 
 // Compiles a graph file into an artifact directory (one entry point, "forward"); returns
 // manifest.json's text.

@@ -9,7 +9,7 @@
 #include "codegen/cpu/emit.h"
 #include "import/importer.h"
 #include "lower/program.h"
-#include "pipeline.h"
+#include "passes/optimize.h"
 
 namespace {
 
