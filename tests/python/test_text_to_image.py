@@ -265,11 +265,10 @@ def test_dry_run_compiles_nothing(tiny, tmp_path):
 
 
 def test_planned_arenas_equal_the_compiled_ones(tmp_path):
-    """ArtifactStore.plan (one block of each kind, zero weights, lowered without code) against
-    the compiled artifact's arena, on a model of several blocks of each kind: within 1% (they
-    differ by a few values per token kept across a block boundary: 0.003% at Chroma1-HD's full
-    size, bench/compile_full_size.py); then --dry-run --plan reports them, and a later dry run
-    reads them without torch."""
+    """ArtifactStore.plan (one block of each kind, random weights, lowered without code) against
+    the compiled artifact's arena, on a model of several blocks of each kind: within 1% (at
+    Chroma1-HD's full size they are equal to the byte); then --dry-run --plan reports them, and
+    a later dry run reads them without torch."""
     import copy
 
     from chroma.pipelines.plan import _rules, _shapes

@@ -327,7 +327,7 @@ class TextToImage:
                 height: int = 1024, cfg: float = DEFAULTS["cfg"], cfg_mode: str = DEFAULTS["cfg_mode"],
                 plan_arenas: bool = False) -> List[str]:
         """What a run needs, per component and variant, without compiling or reading weights.
-        plan_arenas: plan the arenas not known yet (one block of each kind, zero weights; needs
+        plan_arenas: plan the arenas not known yet (one block of each kind, random weights; needs
         torch, a few seconds a component and variant; kept for later dry runs)."""
         check_size(width, height)
         length = self.buckets[0]
