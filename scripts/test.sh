@@ -54,9 +54,10 @@ for target in webgpu cuda metal; do
     CHROMA_TEST_TARGET=$target CHROMA_COVERAGE_DIR="$cov" .venv/bin/python -m pytest tests/python -q -n 2 "$@"
     .venv/bin/python tests/python/gpu_coverage.py record "$cov" "$target"
   else
-    # WebGPU a third (the real driver path, on lavapipe); CUDA a quarter on the SIMT emulator;
-    # Metal, the same kernels as CUDA in another dialect on the same emulator, an eighth.
-    case "$target" in webgpu) every=3 ;; cuda) every=4 ;; *) every=8 ;; esac
+    # WebGPU a third (the real driver path, on lavapipe); CUDA a sixth on the SIMT emulator;
+    # Metal, the same kernels as CUDA in another dialect on the same emulator, a twelfth. The
+    # check after the run fails if a sample misses a kernel kind or dtype of the full record.
+    case "$target" in webgpu) every=3 ;; cuda) every=6 ;; *) every=12 ;; esac
     CHROMA_TEST_TARGET=$target CHROMA_TEST_SAMPLE=$every CHROMA_COVERAGE_DIR="$cov" \
       .venv/bin/python -m pytest tests/python -q -n 2 "$@"
     .venv/bin/python tests/python/gpu_coverage.py check "$cov" "$target"
