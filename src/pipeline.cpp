@@ -34,16 +34,6 @@ int64_t spill_after() {
   return int64_t{256} << 20;
 }
 
-}  // namespace
-
-std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts) {
-  return compile_graph_files({{"forward", graph_path}}, out_dir, opts);
-}
-
-// One script for every target: import, optimize, the target's own passes and lowering with
-// the target's options for each entry; then the target's code generator and artifact writer.
-namespace {
-
 // Every entry imported, optimized, prepared by the target and lowered; refused at once with
 // everything the target lacks, every entry's.
 std::vector<CompiledEntry> lower_entries(const Target& target, const std::vector<EntrySpec>& specs, const std::string& out_dir,
@@ -82,6 +72,12 @@ std::vector<CompiledEntry> lower_entries(const Target& target, const std::vector
 
 }  // namespace
 
+std::string compile_graph_file(const std::string& graph_path, const std::string& out_dir, const CompileOptions& opts) {
+  return compile_graph_files({{"forward", graph_path}}, out_dir, opts);
+}
+
+// One script for every target: import, optimize, the target's own passes and lowering with
+// the target's options for each entry; then the target's code generator and artifact writer.
 std::string compile_graph_files(const std::vector<EntrySpec>& specs, const std::string& out_dir, const CompileOptions& opts) {
   const Target& target = find_target(opts.target);
   PhaseTimer timer;
@@ -107,8 +103,7 @@ std::string plan_graph_files(const std::vector<EntrySpec>& specs, const std::str
                    {"arena", {{"bytes", p.arena_bytes}, {"lower_bound", p.arena_lower_bound},
                               {"temporaries_bytes", p.temporaries_bytes}}},
                    {"kernels", p.kernels.size()},
-                   {"constant_bytes", constants},
-                   {"seconds", timer.json()}});
+                   {"constant_bytes", constants}});
   }
   return out.dump();
 }

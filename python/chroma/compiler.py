@@ -304,8 +304,7 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                model eagerly then (no golden data for GPU packages, no accuracy report, and
                the finished-artifact cache is off: it fingerprints the weights)
     """
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+    _check_target(target)
     if isinstance(weights, (list, tuple)):
 
         if _RUNTIME_TARGETS[target].gpu:
@@ -340,6 +339,11 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                                 threads, build)
 
 
+def _check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+
+
 def _build_artifact(model_or_function: Any, example_inputs: tuple, out: str, timings: Dict[str, Any], *, target: str,
                     blas: bool, jobs: int, cache_dir: Optional[str], max_depth: int, keep_graph: bool, spec: Any,
                     weight_data: Any, eager: bool) -> None:
@@ -371,8 +375,7 @@ def plan(model_or_function: Any, example_inputs: Any, *, target: str = "cpu", bl
     from . import _compiler
     from .frontend.exporter import export
 
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+    _check_target(target)
     graph = export(model_or_function, _example_inputs(example_inputs), weight_data=weight_data)
     with tempfile.TemporaryDirectory(prefix="chroma-plan-") as tmp:
         gpath = os.path.join(tmp, "graph.cgraph")
@@ -391,8 +394,7 @@ def compile_artifact(model_or_function: Any, example_inputs: Any, out: str, *, t
     text-to-image pipeline: a loaded CPU program holds its weights in memory, which a compile
     of a large model need not add to its own peak). One weights format (no list); no model
     cache."""
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not supported (available: {', '.join(TARGETS)})")
+    _check_target(target)
     if isinstance(weights, (list, tuple)):
         raise ValueError("compile_artifact: one weights format (chroma.compile builds several variants)")
     os.makedirs(out, exist_ok=True)

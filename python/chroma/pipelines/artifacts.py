@@ -107,7 +107,6 @@ class ArtifactStore:
             shutil.rmtree(work, ignore_errors=True)
         self.compiled.append((comp, out))
 
-
     def plan_path(self, comp: str, rules: Optional[Dict[str, str]], shapes: Dict[str, Any]) -> str:
         d = self.directory(comp, rules, shapes)
         return os.path.join(os.path.dirname(d), "plans", os.path.basename(d) + ".json")

@@ -73,8 +73,8 @@ def stage(pipe: Any, comp: str, variant: str, width: int, height: int, length: i
         arena_txt = f"arena {fmt_bytes(arena)}"
         lib = os.path.join(store.directory(comp, rules, shapes), m["library"]["file"])
         library = os.path.getsize(lib) if os.path.isfile(lib) else 0
-    elif store.planned(comp, rules, shapes) is not None:  # planned without compiling (ArtifactStore.plan)
-        arena = int(store.planned(comp, rules, shapes)["arena"])
+    elif (rec := store.planned(comp, rules, shapes)) is not None:  # planned without compiling (ArtifactStore.plan)
+        arena = int(rec["arena"])
         arena_txt = f"arena {fmt_bytes(arena)} (planned)"
     else:  # another variant's plan at this size: the same temporaries, give or take the products' kinds
         for other in VARIANTS[comp]:
