@@ -174,11 +174,12 @@ def _product_reference(m, x, fmt):
 
 
 # The guarding tier takes one row count per kernel path (one row: the vector path; 5: a partial
-# block; 24: whole blocks); the full tier all of them (each is a compile per format).
+# block; 24: whole blocks; 40: AMX's blocked kernel, a whole and a partial tile of rows); the
+# full tier all of them (each is a compile per format).
 _FULL_ONLY = pytest.mark.full
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("rows", [1, pytest.param(2, marks=_FULL_ONLY), 5, pytest.param(8, marks=_FULL_ONLY),
-                                  pytest.param(13, marks=_FULL_ONLY), 24])
+                                  pytest.param(13, marks=_FULL_ONLY), 24, 40, pytest.param(96, marks=_FULL_ONLY)])
 def test_quantized_products_match_reference(tmp_path, fmt, rows):
     torch.manual_seed(rows)
     m = Linear2().eval()
@@ -393,13 +394,14 @@ def test_quantized_products_on_two_threads(tmp_path, fmt):
     vdpbf16ps in blocks of 8 rows, or AMX from two rows where present; q4's and q6's default:
     int8 activations with vpdpbusd where the CPU has AVX512-VNNI, vpmaddubsw with AVX2, q6's
     panels decoded once per thread from 9 rows on; float32 activations: the exact path) on
-    both threads, 1, 8 and 24 rows (three blocks). The same artifact on one thread gives the
+    both threads, 1, 8 and 24 rows (three blocks), and 70 (AMX's blocked kernel, from 32 rows:
+    chunks of panels decoded once per call, split between the threads). The same artifact on one thread gives the
     same values: there the weights (1.1 MB and more) are streamed with non-temporal
     prefetches where one block of rows reads them (gemm_packed.h, kStreamBytes)."""
     torch.manual_seed(5)
     lin = torch.nn.Linear(256, 8192).eval()
     w = reference_weights(lin.weight.detach().numpy(), fmt)
-    for rows in (1, 8, 24):
+    for rows in (1, 8, 24, 70):
         x = torch.randn(rows, 256)
         ref = x.numpy() @ w.T + lin.bias.detach().numpy()
         for act in ("fp32", "bf16", "auto"):

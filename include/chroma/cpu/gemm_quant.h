@@ -173,6 +173,56 @@ inline void amx_product(const QuantProduct& q) {
 }
 #endif
 
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+// kAmxBlockRows rows or more (amx.h, "Many rows"): work items are a batch's chunks of panels
+// (as many as keep the decoded chunk near 1 MB, in L2 beside a block of activations), each
+// decoded once into a per-thread buffer and multiplied for its rows; where there are fewer
+// chunks than twice the threads, each chunk's rows are split too (its decoding then done once
+// per part).
+template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
+inline void amx_blocked_product(const QuantProduct& q, rt::ThreadPool* pool) {
+  constexpr int64_t P = (N + kPanel - 1) / kPanel;
+  constexpr int64_t kPanelBytes = panel_bytes<F, K>();
+  constexpr int64_t kPairs = Activations<K>::kPairs;
+  constexpr int64_t kDecoded = kPairs * 64;  // bytes of one decoded panel
+  constexpr int64_t kChunk = (int64_t{1} << 20) / kDecoded < 2 ? 2 : ((int64_t{1} << 20) / kDecoded > 8 ? 8 : (int64_t{1} << 20) / kDecoded);
+  constexpr int64_t kChunks = (P + kChunk - 1) / kChunk;
+  constexpr int64_t MP = (M + 31) / 32 * 32, kRowBlocks = MP / 32;
+  const int64_t batches = q.batches;
+  const int threads = pool ? pool->size() : 1;
+  int64_t split = 1;
+  if (batches * kChunks < 2 * threads) {
+    split = (2 * threads + batches * kChunks - 1) / (batches * kChunks);
+    if (split > kRowBlocks) split = kRowBlocks;
+  }
+  thread_local Activations<K> x;
+  x.resize(BATCH * MP, false);
+  for (int64_t b = 0; b < batches; ++b) x.fill(q.A + q.a_off[b], q.sar, q.sac, M, b * MP, false);
+  const uint32_t* pairs = x.pairs.data();
+  auto range = [&](int64_t w0, int64_t w1) {
+    thread_local std::vector<uint16_t> wd;
+    if (wd.size() < static_cast<size_t>(kChunk * kDecoded / 2)) wd.resize(static_cast<size_t>(kChunk * kDecoded / 2));
+    alignas(64) float cb[16 * kPanel];
+    amx_configure_blocked();
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t b = w / (kChunks * split), c = w / split % kChunks, part = w % split;
+      const int64_t p0 = c * kChunk, p1 = p0 + kChunk < P ? p0 + kChunk : P;
+      const uint8_t* src = q.Bq + q.b_off[b];
+      for (int64_t p = p0; p < p1; ++p) decode_panel_bf16<F, K>(src + p * kPanelBytes, wd.data() + (p - p0) * kDecoded / 2);
+      const int64_t r0 = kRowBlocks * part / split * 32, r1 = kRowBlocks * (part + 1) / split * 32;
+      amx_blocked_tiles<M, N, K>(pairs + b * MP * kPairs, wd.data(), p0, p1, r0, r1, q.C + q.c_off[b], q.ldc, cb);
+    }
+    _tile_release();
+  };
+  const int64_t items = batches * kChunks * split;
+  if (pool && threads > 1 && items > 1) {
+    pool->parallel_for(items, range);
+  } else {
+    range(0, items);
+  }
+}
+#endif
+
 #if defined(CHROMA_QUANT_INT8_KERNELS) || defined(CHROMA_QUANT_INT8_AVX2)
 // q4 and q6 with int8 activations, quantized once per call: vpdpbusd (AVX512-VNNI), rows in
 // blocks of 8, or vpmaddubsw (AVX2), rows in blocks of 4.
@@ -349,7 +399,14 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
   if (acts != QuantActs::kFP32) {
     // Activations rounded (bfloat16) or quantized (int8) once per call, by the calling thread.
 #if defined(CHROMA_QUANT_AMX_KERNELS)
-    // AMX from 2 rows (one row is bound by memory either way).
+    // AMX from 2 rows (one row is bound by memory either way); from kAmxBlockRows rows the
+    // blocked kernel, whose work is worth the threads whenever it runs.
+    if constexpr (M >= kAmxBlockRows) {
+      if (amx_ready()) {
+        amx_blocked_product<F, BATCH, M, N, K>(q, pool);
+        return;
+      }
+    }
     if (M >= 2 && amx_ready()) {
       amx_product<F, BATCH, M, N, K>(q);
       return;

@@ -166,6 +166,139 @@ inline void amx_panels(const uint32_t* pairs, const uint32_t* pairs16, const flo
   }
 }
 
+
+// ---- Many rows: weights decoded once per call, whole-K tile products ----
+//
+// From kAmxBlockRows rows, the per-group kernel above is bound by what it does besides the tile
+// products (every panel reads all rows' activations again, and every group's result is scaled
+// and added into C row by row). The blocked kernel instead decodes a chunk of panels once per
+// call to bfloat16 weights, s * q + b rounded to nearest even (MLX's arithmetic: its quantized
+// products dequantize to the activations' type), and multiplies them on tiles of 32 rows x 32
+// columns summed over all of K in the tile registers, as a blocked bfloat16 GEMM does.
+inline constexpr int64_t kAmxBlockRows = 32;
+
+// Every tile 16 rows of 64 bytes: tmm0..3 the results (rows 0-15 / 16-31 x panel 0 / 1),
+// tmm4, tmm5 the two row blocks' activations, tmm6, tmm7 the two panels' weights.
+inline void amx_configure_blocked() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  _tile_loadconfig(&c);
+}
+
+// One panel decoded to bfloat16 pair-rows of 32 words (word 2j+t of pair-row r: row 2r+t of K,
+// column j; the VNNI layout a tile of weights reads), kPairs of them: zero past the packed rows.
+template <int F, int64_t K>
+inline void decode_panel_bf16(const uint8_t* in, uint16_t* out) {
+  constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+  __m512i* w = reinterpret_cast<__m512i*>(out);
+  int64_t pr = 0;
+  for (int64_t g = 0; g < kGroups; ++g) {
+    const int64_t rows = rows_padded(K, g);
+    __m512 s = _mm512_set1_ps(1.0f), b = _mm512_setzero_ps();
+    if constexpr (F != kBF16) {
+      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+      b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
+      in += 64;
+    }
+    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
+      __m512i pair[2];
+      in = decode_step<F>(in, pair);
+#pragma GCC unroll 2
+      for (int i = 0; i < kStepRows<F> / 2; ++i) {
+        if constexpr (F == kBF16) {
+          _mm512_storeu_si512(w + pr++, pair[i]);
+        } else {
+          const __m512 even = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_and_si512(pair[i], lo16)), b);
+          const __m512 odd = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_srli_epi32(pair[i], 16)), b);
+          const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));  // even's 16, then odd's
+          _mm512_storeu_si512(w + pr++, _mm512_permutexvar_epi16(interleave, h));
+        }
+      }
+    }
+  }
+  for (; pr < kPairs; ++pr) _mm512_storeu_si512(w + pr, _mm512_setzero_si512());
+}
+
+// Tile t's 16 x 16 results into C (nr rows, nc columns of them): directly where all are
+// wanted, else through `cb`.
+template <int T>
+__attribute__((always_inline)) inline void tile_stored(void* p, int64_t stride) {
+  // (GCC's _tile_stored names its tile register by the literal it is given.)
+  if constexpr (T == 0) _tile_stored(0, p, stride);
+  else if constexpr (T == 1) _tile_stored(1, p, stride);
+  else if constexpr (T == 2) _tile_stored(2, p, stride);
+  else _tile_stored(3, p, stride);
+}
+template <int T>
+__attribute__((always_inline)) inline void amx_store(float* C, int64_t ldc, int64_t nr, int64_t nc, float* cb) {
+  if (nr >= 16 && nc >= 16) {
+    tile_stored<T>(C, ldc * 4);
+    return;
+  }
+  tile_stored<T>(cb, 64);
+  const __mmask16 m = nc >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << nc) - 1u);
+  for (int64_t i = 0; i < nr && i < 16; ++i) _mm512_mask_storeu_ps(C + i * ldc, m, _mm512_loadu_ps(cb + i * 16));
+}
+
+// C[32 rows, 32 columns] (TWO: the second 16 rows hold rows of the product; PAIR: a second
+// panel) = activations x decoded weights, over all kPairs pair-rows of K.
+template <bool TWO, bool PAIR, int64_t K>
+__attribute__((always_inline)) inline void amx_block(const uint32_t* x0, const uint16_t* w0, float* C, int64_t ldc,
+                                                     int64_t nr, int64_t nc0, float* cb) {
+  constexpr int64_t kPairs = Activations<K>::kPairs;
+  constexpr int64_t kStride = kPairs * 4;
+  const uint32_t* x1 = x0 + 16 * kPairs;
+  const uint16_t* w1 = w0 + kPairs * 32;
+  _tile_zero(0);
+  if constexpr (PAIR) _tile_zero(1);
+  if constexpr (TWO) _tile_zero(2);
+  if constexpr (TWO && PAIR) _tile_zero(3);
+  for (int64_t kk = 0; kk < kPairs; kk += 16) {
+    _tile_loadd(4, x0 + kk, kStride);
+    _tile_loadd(6, w0 + kk * 32, 64);
+    if constexpr (TWO) _tile_loadd(5, x1 + kk, kStride);
+    if constexpr (PAIR) _tile_loadd(7, w1 + kk * 32, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (PAIR) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (TWO) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (TWO && PAIR) _tile_dpbf16ps(3, 5, 7);
+  }
+  amx_store<0>(C, ldc, nr, nc0, cb);
+  if constexpr (PAIR) amx_store<1>(C + kPanel, ldc, nr, nc0 - kPanel, cb);
+  if constexpr (TWO) amx_store<2>(C + 16 * ldc, ldc, nr - 16, nc0, cb);
+  if constexpr (TWO && PAIR) amx_store<3>(C + 16 * ldc + kPanel, ldc, nr - 16, nc0 - kPanel, cb);
+}
+
+// Rows [r0, r1) (r0 a multiple of 32; the activations padded with zero rows to whole blocks of
+// 32) of panels [p0, p1) of one matrix, whose decoded weights are `wd` ([panel - p0][kPairs][32]).
+// The row block outermost: its activations stay in L2 while every panel pair of the chunk reads them.
+template <int64_t M, int64_t N, int64_t K>
+inline void amx_blocked_tiles(const uint32_t* xa, const uint16_t* wd, int64_t p0, int64_t p1, int64_t r0, int64_t r1,
+                              float* C, int64_t ldc, float* cb) {
+  constexpr int64_t kPairs = Activations<K>::kPairs;
+  for (int64_t r = r0; r < r1; r += 32) {
+    const int64_t nr = M - r < 32 ? M - r : 32;
+    const uint32_t* x0 = xa + r * kPairs;
+    for (int64_t p = p0; p < p1; p += 2) {
+      const uint16_t* w0 = wd + (p - p0) * kPairs * 32;
+      float* c = C + r * ldc + p * kPanel;
+      const int64_t nc = N - p * kPanel;
+      const bool two = nr > 16, pair = p + 1 < p1;
+      if (two && pair) amx_block<true, true, K>(x0, w0, c, ldc, nr, nc, cb);
+      else if (two) amx_block<true, false, K>(x0, w0, c, ldc, nr, nc, cb);
+      else if (pair) amx_block<false, true, K>(x0, w0, c, ldc, nr, nc, cb);
+      else amx_block<false, false, K>(x0, w0, c, ldc, nr, nc, cb);
+    }
+  }
+}
+
 #endif
 
 }  // namespace chroma::et::quant_detail
