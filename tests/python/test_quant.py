@@ -6,7 +6,8 @@ edge rule, half-to-even rounding, float16 scales and biases with q rounded again
 stored values). Products are checked against NumPy products with the reference's dequantized
 weights: with float32 activations ("activations": "fp32") to float32 rounding, with bfloat16
 activations ("bf16") to the error bfloat16 rounding of the activations allows (each rounded with
-relative error at most 2^-9: relative L2 error of the product under 4e-3), with the default
+relative error at most 2^-9: relative L2 error of the product under 4e-3; from 32 rows the
+blocked kernels round the dequantized weights to bfloat16 too, within the same bound), with the default
 ("auto": int8 activations for q4 and q6 where the CPU has AVX512-VNNI or AVX2, bfloat16 or float32
 otherwise) to
 the error int8 rounding allows (per group of 64, |x - x'| <= max|x| / 254: under 1.5e-2 for
@@ -484,3 +485,37 @@ def test_quantized_embedding_rows(tmp_path, fmt):
     np.testing.assert_allclose(prog(idx.numpy()), table[idx.numpy()], rtol=1e-6, atol=1e-7)
     with pytest.raises(IndexError):
         prog(np.array([[3, 300, 0], [1, 2, 3]]))
+
+
+_NO_AMX_SCRIPT = """
+import sys, numpy as np, torch, chroma
+from chroma.quantization import quant
+sys.path.insert(0, sys.argv[2])
+from test_quant import reference_weights, ACT_BOUND
+torch.manual_seed(3)
+lin = torch.nn.Linear(200, 77).eval()
+x = torch.randn(40, 200)
+for fmt in ("bf16", "q8", "q4"):
+    for act in ("bf16", "auto"):
+        prog = chroma.compile(lin, (x,), out=f"{sys.argv[1]}/{fmt}{act}", weights={"default": fmt, "activations": act})
+        y = prog(x.numpy())
+        ref = x.numpy() @ reference_weights(lin.weight.detach().numpy(), fmt).T + lin.bias.detach().numpy()
+        err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+        assert err < ACT_BOUND[act], (fmt, act, err)
+print("ok")
+"""
+
+
+def test_products_of_many_rows_without_amx(tmp_path):
+    """CHROMA_NO_AMX=1 (read when a program first multiplies, so a fresh process) takes the
+    kernels a CPU without AMX runs: from 32 rows, the blocked vdpbf16ps kernel for bf16 and q8
+    weights (and q4 with bfloat16 activations), the int8 kernel for q4 by default where the CPU
+    has VNNI. On a CPU without AVX512-BF16 the same products take the other paths; the bounds
+    hold for every one."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CHROMA_NO_AMX="1")
+    p = subprocess.run([sys.executable, "-c", _NO_AMX_SCRIPT, str(tmp_path), os.path.dirname(__file__)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]

@@ -173,27 +173,34 @@ inline void amx_product(const QuantProduct& q) {
 }
 #endif
 
-#if defined(CHROMA_QUANT_AMX_KERNELS)
-// kAmxBlockRows rows or more (amx.h, "Many rows"): work items are a batch's chunks of panels
-// (as many as keep the decoded chunk near 1 MB, in L2 beside a block of activations), each
-// decoded once into a per-thread buffer and multiplied for its rows; where there are fewer
-// chunks than twice the threads, each chunk's rows are split too (its decoding then done once
-// per part).
+#if defined(CHROMA_QUANT_BF16_KERNELS)
+// Rows from which the blocked kernels run (avx512.h, "Many rows"): each panel decoded once per
+// call to bfloat16, then multiplied for every row on AMX tiles (32 x 32) or with vdpbf16ps
+// (12 rows x 32 columns of registers). Where the products of fewer rows cross over to them
+// was measured (bench/quant_rows.py; docs/quantization.md, "Many rows").
+inline constexpr int64_t kBlockRows = 32;
+
+// Work items are a batch's chunks of panels (as many as keep the decoded chunk in L2 beside a
+// block of activations: 1 MB with AMX, 512 KB without), each decoded once into a per-thread
+// buffer and multiplied for its rows; where there are fewer chunks than twice the threads,
+// each chunk's rows are split too (its decoding then done once per part).
 template <int F, int64_t BATCH, int64_t M, int64_t N, int64_t K>
-inline void amx_blocked_product(const QuantProduct& q, rt::ThreadPool* pool) {
+inline void blocked_product(const QuantProduct& q, rt::ThreadPool* pool, bool amx) {
   constexpr int64_t P = (N + kPanel - 1) / kPanel;
   constexpr int64_t kPanelBytes = panel_bytes<F, K>();
   constexpr int64_t kPairs = Activations<K>::kPairs;
   constexpr int64_t kDecoded = kPairs * 64;  // bytes of one decoded panel
-  constexpr int64_t kChunk = (int64_t{1} << 20) / kDecoded < 2 ? 2 : ((int64_t{1} << 20) / kDecoded > 8 ? 8 : (int64_t{1} << 20) / kDecoded);
-  constexpr int64_t kChunks = (P + kChunk - 1) / kChunk;
-  constexpr int64_t MP = (M + 31) / 32 * 32, kRowBlocks = MP / 32;
+  const int64_t budget = amx ? int64_t{1} << 20 : int64_t{512} << 10;
+  const int64_t chunk = budget / kDecoded < 2 ? 2 : (budget / kDecoded > 8 ? 8 : budget / kDecoded);
+  const int64_t chunks = (P + chunk - 1) / chunk;
+  const int64_t rb = amx ? 32 : 12;  // rows a block
+  const int64_t blocks = (M + rb - 1) / rb, MP = blocks * rb;
   const int64_t batches = q.batches;
   const int threads = pool ? pool->size() : 1;
   int64_t split = 1;
-  if (batches * kChunks < 2 * threads) {
-    split = (2 * threads + batches * kChunks - 1) / (batches * kChunks);
-    if (split > kRowBlocks) split = kRowBlocks;
+  if (batches * chunks < 2 * threads) {
+    split = (2 * threads + batches * chunks - 1) / (batches * chunks);
+    if (split > blocks) split = blocks;
   }
   thread_local Activations<K> x;
   x.resize(BATCH * MP, false);
@@ -201,20 +208,32 @@ inline void amx_blocked_product(const QuantProduct& q, rt::ThreadPool* pool) {
   const uint32_t* pairs = x.pairs.data();
   auto range = [&](int64_t w0, int64_t w1) {
     thread_local std::vector<uint16_t> wd;
-    if (wd.size() < static_cast<size_t>(kChunk * kDecoded / 2)) wd.resize(static_cast<size_t>(kChunk * kDecoded / 2));
+    if (wd.size() < static_cast<size_t>(chunk * kDecoded / 2)) wd.resize(static_cast<size_t>(chunk * kDecoded / 2));
+#if defined(CHROMA_QUANT_AMX_KERNELS)
     alignas(64) float cb[16 * kPanel];
-    amx_configure_blocked();
+    if (amx) amx_configure_blocked();
+#endif
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / (kChunks * split), c = w / split % kChunks, part = w % split;
-      const int64_t p0 = c * kChunk, p1 = p0 + kChunk < P ? p0 + kChunk : P;
+      const int64_t b = w / (chunks * split), c = w / split % chunks, part = w % split;
+      const int64_t p0 = c * chunk, p1 = p0 + chunk < P ? p0 + chunk : P;
       const uint8_t* src = q.Bq + q.b_off[b];
       for (int64_t p = p0; p < p1; ++p) decode_panel_bf16<F, K>(src + p * kPanelBytes, wd.data() + (p - p0) * kDecoded / 2);
-      const int64_t r0 = kRowBlocks * part / split * 32, r1 = kRowBlocks * (part + 1) / split * 32;
-      amx_blocked_tiles<M, N, K>(pairs + b * MP * kPairs, wd.data(), p0, p1, r0, r1, q.C + q.c_off[b], q.ldc, cb);
+      const int64_t r0 = blocks * part / split * rb, r1 = blocks * (part + 1) / split * rb;
+      const uint32_t* xb = pairs + b * MP * kPairs;
+      float* C = q.C + q.c_off[b];
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+      if (amx) {
+        amx_blocked_tiles<M, N, K>(xb, wd.data(), p0, p1, r0, r1, C, q.ldc, cb);
+        continue;
+      }
+#endif
+      bf16_blocked_tiles(xb, kPairs, wd.data(), M, N, p0, p1, r0, r1, C, q.ldc);
     }
-    _tile_release();
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+    if (amx) _tile_release();
+#endif
   };
-  const int64_t items = batches * kChunks * split;
+  const int64_t items = batches * chunks * split;
   if (pool && threads > 1 && items > 1) {
     pool->parallel_for(items, range);
   } else {
@@ -399,14 +418,29 @@ inline void gemm_quant(const float* A, const int64_t* a_off, int64_t sar, int64_
   if (acts != QuantActs::kFP32) {
     // Activations rounded (bfloat16) or quantized (int8) once per call, by the calling thread.
 #if defined(CHROMA_QUANT_AMX_KERNELS)
-    // AMX from 2 rows (one row is bound by memory either way); from kAmxBlockRows rows the
-    // blocked kernel, whose work is worth the threads whenever it runs.
-    if constexpr (M >= kAmxBlockRows) {
-      if (amx_ready()) {
-        amx_blocked_product<F, BATCH, M, N, K>(q, pool);
+#if defined(CHROMA_QUANT_BF16_KERNELS)
+    // From kBlockRows rows the blocked kernels, whose work is worth the threads whenever they
+    // run: on AMX tiles; without AMX with vdpbf16ps, except where the int8 kernel takes the
+    // product (q4 and q6 by default with VNNI: 4 multiply-adds a lane to vdpbf16ps's 2, ahead
+    // at every row count measured).
+    if constexpr (M >= kBlockRows) {
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+      const bool amx = amx_ready();
+#else
+      const bool amx = false;
+#endif
+#if defined(CHROMA_QUANT_INT8_KERNELS)
+      const bool int8 = (F == kQ4 || F == kQ6) && acts == QuantActs::kAuto;
+#else
+      const bool int8 = false;
+#endif
+      if (amx || !int8) {
+        blocked_product<F, BATCH, M, N, K>(q, pool, amx);
         return;
       }
     }
+#endif
+    // AMX from 2 rows (one row is bound by memory either way).
     if (M >= 2 && amx_ready()) {
       amx_product<F, BATCH, M, N, K>(q);
       return;

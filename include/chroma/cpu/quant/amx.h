@@ -2,6 +2,8 @@
 // Part of chroma/cpu/gemm_quant.h (which includes every part).
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
 #if defined(__AMX_TILE__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,9 +15,12 @@ namespace chroma::et::quant_detail {
 #if defined(CHROMA_QUANT_AMX_KERNELS)
 
 // AMX needs the kernel's permission for its tile data, once per process (Linux 5.16+); without
-// it the vdpbf16ps kernels run.
+// it the vdpbf16ps kernels run, as they do where CHROMA_NO_AMX is set to anything but "0"
+// when a program first multiplies (to compare the two, or to test the other path).
 inline bool amx_ready() {
   static const bool ok = [] {
+    const char* off = std::getenv("CHROMA_NO_AMX");
+    if (off && *off && std::strcmp(off, "0") != 0) return false;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
@@ -167,15 +172,13 @@ inline void amx_panels(const uint32_t* pairs, const uint32_t* pairs16, const flo
 }
 
 
-// ---- Many rows: weights decoded once per call, whole-K tile products ----
+// ---- Many rows: weights decoded once per call (decode_panel_bf16), whole-K tile products ----
 //
-// From kAmxBlockRows rows, the per-group kernel above is bound by what it does besides the tile
-// products (every panel reads all rows' activations again, and every group's result is scaled
-// and added into C row by row). The blocked kernel instead decodes a chunk of panels once per
-// call to bfloat16 weights, s * q + b rounded to nearest even (MLX's arithmetic: its quantized
-// products dequantize to the activations' type), and multiplies them on tiles of 32 rows x 32
-// columns summed over all of K in the tile registers, as a blocked bfloat16 GEMM does.
-inline constexpr int64_t kAmxBlockRows = 32;
+// From kBlockRows rows (gemm_quant.h), the per-group kernel above is bound by what it does
+// besides the tile products (every panel reads all rows' activations again, and every group's
+// result is scaled and added into C row by row). The blocked kernel multiplies a chunk of
+// decoded panels on tiles of 32 rows x 32 columns, summed over all of K in the tile registers,
+// as a blocked bfloat16 GEMM does.
 
 // Every tile 16 rows of 64 bytes: tmm0..3 the results (rows 0-15 / 16-31 x panel 0 / 1),
 // tmm4, tmm5 the two row blocks' activations, tmm6, tmm7 the two panels' weights.
@@ -186,44 +189,6 @@ inline void amx_configure_blocked() {
     c.rows[t] = 16;
   }
   _tile_loadconfig(&c);
-}
-
-// One panel decoded to bfloat16 pair-rows of 32 words (word 2j+t of pair-row r: row 2r+t of K,
-// column j; the VNNI layout a tile of weights reads), kPairs of them: zero past the packed rows.
-template <int F, int64_t K>
-inline void decode_panel_bf16(const uint8_t* in, uint16_t* out) {
-  constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
-  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-  __m512i* w = reinterpret_cast<__m512i*>(out);
-  int64_t pr = 0;
-  for (int64_t g = 0; g < kGroups; ++g) {
-    const int64_t rows = rows_padded(K, g);
-    __m512 s = _mm512_set1_ps(1.0f), b = _mm512_setzero_ps();
-    if constexpr (F != kBF16) {
-      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
-      b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
-      in += 64;
-    }
-    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
-      __m512i pair[2];
-      in = decode_step<F>(in, pair);
-#pragma GCC unroll 2
-      for (int i = 0; i < kStepRows<F> / 2; ++i) {
-        if constexpr (F == kBF16) {
-          _mm512_storeu_si512(w + pr++, pair[i]);
-        } else {
-          const __m512 even = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_and_si512(pair[i], lo16)), b);
-          const __m512 odd = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_srli_epi32(pair[i], 16)), b);
-          const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));  // even's 16, then odd's
-          _mm512_storeu_si512(w + pr++, _mm512_permutexvar_epi16(interleave, h));
-        }
-      }
-    }
-  }
-  for (; pr < kPairs; ++pr) _mm512_storeu_si512(w + pr, _mm512_setzero_si512());
 }
 
 // Tile t's 16 x 16 results into C (nr rows, nc columns of them): directly where all are

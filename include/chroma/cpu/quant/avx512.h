@@ -183,6 +183,107 @@ __attribute__((always_inline)) inline void bf16_panel(const uint32_t* xp, const 
 
 #endif
 
+#if defined(CHROMA_QUANT_BF16_KERNELS)
+// ---- Many rows: each panel decoded once per call ----
+//
+// The kernels above decode every group again for each block of 8 rows and scale each group's
+// sums into the result: right for few rows, where the weights' bytes bound the product. From
+// kBlockRows rows (gemm_quant.h) the product is bound by arithmetic instead, and the blocked
+// kernels take over: a chunk of panels decoded once per call to bfloat16 weights, s * q + b
+// rounded to nearest even (MLX's arithmetic: its quantized products dequantize to the
+// activations' type; a bfloat16 weight is copied as it is), then multiplied against the
+// activations summed over all of K in registers (bf16_block) or AMX tiles (amx.h).
+
+// One panel decoded to bfloat16 pair-rows of 32 words (word 2j+t of pair-row r: row 2r+t of K,
+// column j; the VNNI layout a tile of weights reads), kPairs of them: zero past the packed rows.
+template <int F, int64_t K>
+inline void decode_panel_bf16(const uint8_t* in, uint16_t* out) {
+  constexpr int64_t kPairs = Activations<K>::kPairs, kGroups = Activations<K>::kGroups;
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+  __m512i* w = reinterpret_cast<__m512i*>(out);
+  int64_t pr = 0;
+  for (int64_t g = 0; g < kGroups; ++g) {
+    const int64_t rows = rows_padded(K, g);
+    __m512 s = _mm512_set1_ps(1.0f), b = _mm512_setzero_ps();
+    if constexpr (F != kBF16) {
+      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+      b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
+      in += 64;
+    }
+    for (int64_t r = 0; r < rows; r += kStepRows<F>) {
+      __m512i pair[2];
+      in = decode_step<F>(in, pair);
+#pragma GCC unroll 2
+      for (int i = 0; i < kStepRows<F> / 2; ++i) {
+        if constexpr (F == kBF16) {
+          _mm512_storeu_si512(w + pr++, pair[i]);
+        } else {
+          const __m512 even = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_and_si512(pair[i], lo16)), b);
+          const __m512 odd = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_srli_epi32(pair[i], 16)), b);
+          const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));  // even's 16, then odd's
+          _mm512_storeu_si512(w + pr++, _mm512_permutexvar_epi16(interleave, h));
+        }
+      }
+    }
+  }
+  for (; pr < kPairs; ++pr) _mm512_storeu_si512(w + pr, _mm512_setzero_si512());
+}
+
+// Rows [r0, r0 + 12) of the padded activations (rows kPairs words apart) times one or two
+// decoded panels (w0, w1 = w0 + kPairs * 32 words) over all of K: C[nr rows][nc0 columns]
+// stored, vdpbf16ps with 12 x NP independent accumulators.
+template <int NP>
+__attribute__((always_inline)) inline void bf16_block(const uint32_t* x, int64_t kPairs, const uint16_t* w0, float* C,
+                                                      int64_t ldc, int64_t nr, int64_t nc0) {
+  constexpr int MR = 12;
+  const uint16_t* w1 = w0 + kPairs * 32;
+  __m512 acc[MR][NP];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kPairs; ++kk) {
+    __m512bh b[NP];
+    b[0] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w0 + kk * 32));
+    if constexpr (NP == 2) b[1] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w1 + kk * 32));
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[i * kPairs + kk])));
+#pragma GCC unroll 2
+      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_dpbf16_ps(acc[i][p], a, b[p]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const int64_t nc = nc0 - p * kPanel;
+    const __mmask16 m = nc >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << nc) - 1u);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      if (i < nr) _mm512_mask_storeu_ps(C + i * ldc + p * kPanel, m, acc[i][p]);
+    }
+  }
+}
+
+// Rows [r0, r1) (whole blocks of 12 of the padded activations) of panels [p0, p1), decoded in
+// `wd` ([panel - p0][kPairs][32 words]); the row block outermost, as amx_blocked_tiles.
+inline void bf16_blocked_tiles(const uint32_t* xa, int64_t kPairs, const uint16_t* wd, int64_t M, int64_t N, int64_t p0,
+                               int64_t p1, int64_t r0, int64_t r1, float* C, int64_t ldc) {
+  for (int64_t r = r0; r < r1; r += 12) {
+    const int64_t nr = M - r < 12 ? M - r : 12;
+    for (int64_t p = p0; p < p1; p += 2) {
+      const uint16_t* w0 = wd + (p - p0) * kPairs * 32;
+      float* c = C + r * ldc + p * kPanel;
+      if (p + 1 < p1) bf16_block<2>(xa + r * kPairs, kPairs, w0, c, ldc, nr, N - p * kPanel);
+      else bf16_block<1>(xa + r * kPairs, kPairs, w0, c, ldc, nr, N - p * kPanel);
+    }
+  }
+}
+
+#endif
+
 #if defined(CHROMA_QUANT_INT8_KERNELS)
 // One step of 4 rows of a q4 or q6 group as bytes for vpdpbusd: 32-bit word j holds column j's
 // values of rows r..r+3, in that order (the activations' order). The step's first 32 bytes
