@@ -12,7 +12,11 @@
 //   an OR with the exponent of 128 (128 + q is exact), the 8-bit ones as two nibbles (or whole
 //   from two rows); per group and column, acc += s * dot(x, q) + b * sum(x). AMX tiles instead
 //   from two rows where the CPU has AMX.
-//   Both run rows in blocks of 8 (the register tile), whatever their number.
+//   Both run rows in blocks of 8 (the register tile) up to 31 rows.
+// - 32 rows or more with AVX512-BF16 (blocked_product): each chunk of panels decoded once per
+//   call to bfloat16 weights (s * q + b rounded to nearest even), multiplied on AMX tiles of
+//   32 x 32 or with vdpbf16ps on 12 x 32 registers, summed over all of K; q4 and q6 keep the
+//   int8 kernel by default where there is VNNI and no AMX.
 // - with AVX2 and no AVX512-VNNI (AMD Zen 2/3, Intel client cores, AVX-512 without VNNI):
 //   q4 and q6 take the same int8 activations, multiplied with vpmaddubsw in 256-bit registers
 //   (int8_panel_avx2: the packed layout's 16-bit words already pair two rows of a column, so
