@@ -7,7 +7,7 @@ plus position bias, a division by sqrt(d), casts to float32 around the softmax),
 eager. On every target each must become one Attention kernel, and the arena must not hold the
 scores: it grows with the sequence, not with its square (the GPU targets: CHROMA_TEST_TARGET=webgpu,
 cuda, metal, and in the CPU pass through the null target's plan and each GPU target's kernel
-texts). The CPU's blocks are 64 query rows and 256 keys; the GPU kernel's are 32 or 64 rows
+texts). The CPU's blocks are 128 query rows and 512 keys; the GPU kernel's are 32 or 64 rows
 (one per invocation) and 64 keys when D + E <= 64 (16384 bytes of workgroup memory), fewer for
 wider heads (16 at D = E = 128); so the shapes below cover partial blocks, several blocks and
 a single row. Heads wider than 256 are not fused on the GPU targets (products and a softmax).
@@ -50,7 +50,7 @@ def _qkv(b, h, L, S, d, e=None, hk=None, seed=0):
 
 @pytest.mark.parametrize("b,h,L,S,d,e", [
     (1, 2, 8, 6, 4, 4),          # one partial block
-    (2, 3, 130, 300, 16, 24),    # several query blocks and key blocks, partial ones, D != E
+    (2, 3, 130, 600, 16, 24),    # several query blocks and key blocks, partial ones, D != E
     (1, 1, 1, 517, 8, 8),        # a single query row over three key blocks
     (1, 2, 40, 70, 128, 128),    # wide heads: the GPU kernel's key blocks of 16
     (1, 1, 40, 1100, 64, 64),    # a long sequence: lavapipe ends loops past 65535 iterations per invocation
@@ -199,3 +199,19 @@ def test_portable_kernels_and_two_threads(tmp_path):
     for blas, threads in ((False, 1), (True, 2)):
         prog = chroma.compile(Sdpa(), (q, k, v, mask), out=str(tmp_path / f"a{blas}{threads}"), blas=blas, threads=threads)
         np.testing.assert_allclose(prog(q.numpy(), k.numpy(), v.numpy(), mask.numpy()), want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.skipif(not CPU, reason="the CPU target's choice of product library")
+def test_attention_blocks_use_the_programs_float32_gemm(tmp_path):
+    """Attention's blocks are multiplied by the library the build uses for float32 products
+    (oneDNN's sgemm where Chroma has it), also in a program with no other float32 product (an
+    attention-only model; a transformer whose projections are quantized): OpenBLAS called from
+    every pool thread at once contended for its own threads and ran 45x slower than eager."""
+    import chroma
+
+    q, k, v = _qkv(1, 2, 40, 70, 16, 16)
+    lin = chroma.compile(torch.nn.Linear(16, 16).eval(), (q,), out=str(tmp_path / "lin"))
+    att = chroma.compile(Sdpa().eval(), (q, k, v), out=str(tmp_path / "att"), threads=2)
+    assert att.manifest["options"]["sgemm"] == lin.manifest["options"]["sgemm"]
+    np.testing.assert_allclose(att(q.numpy(), k.numpy(), v.numpy()), F.scaled_dot_product_attention(q, k, v).numpy(),
+                               rtol=RTOL, atol=ATOL)

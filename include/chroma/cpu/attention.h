@@ -19,6 +19,8 @@
 #include <limits>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "chroma/cpu/scalar.h"
 #include "chroma/cpu/threads.h"
 #if __has_include(<oneapi/dnnl/dnnl.h>)
@@ -42,8 +44,8 @@ struct AttnOperand {
 
 namespace attention_detail {
 
-inline constexpr int64_t kRows = 64;   // query rows per task
-inline constexpr int64_t kCols = 256;  // keys per block
+inline constexpr int64_t kRows = 128;   // query rows per task
+inline constexpr int64_t kCols = 512;  // keys per block
 
 // C[m x n] = A[m x k] B[k x n] + beta C on the calling thread, A and B strided operands.
 template <AttnGemm G>
@@ -75,6 +77,61 @@ inline void gemm(int64_t m, int64_t n, int64_t k, AttnOperand a, AttnOperand b, 
       for (int64_t j = 0; j < n; ++j) row[j] += x * b.p[p * b.rs + j * b.cs];
     }
   }
+}
+
+// The largest of x[0, n): NaN where any is NaN (scalar::maximum's rule; the order of a maximum
+// does not change it). Vectorized by hand: the scalar loop's NaN test kept it scalar, and it
+// took as long as both products of a block.
+inline float row_max(const float* x, int64_t n) {
+  int64_t j = 0;
+  float mx = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+#if defined(__AVX512F__)
+  __m512 m = _mm512_set1_ps(mx);
+  __mmask16 bad = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_loadu_ps(x + j);
+    bad |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    m = _mm512_max_ps(m, v);
+  }
+  mx = _mm512_reduce_max_ps(m);
+  nan = bad != 0;
+#elif defined(__AVX2__)
+  __m256 m = _mm256_set1_ps(mx), bad = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    m = _mm256_max_ps(m, v);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  for (float l : lanes) mx = l > mx ? l : mx;
+  nan = _mm256_movemask_ps(bad) != 0;
+#endif
+  for (; j < n; ++j) {
+    nan = nan || x[j] != x[j];
+    mx = x[j] > mx ? x[j] : mx;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : mx;
+}
+
+// The sum of x[0, n) in 16 (or 8) running lanes, then across them.
+inline float row_sum(const float* x, int64_t n) {
+  int64_t j = 0;
+  float total = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; j + 16 <= n; j += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + j));
+  total = _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (float l : lanes) total += l;
+#endif
+  for (; j < n; ++j) total += x[j];
+  return total;
 }
 
 // What one thread keeps: the scores of a block, the running statistics, the output rows.
@@ -129,8 +186,7 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
           for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
         }
         bias(b, i0 + r, j0, n, s);
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) mx = ::chroma::scalar::maximum(mx, s[j]);
+        const float mx = ad::row_max(s, n);
         const float m_old = w.m[static_cast<size_t>(r)];
         const float m_new = ::chroma::scalar::maximum(m_old, mx);
         float* acc = w.acc.data() + r * E;
@@ -141,8 +197,7 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
         const float corr = ::chroma::scalar::exp_(m_old - m_new);
 #pragma GCC ivdep
         for (int64_t j = 0; j < n; ++j) s[j] = ::chroma::scalar::exp_(s[j] - m_new);
-        float total = 0.0f;
-        for (int64_t j = 0; j < n; ++j) total += s[j];
+        const float total = ad::row_sum(s, n);
         w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * corr + total;
         w.m[static_cast<size_t>(r)] = m_new;
         if (corr != 1.0f) {

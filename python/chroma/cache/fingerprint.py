@@ -361,27 +361,13 @@ def _environment(h: "hashlib._Hash") -> None:
         if (k.startswith("CHROMA_") and k not in ("CHROMA_CACHE_DIR", "CHROMA_NUM_THREADS", "CHROMA_MODEL_CACHE",
                                                                  "CHROMA_MODEL_CACHE_BYTES")) or k == "CXX":
             emit("env", k, os.environ[k])
-    # The CPU (-march=native) and the compiler: its module, Python files and runtime headers.
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            text = f.read().decode(errors="replace")
-        for line in text.splitlines():
-            if line.startswith(("model name", "flags")):
-                emit(line)
-                if line.startswith("flags"):
-                    break
-    except OSError:
-        emit("cpu", platform.processor())
-    from .. import _compiler
-    from ..paths import include_dir
+    # The CPU (-march=native) and the compiler: its module and runtime headers, and the Python files here.
+    from ..paths import toolchain_digest
 
+    emit("toolchain", toolchain_digest())
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in sorted([_compiler.__file__] + [os.path.join(here, n) for n in os.listdir(here) if n.endswith(".py")]):
+    for path in sorted(os.path.join(here, n) for n in os.listdir(here) if n.endswith(".py")):
         emit(os.path.basename(path), _file_digest(path))
-    for root, _, files in sorted(os.walk(include_dir())):
-        for n in sorted(files):
-            st = os.stat(os.path.join(root, n))
-            emit(os.path.relpath(os.path.join(root, n), include_dir()), st.st_size, st.st_mtime_ns)
 
 
 def compile_key(models: Iterable[tuple], options: Dict[str, Any]) -> str:

@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ..paths import default_cache_dir
+from ..paths import default_cache_dir, toolchain_digest
 from ..quantization.quant import weights_spec
 from ..runtime.registry import emulated_here, load
 from ..version import __version__
@@ -53,7 +53,8 @@ class ArtifactStore:
 
     def directory(self, comp: str, rules: Optional[Dict[str, str]], shapes: Dict[str, Any]) -> str:
         key = {"component": comp, "fingerprint": self.model.fingerprint(comp), "weights": weights_spec(rules),
-               "shapes": shapes, "target": self.target, "chroma": __version__, "layout": 1}
+               "shapes": shapes, "target": self.target, "chroma": __version__, "toolchain": toolchain_digest(),
+               "layout": 1}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         return os.path.join(self.root, f"{comp}-{digest}")
 

@@ -31,8 +31,12 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   co.blas = opts.blas;
   std::vector<CpuEntry> ces;
   for (const CompiledEntry& e : entries) ces.push_back(CpuEntry{e.name, &e.program});
-  // float32 convolutions and matrix products go through oneDNN when Chroma was built with its
-  // headers and the performance libraries are on (blas). CHROMA_SGEMM=openblas keeps the
+  // float32 convolutions, matrix products and attention's blocks go through oneDNN when Chroma
+  // was built with its headers and the performance libraries are on (blas). Attention counts on
+  // its own: a program whose only float32 products are attention's (its projections quantized)
+  // would otherwise multiply its blocks with OpenBLAS from every pool thread at once, which
+  // contends for OpenBLAS's own threads (45x slower than eager SDPA at 1088 tokens, 24 heads of
+  // 128, 2 threads). CHROMA_SGEMM=openblas keeps the
   // products on OpenBLAS (a diagnostic: bench/gemm.cpp and docs/cpu_kernels.md, "Threads and
   // the product library", compare them).
 #if __has_include(<oneapi/dnnl/dnnl.hpp>)
@@ -41,7 +45,8 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   for (const CompiledEntry& e : entries) {
     for (const Kernel& k : e.program.kernels) {
       if (!opts.blas || e.program.buffers[static_cast<size_t>(k.outputs[0])].type.dtype != DType::kF32) continue;
-      co.dnnl_sgemm = co.dnnl_sgemm || (!sgemm_openblas && (k.kind == Kernel::kConv || k.kind == Kernel::kMatMul));
+      co.dnnl_sgemm = co.dnnl_sgemm || (!sgemm_openblas && (k.kind == Kernel::kConv || k.kind == Kernel::kMatMul ||
+                                                            k.kind == Kernel::kAttention));
       co.dnnl = co.dnnl || k.kind == Kernel::kConv || co.dnnl_sgemm ||
                 (k.kind == Kernel::kMatMul && k.weight_format() == quant::Format::kBF16);  // matmul_dnnl.h
     }
