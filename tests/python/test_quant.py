@@ -213,7 +213,7 @@ class _Strided(torch.nn.Module):
 
 
 @pytest.mark.parametrize("fmt", ["q4", "q6"])
-@pytest.mark.parametrize("rows", [1, 3, 8, 19])
+@pytest.mark.parametrize("rows", [1, 3, 8, 19, 40])
 def test_int8_activations_value_for_value(tmp_path, fmt, rows):
     """The default for q4 and q6: the products multiply the activations quantized to int8 per
     group of 64 (vpdpbusd where the CPU has AVX512-VNNI, vpmaddubsw with AVX2 only). Checked against the NumPy model of that

@@ -206,10 +206,26 @@ inline void blocked_product(const QuantProduct& q, rt::ThreadPool* pool, bool am
     split = (2 * threads + batches * chunks - 1) / (batches * chunks);
     if (split > blocks) split = blocks;
   }
-  thread_local Activations<K> x;
-  x.resize(BATCH * MP, false);
-  for (int64_t b = 0; b < batches; ++b) x.fill(q.A + q.a_off[b], q.sar, q.sac, M, b * MP, false);
-  const uint32_t* pairs = x.pairs.data();
+  // The activations rounded once per call, their rows split between the threads (every word
+  // of a row written; the padding rows past M zeroed), kept per thread between calls.
+  thread_local std::vector<uint32_t> xbuf;
+  if (xbuf.size() < static_cast<size_t>(BATCH * MP * kPairs)) xbuf.resize(static_cast<size_t>(BATCH * MP * kPairs));
+  uint32_t* pairs = xbuf.data();
+  auto fill = [&](int64_t i0, int64_t i1) {  // rows [i0, i1) of all batches' padded rows
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / MP, r = i % MP;
+      if (r < M) {
+        fill_bf16_rows<K>(pairs + b * MP * kPairs, q.A + q.a_off[b], q.sar, q.sac, r, r + 1);
+      } else {
+        std::memset(pairs + i * kPairs, 0, static_cast<size_t>(kPairs) * 4);
+      }
+    }
+  };
+  if (pool && threads > 1) {
+    pool->parallel_for(batches * MP, fill);
+  } else {
+    fill(0, batches * MP);
+  }
   auto range = [&](int64_t w0, int64_t w1) {
     thread_local std::vector<uint16_t> wd;
     if (wd.size() < static_cast<size_t>(chunk * kDecoded / 2)) wd.resize(static_cast<size_t>(chunk * kDecoded / 2));

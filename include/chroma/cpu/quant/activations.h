@@ -65,6 +65,39 @@ struct Activations {
   }
 };
 
+// The blocked kernels' activations (gemm_quant.h, blocked_product): rows [r0, r1) of A rounded
+// to bfloat16 pairs into `pairs` ([row0 + i][kPairs] words, K padded with zeros to kPairs * 2),
+// every word of those rows written (no zeroing needed before), no sums (the decoded weights
+// hold their scales). Rows are independent: threads may fill disjoint ranges.
+template <int64_t K>
+inline void fill_bf16_rows(uint32_t* pairs, const float* A, int64_t sar, int64_t sac, int64_t r0, int64_t r1) {
+  constexpr int64_t kPairs = Activations<K>::kPairs;
+  for (int64_t i = r0; i < r1; ++i) {
+    uint32_t* pr = pairs + i * kPairs;
+    const float* a = A + i * sar;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    if (sac == 1) {
+      for (int64_t k0 = 0; k0 < kPairs * 2; k0 += 32) {
+        const int64_t left = K - k0;
+        const __mmask16 m0 = left >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                        : (left > 0 ? static_cast<__mmask16>((1u << left) - 1u) : 0);
+        const __mmask16 m1 = left >= 32 ? static_cast<__mmask16>(0xFFFF)
+                                        : (left > 16 ? static_cast<__mmask16>((1u << (left - 16)) - 1u) : 0);
+        const __m512 a0 = _mm512_maskz_loadu_ps(m0, a + k0), a1 = _mm512_maskz_loadu_ps(m1, a + k0 + 16);
+        _mm512_storeu_si512(pr + k0 / 2, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(a1, a0)));
+      }
+      continue;
+    }
+#endif
+    for (int64_t w = 0; w < kPairs; ++w) {
+      const int64_t k = 2 * w;
+      const uint32_t lo = k < K ? half_detail::f32_to_bf16(a[k * sac]) : 0u;
+      const uint32_t hi = k + 1 < K ? half_detail::f32_to_bf16(a[(k + 1) * sac]) : 0u;
+      pr[w] = lo | hi << 16;
+    }
+  }
+}
+
 #if defined(CHROMA_QUANT_INT8_KERNELS) || defined(CHROMA_QUANT_INT8_AVX2)
 
 // Activations for the int8 path (q4 and q6 weights; docs/quantization.md, "Kernels"): per row and
