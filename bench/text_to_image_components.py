@@ -21,6 +21,8 @@ eager / Chroma above 1, printed as met / NOT met per row.
 from __future__ import annotations
 
 import argparse
+import copy
+import gc
 import json
 import os
 import platform
@@ -45,19 +47,16 @@ def median_s(fn, calls: int) -> float:
     return statistics.median(samples)
 
 
-def eager_modules(model_dir: str):
-    """The three components with their weights, as the pipeline's wrappers around diffusers'
-    and transformers' classes (chroma.pipelines.components)."""
+def eager_module(model_dir: str, comp: str):
+    """One component with its weights (diffusers' or transformers' class, from_pretrained)."""
     from diffusers import AutoencoderKL, ChromaTransformer2DModel
     from transformers import T5EncoderModel
 
-    t5 = T5EncoderModel.from_pretrained(os.path.join(model_dir, "text_encoder")).eval()
-    tr = ChromaTransformer2DModel.from_pretrained(os.path.join(model_dir, "transformer")).eval()
-    vae = AutoencoderKL.from_pretrained(os.path.join(model_dir, "vae")).eval()
-    return t5, tr, vae
+    cls = {"text_encoder": T5EncoderModel, "transformer": ChromaTransformer2DModel, "vae": AutoencoderKL}[comp]
+    return cls.from_pretrained(os.path.join(model_dir, comp)).eval()
 
 
-def inputs(comp: str, size: int, tr_config=None, vae_config=None):
+def inputs(comp: str, size: int, config=None):
     """The example inputs the pipeline's builders make (chroma.pipelines.artifacts)."""
     import torch
 
@@ -72,12 +71,12 @@ def inputs(comp: str, size: int, tr_config=None, vae_config=None):
         return ids, mask
     if comp == "transformer":
         h2 = w2 = size // 16
-        lat = torch.randn(1, h2 * w2, tr_config.in_channels, generator=g)
-        text = 0.1 * torch.randn(1, TEXT_LEN, tr_config.joint_attention_dim, generator=g)
+        lat = torch.randn(1, h2 * w2, config.in_channels, generator=g)
+        text = 0.1 * torch.randn(1, TEXT_LEN, config.joint_attention_dim, generator=g)
         bias = torch.zeros(1, TEXT_LEN)
         bias[:, TEXT_LEN // 2:] = KEY_MASKED
         return lat, torch.full((1,), 0.5), text, bias
-    return (torch.randn(1, vae_config.latent_channels, size // 8, size // 8, generator=g),)
+    return (torch.randn(1, config.latent_channels, size // 8, size // 8, generator=g),)
 
 
 def main() -> int:
@@ -111,7 +110,6 @@ def main() -> int:
                                                   config=getattr(random_model, a.config.upper()), seed=0)
     a.cache = a.cache or os.path.join(work, "cache")
     model = ModelDir(a.model)
-    t5, tr, vae = eager_modules(a.model)
     sizes = [int(s) for s in a.sizes.split(",")]
     threads = [int(t) for t in a.threads.split(",")]
     rows = []
@@ -124,20 +122,24 @@ def main() -> int:
         row = {"component": comp, "size": size, "threads": t, "system": system, "eager_s": eager, "chroma_s": ours,
                "speedup": ratio, "rel_l2": err}
         rows.append(row)
+        if a.json:  # written after every row: a run cut short keeps what it measured
+            with open(a.json, "w", encoding="utf-8") as f:
+                json.dump({"model": a.model, "calls": a.calls, "rows": rows}, f, indent=1)
         print(f"{comp:12} {size:5d} {t:3d} {system:26} {eager:9.4f} {ours:9.4f} {ratio:8.2f}  "
               f"{'met' if ratio > 1 else 'NOT met'}" + ("" if err is None else f"  (rel L2 {err:.1e})"), flush=True)
 
     for comp in a.components.split(","):
+        base = eager_module(a.model, comp)  # one component's eager weights in memory at a time
         for size in (sizes if comp != "text_encoder" else sizes[:1]):
             if comp == "text_encoder":
-                module, shapes, variants = TextEncoder(t5).eval(), {"length": TEXT_LEN}, [("q8", t5_rules("q8"))]
+                module, shapes, variants = TextEncoder(base).eval(), {"length": TEXT_LEN}, [("q8", t5_rules("q8"))]
             elif comp == "transformer":
-                module = Denoiser(tr, size // 16, size // 16, TEXT_LEN).eval()
+                module = Denoiser(base, size // 16, size // 16, TEXT_LEN).eval()
                 shapes = {"batch": 1, "h2": size // 16, "w2": size // 16, "length": TEXT_LEN}
                 variants = [(v, transformer_rules(v)) for v in a.variants.split(",") if v]
             else:
-                module, shapes, variants = VaeDecoder(vae).eval(), {"h": size // 8, "w": size // 8}, []
-            args = inputs(comp, size, tr.config, vae.config)
+                module, shapes, variants = VaeDecoder(base).eval(), {"h": size // 8, "w": size // 8}, []
+            args = inputs(comp, size, base.config)
             nargs = [x.numpy() for x in args]
             half = None
             for t in threads:
@@ -153,8 +155,6 @@ def main() -> int:
                     report(comp, size, t, f"chroma {name} weights", eager, median_s(lambda: prog(*nargs), a.calls), err)
                     del prog
                 # The module as a bfloat16 model, against eager in bfloat16.
-                import copy
-
                 m16 = copy.deepcopy(module).to(torch.bfloat16)
                 args16 = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in args)
                 with torch.no_grad():
@@ -169,13 +169,15 @@ def main() -> int:
                 report(comp, size, t, "bf16 model (vs eager bf16)", eager16, median_s(lambda: prog16(*n16), a.calls),
                        err16)
                 del m16, prog16
+                gc.collect()
+            del half, module
+            gc.collect()
+        del base
+        gc.collect()
     missed = [r for r in rows if r["speedup"] <= 1]
     print(f"{len(rows) - len(missed)} of {len(rows)} faster than eager" +
           ("" if not missed else ": NOT met for " + "; ".join(f"{r['component']} {r['size']} {r['threads']}T "
                                                               f"{r['system']}" for r in missed)))
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"model": a.model, "calls": a.calls, "rows": rows}, f, indent=1)
     return 0
 
 
