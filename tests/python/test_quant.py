@@ -502,6 +502,11 @@ for fmt in ("bf16", "q8", "q4"):
         ref = x.numpy() @ reference_weights(lin.weight.detach().numpy(), fmt).T + lin.bias.detach().numpy()
         err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
         assert err < ACT_BOUND[act], (fmt, act, err)
+long = torch.nn.Linear(4160, 40).eval()  # a long K
+x = torch.randn(40, 4160)
+prog = chroma.compile(long, (x,), out=f"{sys.argv[1]}/long", weights={"default": "q8", "activations": "bf16"})
+ref = x.numpy() @ reference_weights(long.weight.detach().numpy(), "q8").T + long.bias.detach().numpy()
+assert np.linalg.norm(prog(x.numpy()) - ref) / np.linalg.norm(ref) < ACT_BOUND["bf16"]
 print("ok")
 """
 
@@ -509,8 +514,8 @@ print("ok")
 def test_products_of_many_rows_without_amx(tmp_path):
     """CHROMA_NO_AMX=1 (read when a program first multiplies, so a fresh process) takes the
     kernels a CPU without AMX runs: from 32 rows, the blocked vdpbf16ps kernel for bf16 and q8
-    weights (and q4 with bfloat16 activations), the int8 kernel for q4 by default where the CPU
-    has VNNI. On a CPU without AVX512-BF16 the same products take the other paths; the bounds
+    weights (and q4 with bfloat16 activations; also K = 4160), the int8 kernel for q4 by
+    default where the CPU has VNNI. On a CPU without AVX512-BF16 the same products take the other paths; the bounds
     hold for every one."""
     import subprocess
     import sys
@@ -519,3 +524,18 @@ def test_products_of_many_rows_without_amx(tmp_path):
     p = subprocess.run([sys.executable, "-c", _NO_AMX_SCRIPT, str(tmp_path), os.path.dirname(__file__)], env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fmt", ["q4", "q8", "bf16"])
+def test_products_with_long_k(tmp_path, fmt):
+    """A long K through the blocked kernels (32 rows or more): K = 4160 (65 groups, each
+    panel's decoded weights 133 KB: a chunk of 7 panels), 40 rows (a whole and a partial tile
+    of rows), 40 columns (a partial panel), on two threads."""
+    torch.manual_seed(7)
+    lin = torch.nn.Linear(4160, 40).eval()
+    x = torch.randn(40, 4160)
+    ref = x.numpy() @ reference_weights(lin.weight.detach().numpy(), fmt).T + lin.bias.detach().numpy()
+    for act in ("bf16", "auto"):
+        prog = chroma.compile(lin, (x,), out=str(tmp_path / act), threads=2, weights={"default": fmt, "activations": act})
+        y = prog(x.numpy())
+        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < ACT_BOUND[act]
