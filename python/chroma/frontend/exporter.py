@@ -28,6 +28,7 @@ import operator
 import os
 import re
 import sys
+import threading
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -47,6 +48,14 @@ DTYPES: Dict[torch.dtype, str] = {
     torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
     torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
 }
+# torch.export is not thread-safe: its tracing installs process-wide dispatch modes and module
+# state (two exports at once fail with "ProxyTorchDispatchMode slot already occupied" or "Trying
+# to pop empty mode stack"). Chroma serializes it here, so chroma.compile and chroma.jit may be
+# called from many threads of one process; the rest of a compile (serializing the graph, the
+# native compiler, which releases the GIL) runs side by side. Re-entrant: a model whose forward
+# compiles another with Chroma exports that one in the same thread.
+_EXPORT_LOCK = threading.RLock()
+
 _LAYOUTS = {torch.strided: "strided", torch.sparse_coo: "sparse_coo"}
 _MEMORY_FORMATS = {
     torch.contiguous_format: "contiguous_format", torch.channels_last: "channels_last",
@@ -632,14 +641,15 @@ def export(model_or_function: Union[torch.nn.Module, Callable], example_inputs: 
             raise ExportError(f"expected an nn.Module or a function, got "
                               f"{type(module).__name__}")
         module = _wrap_function(module)
-    example_inputs = _into_fake_mode(module, example_inputs)
-    try:
-        with warnings.catch_warnings():  # torch-internal pytree deprecation noise
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            ep = torch.export.export(module, example_inputs, strict=False)
-            ep = ep.run_decompositions(decompositions.table())
-    except Exception as e:
-        raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
+    with _EXPORT_LOCK:  # one export at a time per process (_EXPORT_LOCK)
+        example_inputs = _into_fake_mode(module, example_inputs)
+        try:
+            with warnings.catch_warnings():  # torch-internal pytree deprecation noise
+                warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+                ep = torch.export.export(module, example_inputs, strict=False)
+                ep = ep.run_decompositions(decompositions.table())
+        except Exception as e:
+            raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
 
     _drop_error_checks(ep.graph)
     _prims_casts_to_aten(ep.graph)
