@@ -7,7 +7,7 @@ import hashlib
 import os
 import platform
 
-__all__ = ["include_dir", "default_cache_dir", "toolchain_digest"]
+__all__ = ["include_dir", "default_cache_dir", "toolchain_digest", "file_digest"]
 
 
 def include_dir() -> str:
@@ -27,9 +27,13 @@ def default_cache_dir() -> str:
 _DIGESTS: dict = {}
 
 
-def _file_digest(path: str) -> str:
-    """SHA-256 of a file's contents, remembered per (path, size, mtime)."""
-    st = os.stat(path)
+def file_digest(path: str) -> str:
+    """SHA-256 of a file's contents ("missing" when it cannot be read), remembered per
+    (path, size, mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
     key = (path, st.st_size, st.st_mtime_ns)
     if key not in _DIGESTS:
         with open(path, "rb") as f:
@@ -62,7 +66,7 @@ def toolchain_digest() -> str:
                     break
     except OSError:
         emit("cpu", platform.processor())
-    emit("_compiler", _file_digest(_compiler.__file__))
+    emit("_compiler", file_digest(_compiler.__file__))
     inc = include_dir()
     for root, _, files in sorted(os.walk(inc)):
         for n in sorted(files):

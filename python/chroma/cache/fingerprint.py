@@ -42,6 +42,8 @@ from typing import Any, Dict, Iterable
 
 import numpy as np
 
+from ..paths import file_digest, toolchain_digest
+
 __all__ = ["Uncacheable", "compile_key"]
 
 _MAX_OBJECTS = 200_000
@@ -75,7 +77,6 @@ def _installed_roots() -> tuple:
 
 
 _ROOTS = None
-_FILE_HASHES: Dict[tuple, str] = {}
 
 
 def _roots() -> tuple:
@@ -83,21 +84,6 @@ def _roots() -> tuple:
     if _ROOTS is None:
         _ROOTS = _installed_roots()
     return _ROOTS
-
-
-def _file_digest(path: str) -> str:
-    """SHA-256 of a file's contents, remembered per (path, size, mtime)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "missing"
-    k = (path, st.st_size, st.st_mtime_ns)
-    d = _FILE_HASHES.get(k)
-    if d is None:
-        with open(path, "rb") as f:
-            d = hashlib.sha256(f.read()).hexdigest()
-        _FILE_HASHES[k] = d
-    return d
 
 
 def _is_installed(path: str) -> bool:
@@ -131,7 +117,7 @@ class _Walker:
         mod = sys.modules.get(modname)
         path = getattr(mod, "__file__", None) if mod is not None else None
         if path and path not in self.files:
-            self.files[path] = _file_digest(path)
+            self.files[path] = file_digest(path)
         top = modname.split(".")[0]
         if top not in self.packages:
             topmod = sys.modules.get(top)
@@ -362,12 +348,11 @@ def _environment(h: "hashlib._Hash") -> None:
                                                                  "CHROMA_MODEL_CACHE_BYTES")) or k == "CXX":
             emit("env", k, os.environ[k])
     # The CPU (-march=native) and the compiler: its module and runtime headers, and the Python files here.
-    from ..paths import toolchain_digest
-
+    
     emit("toolchain", toolchain_digest())
     here = os.path.dirname(os.path.abspath(__file__))
     for path in sorted(os.path.join(here, n) for n in os.listdir(here) if n.endswith(".py")):
-        emit(os.path.basename(path), _file_digest(path))
+        emit(os.path.basename(path), file_digest(path))
 
 
 def compile_key(models: Iterable[tuple], options: Dict[str, Any]) -> str:
@@ -391,7 +376,7 @@ def compile_key(models: Iterable[tuple], options: Dict[str, Any]) -> str:
     for mod in list(sys.modules.values()):
         path = getattr(mod, "__file__", None)
         if isinstance(path, str) and path.endswith(".py") and not _is_installed(path):
-            w.files.setdefault(path, _file_digest(path))
+            w.files.setdefault(path, file_digest(path))
     for path in sorted(w.files):
         w.emit("file", path, w.files[path])
     for top in sorted(w.packages):
