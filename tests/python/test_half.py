@@ -430,3 +430,47 @@ def test_bfloat16_products_with_many_rows_run_on_onednn(threads, kernels, tmp_pa
     labels = [k["label"] for k in prog.manifest["kernels"]]
     assert sum(lb.startswith("MatMul.onednn_bf16") for lb in labels) == 3, labels
     assert sum(lb.startswith("MatMul.bf16") for lb in labels) == 1, labels  # the 8-row product
+
+
+class _Sdpa(torch.nn.Module):
+    def __init__(self, causal=False):
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q, k, v, mask=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+
+
+@pytest.mark.parametrize("dt", sorted(HALVES))
+@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True)])
+def test_attention_is_one_kernel_computed_in_float32(dt, causal, masked, tmp_path):
+    """A half model's scaled_dot_product_attention: eager's CPU kernel computes the scores, the
+    softmax and both products in float32 and rounds the output once; so does Chroma, in one
+    fused kernel that never holds the scores (a rounding between the products and the softmax
+    would keep them). Eager also rounds the softmax's unnormalized weights to the type before
+    the second product, so the two differ by more than the output's rounding where a row's
+    weighted sum cancels: compared against the same attention in float64 of the same inputs,
+    Chroma's largest error is at most eager's plus one unit in the last place of the output's
+    scale, and every element is within 2 such units of eager's."""
+    g = torch.Generator().manual_seed(0)
+    L, S, d = 96, 130, 16
+    args = [torch.randn(1, 2, L, d, generator=g), torch.randn(1, 2, S, d, generator=g),
+            torch.randn(1, 2, S, d, generator=g)]
+    if masked:
+        args.append(torch.randn(1, 1, L, S, generator=g))
+    args = [a.to(HALVES[dt]) for a in args]
+    with torch.no_grad():
+        want = _Sdpa(causal)(*args)
+        prog = chroma.compile(_Sdpa(causal), tuple(args), out=str(tmp_path / "m"))
+    got = prog(*[_np(a) for a in args])
+    assert str(got.dtype) == str(want.dtype).replace("torch.", "") and got.shape == tuple(want.shape)
+    with torch.no_grad():
+        exact = _Sdpa(causal)(*[a.double() for a in args]).numpy()
+    unit = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[want.dtype] * np.abs(exact).max()
+    g, w = got.astype(np.float64), want.double().numpy()
+    assert np.abs(g - exact).max() <= np.abs(w - exact).max() + unit, (np.abs(g - exact).max(), np.abs(w - exact).max())
+    assert np.abs(g - w).max() <= 2 * unit, np.abs(g - w).max() / unit
+    # No temporary holds the scores ([1, 2, 96, 130] float32: 99,840 bytes): at most float32
+    # copies of the inputs and the output (and alignment).
+    copies = 4 * (sum(a.numel() for a in args) + want.numel())
+    assert prog.stats["temporaries_bytes"] <= copies + 1024, (prog.stats, copies)

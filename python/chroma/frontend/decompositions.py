@@ -9,7 +9,8 @@ opset) with these changes:
   [N, H, L]. This one follows the CPU flash kernel eager runs: scores = (q @ k^T) * scale
   + bias (the causal and boolean masks as 0 / -inf), softmax(scores) @ v, the form the
   compiler fuses into one kernel (passes/fuse_attention), rows the bias masks entirely giving
-  zeros, and logsumexp (0 for those rows, as the kernel gives).
+  zeros, and logsumexp (0 for those rows, as the kernel gives). Half inputs are computed in
+  float32 and the output rounded once, the logsumexp left float32, as the kernel does.
 - ``aten.linspace``: with number ends it is kept (the importer computes the values as the
   CPU kernel does, fused multiply-adds included); with tensor ends and a half dtype, the
   kernel's formula one operation at a time in that type; with tensor ends and an integer dtype, the
@@ -61,6 +62,14 @@ def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, 
         raise RuntimeError(f"_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 for "
                            f"inference, got {dropout_p} (dropout draws random numbers)")
     s = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    out_dtype = query.dtype
+    if out_dtype in _HALF:
+        # The kernel computes half inputs in float32 (scores, softmax, sums, the logsumexp it
+        # returns) and rounds the output once: so does this, which keeps the form one fused
+        # kernel (no rounding between the products and the softmax).
+        query, key, value = query.float(), key.float(), value.float()
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            attn_mask = attn_mask.float()
     if query.dim() >= 3 and key.shape[-3] != query.shape[-3] and query.shape[-3] % key.shape[-3] == 0:
         # Grouped query heads (enable_gqa): each key/value head serves consecutive query heads.
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], dim=-3)
@@ -89,7 +98,7 @@ def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, 
         empty = (bias == float("-inf")).all(dim=-1, keepdim=True)
         out = torch.where(empty, torch.zeros_like(out), out)
         lse = torch.where(empty.squeeze(-1), torch.zeros_like(lse), lse)
-    return out, lse
+    return out.to(out_dtype), lse
 
 
 def _no_grads(op, compute):
