@@ -67,6 +67,16 @@ def test_sdpa_float_mask_and_scale(check):
     check(Sdpa(scale=0.3), q, k, v, mask, rtol=RTOL, atol=ATOL)
 
 
+def test_sdpa_mask_with_narrower_values_is_one_kernel(check):
+    # Eager takes its math backend here (a mask, value heads narrower than the keys'), which
+    # scales q and k each and selects zeros for masked rows through the scores: the export
+    # still gives the one fused form.
+    q, k, v = _qkv(1, 2, 70, 270, 16, 8)
+    mask = torch.randn(1, 1, 70, 270)
+    prog = check(Sdpa(), q, k, v, mask, rtol=RTOL, atol=ATOL)
+    assert prog.stats["temporaries_bytes"] < 2 * 70 * 270 * 4, prog.stats
+
+
 def test_sdpa_boolean_key_mask_with_fully_masked_rows(check):
     # A key mask [B, 1, L, S] whose first rows mask every key: eager's CPU kernel gives zeros
     # there, and the rest attend to a subset of keys (hard masking of padded text tokens).

@@ -442,8 +442,15 @@ class _Sdpa(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dt", sorted(HALVES))
-@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True)])
-def test_attention_is_one_kernel_computed_in_float32(dt, causal, masked, tmp_path):
+@pytest.mark.parametrize("causal,masked,shape", [
+    (False, False, (96, 130, 16, 16)),
+    (True, False, (96, 130, 16, 16)),
+    (False, True, (96, 130, 16, 16)),
+    # Partial tiles of rows and keys, several key blocks, heads padded to the tiles' depth
+    # (40 -> 64) and width (24 -> 32), two threads.
+    (False, True, (150, 600, 40, 24)),
+])
+def test_attention_is_one_kernel_computed_in_float32(dt, causal, masked, shape, tmp_path):
     """A half model's scaled_dot_product_attention: eager's CPU kernel computes the scores, the
     softmax and both products in float32 and rounds the output once; so does Chroma, in one
     fused kernel that never holds the scores (a rounding between the products and the softmax
@@ -451,17 +458,19 @@ def test_attention_is_one_kernel_computed_in_float32(dt, causal, masked, tmp_pat
     the second product, so the two differ by more than the output's rounding where a row's
     weighted sum cancels: compared against the same attention in float64 of the same inputs,
     Chroma's largest error is at most eager's plus one unit in the last place of the output's
-    scale, and every element is within 2 such units of eager's."""
+    scale, and every element is within 2 such units of eager's. Where the CPU has AMX, a
+    bfloat16 model's attention multiplies on bfloat16 tiles (its operands are bfloat16 values)
+    and rounds the weights before the second product as eager does; the same bounds hold."""
     g = torch.Generator().manual_seed(0)
-    L, S, d = 96, 130, 16
+    L, S, d, e = shape
     args = [torch.randn(1, 2, L, d, generator=g), torch.randn(1, 2, S, d, generator=g),
-            torch.randn(1, 2, S, d, generator=g)]
+            torch.randn(1, 2, S, e, generator=g)]
     if masked:
         args.append(torch.randn(1, 1, L, S, generator=g))
     args = [a.to(HALVES[dt]) for a in args]
     with torch.no_grad():
         want = _Sdpa(causal)(*args)
-        prog = chroma.compile(_Sdpa(causal), tuple(args), out=str(tmp_path / "m"))
+        prog = chroma.compile(_Sdpa(causal), tuple(args), out=str(tmp_path / "m"), threads=2)
     got = prog(*[_np(a) for a in args])
     assert str(got.dtype) == str(want.dtype).replace("torch.", "") and got.shape == tuple(want.shape)
     with torch.no_grad():
@@ -474,3 +483,18 @@ def test_attention_is_one_kernel_computed_in_float32(dt, causal, masked, tmp_pat
     # copies of the inputs and the output (and alignment).
     copies = 4 * (sum(a.numel() for a in args) + want.numel())
     assert prog.stats["temporaries_bytes"] <= copies + 1024, (prog.stats, copies)
+
+
+def test_attention_without_amx():
+    """The same attention tests with CHROMA_NO_AMX=1 (read when a program first runs, so a
+    fresh process): a bfloat16 model's attention then multiplies in float32 (the weights not
+    rounded); where the CPU has no AMX that is the path the tests above took already."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CHROMA_NO_AMX="1")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:logging", "-p", "no:cacheprovider", __file__,
+                        "-k", "attention_is_one_kernel"], env=env, capture_output=True, text=True, timeout=900,
+                       cwd=os.path.dirname(__file__))
+    assert p.returncode == 0 and " passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -21,8 +22,10 @@
 
 #include <immintrin.h>
 
+#include "chroma/cpu/gemm_quant.h"  // amx_ready, the tile configuration (quant/amx.h)
 #include "chroma/cpu/scalar.h"
 #include "chroma/cpu/threads.h"
+#include "chroma/half.h"
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -134,15 +137,173 @@ inline float row_sum(const float* x, int64_t n) {
   return total;
 }
 
-// What one thread keeps: the scores of a block, the running statistics, the output rows.
+// What one thread keeps: the scores of a block, the running statistics, the output rows; for
+// the bfloat16 products, the block's operands in bfloat16 (q's rows, k's and v's blocks in the
+// tiles' pair layout, the weights' rows).
 struct Scratch {
   std::vector<float> s, acc, m, l;
+  std::vector<uint16_t> qa, kb, pa, vb;
   void size(int64_t e) {
     s.resize(static_cast<size_t>(kRows * kCols));
-    acc.resize(static_cast<size_t>(kRows * e));
+    acc.resize(static_cast<size_t>(kRows * ((e + 15) / 16) * 16));
     m.resize(kRows);
     l.resize(kRows);
   }
+};
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+// ---- The bfloat16 products (operands that are bfloat16 values: a bfloat16 model's) on AMX ----
+//
+// Tiles, every one 16 rows of 64 bytes (quant_detail::amx_configure_blocked): tmm0..3 results
+// (rows 0-15 / 16-31 x columns 0-15 / 16-31 of a 32 x 32 block), tmm4, tmm5 the A rows,
+// tmm6, tmm7 the B panels. A: bfloat16 rows, `lda` elements apart, zero past K. B: panels of
+// 16 columns, each [kp pairs of K rows][16 columns][2] (the tiles' pair layout), zero past K.
+
+// C[rows x cols] (=, or += when `accumulate`) A B over kp pairs of K (a multiple of 16); rows
+// and cols multiples of 16, C `ldc` floats apart, B's panels `ps` elements apart.
+inline void amx_gemm(int64_t rows, int64_t cols, int64_t kp, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ps,
+                     float* c, int64_t ldc, bool accumulate) {
+  const int64_t cs = ldc * 4, as = lda * 2;
+  for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+    const bool two = r0 + 16 < rows;
+    const uint16_t* a0 = a + r0 * lda;
+    const uint16_t* a1 = a0 + 16 * lda;
+    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+      const bool pair = c0 + 16 < cols;
+      const uint16_t* b0 = b + (c0 / 16) * ps;
+      const uint16_t* b1 = b0 + ps;
+      float* c00 = c + r0 * ldc + c0;
+      float* c10 = c00 + 16 * ldc;
+      if (accumulate) {
+        _tile_loadd(0, c00, cs);
+        if (pair) _tile_loadd(1, c00 + 16, cs);
+        if (two) _tile_loadd(2, c10, cs);
+        if (two && pair) _tile_loadd(3, c10 + 16, cs);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t kk = 0; kk < kp; kk += 16) {
+        _tile_loadd(4, a0 + 2 * kk, as);
+        _tile_loadd(6, b0 + kk * 32, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (pair) {
+          _tile_loadd(7, b1 + kk * 32, 64);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two) {
+          _tile_loadd(5, a1 + 2 * kk, as);
+          _tile_dpbf16ps(2, 5, 6);
+          if (pair) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, c00, cs);
+      if (pair) _tile_stored(1, c00 + 16, cs);
+      if (two) _tile_stored(2, c10, cs);
+      if (two && pair) _tile_stored(3, c10 + 16, cs);
+    }
+  }
+}
+
+// x rounded to bfloat16 (nearest even): exact for a bfloat16 value.
+inline uint16_t to_bf16(float x) { return ::chroma::half_detail::f32_to_bf16(x); }
+
+// Rows [0, rows) of operand x (K columns) as bfloat16 rows `lda` apart, zero from K to lda
+// and for rows up to `padded`.
+inline void pack_rows(AttnOperand x, int64_t rows, int64_t K, uint16_t* dst, int64_t lda, int64_t padded) {
+  for (int64_t r = 0; r < padded; ++r) {
+    uint16_t* d = dst + r * lda;
+    int64_t k = 0;
+    if (r < rows) {
+      const float* src = x.p + r * x.rs;
+      if (x.cs == 1) {
+        for (; k + 32 <= K; k += 32) {
+          const __m512 lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
+          _mm512_storeu_si512(d + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+        }
+      }
+      for (; k < K; ++k) d[k] = to_bf16(src[k * x.cs]);
+    }
+    for (; k < lda; ++k) d[k] = 0;
+  }
+}
+
+// kt [D x S] (key j's D values, from any strides) as B of the scores' product: panels of 16
+// keys over kp pairs of D (zero past D and S; the panels' count rounded up to even).
+inline void pack_keys(AttnOperand kt, int64_t D, int64_t S, int64_t kp, uint16_t* dst, std::vector<uint16_t>& row) {
+  row.resize(static_cast<size_t>(2 * kp));
+  const int64_t panels = round_up(S, 32) / 16;
+  for (int64_t j = 0; j < panels * 16; ++j) {
+    pack_rows(AttnOperand{j < S ? kt.p + j * kt.cs : kt.p, kt.cs, kt.rs}, j < S ? 1 : 0, D, row.data(), 2 * kp, 1);
+    // Key j's pairs down its panel's column: 32-bit words kp apart in the source, 16 in the panel.
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + (j / 16) * kp * 32) + j % 16;
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(row.data());
+    for (int64_t pr = 0; pr < kp; ++pr) d[pr * 16] = src[pr];
+  }
+}
+
+// v [S x E] as B of the output's product: panels of 16 columns over the pairs of keys (kpv
+// pairs, zero past S and E).
+inline void pack_values(AttnOperand v, int64_t S, int64_t E, int64_t kpv, uint16_t* dst, std::vector<uint16_t>& rows) {
+  const int64_t ep = round_up(E, 16);
+  rows.resize(static_cast<size_t>(2 * ep));
+  for (int64_t pr = 0; pr < kpv; ++pr) {
+    const int64_t k = 2 * pr;
+    pack_rows(AttnOperand{k < S ? v.p + k * v.rs : v.p, v.rs, v.cs}, std::max<int64_t>(0, std::min<int64_t>(2, S - k)), E,
+              rows.data(), ep, 2);
+    for (int64_t p = 0; p < ep / 16; ++p) {
+      uint16_t* d = dst + p * kpv * 32 + pr * 32;
+      for (int64_t c = 0; c < 16; ++c) {
+        d[2 * c] = rows[static_cast<size_t>(p * 16 + c)];
+        d[2 * c + 1] = rows[static_cast<size_t>(ep + p * 16 + c)];
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace attention_detail
+
+namespace attention_detail {
+
+// One row's scores s[0, n) of a key block: scaled, biased, folded into the row's running
+// maximum m and sum l, turned into the block's unnormalized weights exp(s - m); the row's
+// output so far (acc[0, E)) rescaled to the new maximum.
+template <class Bias>
+inline void softmax_row(float* s, int64_t n, float scale, bool divide, Bias&& bias, float* m, float* l, float* acc, int64_t E) {
+  if (divide) {
+    for (int64_t j = 0; j < n; ++j) s[j] = s[j] / scale;
+  } else {
+    for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
+  }
+  bias(s);
+  const float mx = row_max(s, n);
+  const float m_old = *m;
+  const float m_new = ::chroma::scalar::maximum(m_old, mx);
+  if (m_new == -std::numeric_limits<float>::infinity()) {  // every score so far -inf: nothing to add
+    std::fill(s, s + n, 0.0f);
+    return;
+  }
+  const float corr = ::chroma::scalar::exp_(m_old - m_new);
+#pragma GCC ivdep
+  for (int64_t j = 0; j < n; ++j) s[j] = ::chroma::scalar::exp_(s[j] - m_new);
+  const float total = row_sum(s, n);
+  *l = *l * corr + total;
+  *m = m_new;
+  if (corr != 1.0f) {
+    for (int64_t e = 0; e < E; ++e) acc[e] *= corr;
+  }
+}
+
+// Per thread: which call and batch its packed keys and values belong to.
+inline std::atomic<uint64_t> attention_calls{0};
+struct Packed {
+  uint64_t call = 0;
+  int64_t batch = -1;
 };
 
 }  // namespace attention_detail
@@ -151,7 +312,13 @@ struct Scratch {
 // [D x S], v[b] [S x E], out[b] [L x E] row-major. operands(b, &q, &kt, &v) gives batch b's
 // operands; bias(b, i, j0, n, s) adds batch b's bias to scores s[0, n) of row i, keys j0..
 // (a no-op without a bias). Tasks (batch, block of rows) run side by side on the pool.
-template <AttnGemm G, class Operands, class Bias>
+//
+// BF16 (operands whose values are all bfloat16 values: a bfloat16 model's, the lowering knows):
+// where AMX runs (quant_detail::amx_ready), both products on bfloat16 tiles with float32 sums,
+// the weights exp(s - m) rounded to bfloat16 before the second, as eager's bfloat16 kernel
+// does; the scores' product is then exact up to the order of its sums. Elsewhere the float32
+// products above.
+template <AttnGemm G, bool BF16 = false, class Operands, class Bias>
 void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int64_t D, int64_t E, float scale, bool divide,
                float* out, Operands&& operands, Bias&& bias) {
   namespace ad = attention_detail;
@@ -160,6 +327,11 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
     return;
   }
   const int64_t blocks = (L + ad::kRows - 1) / ad::kRows;
+  bool amx = false;
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+  if constexpr (BF16) amx = quant_detail::amx_ready();
+  const uint64_t call = amx ? ad::attention_calls.fetch_add(1) + 1 : 0;
+#endif
   auto task = [&](int64_t t) {
     thread_local ad::Scratch w;
     w.size(E);
@@ -167,10 +339,49 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
     AttnOperand q{}, kt{}, v{};
     operands(b, &q, &kt, &v);
     float* o = out + (b * L + i0) * E;
-    std::fill(w.acc.begin(), w.acc.begin() + rows * E, 0.0f);
     std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(w.l.begin(), w.l.end(), 0.0f);
     const AttnOperand qb{q.p + i0 * q.rs, q.rs, q.cs};
+#if defined(CHROMA_QUANT_AMX_KERNELS)
+    if (amx) {
+      thread_local ad::Packed packed;
+      thread_local std::vector<uint16_t> staging;
+      const int64_t kp = ad::round_up(std::max<int64_t>(D, 1), 32) / 2, kpv = ad::round_up(S, 32) / 2;
+      const int64_t ep = ad::round_up(E, 16), r16 = ad::round_up(rows, 16);
+      if (packed.call != call || packed.batch != b) {  // this batch's keys and values, once per thread
+        w.kb.resize(static_cast<size_t>(ad::round_up(S, 32) * kp * 2));
+        w.vb.resize(static_cast<size_t>(ep * kpv * 2));
+        ad::pack_keys(kt, D, S, kp, w.kb.data(), staging);
+        ad::pack_values(v, S, E, kpv, w.vb.data(), staging);
+        packed.call = call;
+        packed.batch = b;
+      }
+      w.qa.resize(static_cast<size_t>(ad::kRows * 2 * kp));
+      w.pa.resize(static_cast<size_t>(ad::kRows * ad::kCols));
+      ad::pack_rows(qb, rows, D, w.qa.data(), 2 * kp, r16);
+      quant_detail::amx_configure_blocked();
+      std::fill(w.acc.begin(), w.acc.begin() + r16 * ep, 0.0f);
+      for (int64_t j0 = 0; j0 < S; j0 += ad::kCols) {
+        const int64_t n = std::min(ad::kCols, S - j0), n16 = ad::round_up(n, 16), n32 = ad::round_up(n, 32);
+        ad::amx_gemm(r16, n16, kp, w.qa.data(), 2 * kp, w.kb.data() + (j0 / 16) * kp * 32, kp * 32, w.s.data(), n16, false);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* s = w.s.data() + r * n16;
+          ad::softmax_row(s, n, scale, divide, [&](float* x) { bias(b, i0 + r, j0, n, x); }, &w.m[static_cast<size_t>(r)],
+                          &w.l[static_cast<size_t>(r)], w.acc.data() + r * ep, E);
+        }
+        ad::pack_rows(AttnOperand{w.s.data(), n16, 1}, rows, n, w.pa.data(), n32, r16);
+        ad::amx_gemm(r16, ep, n32 / 2, w.pa.data(), n32, w.vb.data() + (j0 / 2) * 32, kpv * 32, w.acc.data(), ep, true);
+      }
+      _tile_release();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float l = w.l[static_cast<size_t>(r)];
+        const float* acc = w.acc.data() + r * ep;
+        for (int64_t e = 0; e < E; ++e) o[r * E + e] = acc[e] / l;
+      }
+      return;
+    }
+#endif
+    std::fill(w.acc.begin(), w.acc.begin() + rows * E, 0.0f);
     for (int64_t j0 = 0; j0 < S; j0 += ad::kCols) {
       const int64_t n = std::min(ad::kCols, S - j0);
       if (D > 0) {
@@ -179,30 +390,8 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
         std::fill(w.s.begin(), w.s.begin() + rows * n, 0.0f);
       }
       for (int64_t r = 0; r < rows; ++r) {
-        float* s = w.s.data() + r * n;
-        if (divide) {
-          for (int64_t j = 0; j < n; ++j) s[j] = s[j] / scale;
-        } else {
-          for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
-        }
-        bias(b, i0 + r, j0, n, s);
-        const float mx = ad::row_max(s, n);
-        const float m_old = w.m[static_cast<size_t>(r)];
-        const float m_new = ::chroma::scalar::maximum(m_old, mx);
-        float* acc = w.acc.data() + r * E;
-        if (m_new == -std::numeric_limits<float>::infinity()) {  // every score so far -inf: nothing to add
-          std::fill(s, s + n, 0.0f);
-          continue;
-        }
-        const float corr = ::chroma::scalar::exp_(m_old - m_new);
-#pragma GCC ivdep
-        for (int64_t j = 0; j < n; ++j) s[j] = ::chroma::scalar::exp_(s[j] - m_new);
-        const float total = ad::row_sum(s, n);
-        w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * corr + total;
-        w.m[static_cast<size_t>(r)] = m_new;
-        if (corr != 1.0f) {
-          for (int64_t e = 0; e < E; ++e) acc[e] *= corr;
-        }
+        ad::softmax_row(w.s.data() + r * n, n, scale, divide, [&](float* x) { bias(b, i0 + r, j0, n, x); },
+                        &w.m[static_cast<size_t>(r)], &w.l[static_cast<size_t>(r)], w.acc.data() + r * E, E);
       }
       ad::gemm<G>(rows, E, n, AttnOperand{w.s.data(), n, 1}, AttnOperand{v.p + j0 * v.rs, v.rs, v.cs}, w.acc.data(), E, 1.0f);
     }

@@ -11,6 +11,10 @@ opset) with these changes:
   compiler fuses into one kernel (passes/fuse_attention), rows the bias masks entirely giving
   zeros, and logsumexp (0 for those rows, as the kernel gives). Half inputs are computed in
   float32 and the output rounded once, the logsumexp left float32, as the kernel does.
+- ``aten.scaled_dot_product_attention``: the same decomposition, whichever backend eager
+  would pick (its math backend, taken for instance with a mask and value heads narrower than
+  the keys', scales q and k by sqrt(scale) each and selects zeros for rows the mask covers
+  through the scores, a form that is not one kernel; it too computes half inputs in float32).
 - ``aten.linspace``: with number ends it is kept (the importer computes the values as the
   CPU kernel does, fused multiply-adds included); with tensor ends and a half dtype, the
   kernel's formula one operation at a time in that type; with tensor ends and an integer dtype, the
@@ -99,6 +103,12 @@ def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, 
         out = torch.where(empty, torch.zeros_like(out), out)
         lse = torch.where(empty.squeeze(-1), torch.zeros_like(lse), lse)
     return out.to(out_dtype), lse
+
+
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    # Every backend eager might pick gives the same attention (the math one scales q and k by
+    # sqrt(scale) each, and computes half inputs in float32 too): one form, the fused one.
+    return _flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
 
 def _no_grads(op, compute):
@@ -311,6 +321,7 @@ def table():
     flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if flash is not None:
         t[flash.default] = _flash_attention_for_cpu
+    t[aten.scaled_dot_product_attention.default] = _sdpa
     ns = getattr(torch.ops, "torch_nn", None)
     for name, fn in (("_linear_cross_entropy_batch_chunked", _lce_chunked),
                      ("_linear_cross_entropy_batch_chunked_no_reduction", _lce_chunked_none)):

@@ -69,7 +69,7 @@ std::string Emitter::attention(const Kernel& k) const {
            std::to_string(x.layout.strides[r - 2]) + ", " + std::to_string(x.layout.strides[r - 1]) + "};\n";
   };
   o << "  float* O = static_cast<float*>(" << ptr(k.outputs[0], true) << ");\n";
-  o << "  et::attention<et::AttnGemm::" << gemm << ">(cx.pool, " << batches << ", " << L << ", " << S << ", " << D << ", " << E
+  o << "  et::attention<et::AttnGemm::" << gemm << (k.attrs.dtype == DType::kBF16 ? ", true" : "") << ">(cx.pool, " << batches << ", " << L << ", " << S << ", " << D << ", " << E
     << ", " << float_lit(static_cast<float>(k.attrs.scalar.as_double())) << ", " << (k.attrs.k ? "true" : "false") << ", O,\n";
   o << "    [&]([[maybe_unused]] int64_t b, et::AttnOperand* q, et::AttnOperand* kt, et::AttnOperand* v) {\n"
     << coords << operand(q, "q") << operand(kt, "kt") << operand(v, "v") << "    },\n";
