@@ -94,6 +94,15 @@ bool Lowerer::bf16_valued(Value v, int depth) const {
   // rounded value; widen_half.cpp): the same operations over bfloat16-valued operands or
   // literals that are bfloat16 values.
   if (src.op == Op::kFull) return half_value(src.attrs.scalar.as_double(), DType::kBF16);
+  // Operations that move values: a concatenation of bfloat16-valued parts (a single block's
+  // attention and MLP outputs before its projection), a gather from one.
+  if (depth <= 8 && src.op == Op::kConcat) {
+    for (Value in : src.inputs) {
+      if (!bf16_valued(in, depth + 1)) return false;
+    }
+    return !src.inputs.empty();
+  }
+  if (depth <= 8 && (src.op == Op::kGather || src.op == Op::kGatherElements)) return bf16_valued(src.inputs[0], depth + 1);
   if (src.op != Op::kMap || depth > 8 || !ew_picks_operand(src.attrs.ew)) return false;
   const EwOp ew = src.attrs.ew;
   for (size_t k = ew == EwOp::k_where ? 1 : 0; k < src.inputs.size(); ++k) {
