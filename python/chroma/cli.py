@@ -68,6 +68,8 @@ def _print_weights(m):
     acts = {"auto": "int8 activations in q4/q6 products where the CPU has AVX512-VNNI, bfloat16 elsewhere",
             "bf16": "bfloat16 activations in the products",
             "fp32": "float32 activations in the products"}.get(w["activations"], f"{w['activations']} activations")
+    if w.get("attention") == "bf16":
+        acts += "; attention's products in bfloat16 where the CPU has AMX"
     print(f"weights: {w['spec']} (groups of {w['group_size']}, {w['scale_type']} scales and biases, "
           f"{acts}); product weights {w['product_weights_bytes']:,} B "
           f"(float32: {w['product_weights_bytes_fp32']:,} B)")

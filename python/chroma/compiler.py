@@ -294,7 +294,9 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                "activations": "fp32"} (name patterns as fnmatch; routers, norms, biases, sinks
                and small matrices stay exact unless a rule names them; "activations": "auto",
                the default, multiplies int8 activations with q4/q6 weights where the CPU has
-               AVX512-VNNI and bfloat16 otherwise, "bf16" always bfloat16, "fp32" exact). CPU target. The
+               AVX512-VNNI and bfloat16 otherwise, "bf16" always bfloat16, "fp32" exact;
+               "attention": "bf16" multiplies attention's two products in bfloat16 where the CPU
+               has AMX, "fp32" the default). CPU target. The
                manifest lists every decision; prog.accuracy compares the outputs on the example
                inputs with float32 PyTorch. A list (["q8", "q4"]) builds one artifact with a
                variant each (chroma.load(out, weights="auto") chooses by the memory available).

@@ -183,6 +183,7 @@ json describe_weights(const std::vector<CompiledEntry>& entries, const std::stri
   return {{"spec", pol.spec.empty() ? "fp32" : pol.spec},
           {"default", quant::format_name(pol.fallback)},
           {"activations", quant::activations_name(pol.activations)},
+          {"attention", pol.attention_bf16 ? "bf16" : "fp32"},
           {"group_size", quant::kGroup},
           {"scale_type", "float16"},
           {"product_weights_bytes_fp32", f32},

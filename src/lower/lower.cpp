@@ -406,10 +406,12 @@ void Lowerer::visit(int32_t id) {
     case Op::kAttention: {
       // One kernel (chroma/cpu/attention.h): the operands where BLAS can address them, the
       // bias as an expression over the scores, evaluated a block of scores at a time.
-      // attrs.dtype kBF16: q, kt and v all hold bfloat16 values (a bfloat16 model's attention),
-      // so the kernel may multiply them as bfloat16 (attention.h).
+      // attrs.dtype kBF16: the kernel multiplies as bfloat16 (attention.h): q, kt and v all
+      // hold bfloat16 values (a bfloat16 model's attention), or the weights policy asks for it
+      // (attention=bf16).
       Kernel k = start(n, Kernel::kAttention);
-      const bool bf16 = bf16_valued(n.inputs[0]) && bf16_valued(n.inputs[1]) && bf16_valued(n.inputs[2]);
+      const bool bf16 = opts_.weights.attention_bf16 ||
+                        (bf16_valued(n.inputs[0]) && bf16_valued(n.inputs[1]) && bf16_valued(n.inputs[2]));
       k.attrs.dtype = bf16 ? DType::kBF16 : DType::kF32;
       for (size_t i = 0; i < 3; ++i) k.inputs.push_back(matmul_operand(n.inputs[i]));
       if (n.inputs.size() == 4) k.inputs.push_back(expr_of(n.inputs[3]));

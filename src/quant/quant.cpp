@@ -375,6 +375,13 @@ Policy parse_policy(const std::string& spec) {
       }
       continue;
     }
+    if (key == "attention") {
+      if (value != "bf16" && value != "fp32") {
+        throw CompileError("weights: attention must be 'bf16' or 'fp32', not '" + value + "'");
+      }
+      p.attention_bf16 = value == "bf16";
+      continue;
+    }
     const std::optional<Format> f = parse_format(value);
     if (!f) throw CompileError("weights: unknown format '" + value + "' for '" + key + "' (fp32, bf16, q8, q6, q4)");
     if (key.empty()) throw CompileError("weights: empty pattern in '" + item + "'");

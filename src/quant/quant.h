@@ -90,8 +90,12 @@ bool pack_rows(Format f, const float* t, int64_t rows, int64_t H, uint8_t* dst);
 // graph output through views and elementwise operations only, the logits of a language model;
 // `embedding`: a float32 table read by a Gather along its first axis),
 // or a name pattern (fnmatch(3), matched against the weight's name: `*.gate.weight=fp32`);
-// `activations=` says what the products do with their activations (Activations below). Patterns and roles are tried in the order given, before the keep-list
-// (which `default` does not override) and then the default.
+// `activations=` says what the products do with their activations (Activations below);
+// `attention=bf16` multiplies attention's two products (the scores, the weights times the
+// values) in bfloat16 where the CPU has AMX (their operands rounded to bfloat16, float32
+// sums; `fp32`, the default, keeps them float32 unless they are a bfloat16 model's values).
+// Patterns and roles are tried in the order given, before the keep-list (which `default`
+// does not override) and then the default.
 // What the CPU products do with the activations: kAuto (the default) quantizes them to int8 per
 // group of 64 for q4 and q6 weights where the CPU has AVX512-VNNI (vpdpbusd; their weights'
 // error is 4 to 16 times the activations'), rounds them to bfloat16 otherwise (vdpbf16ps or AMX,
@@ -108,6 +112,7 @@ struct Policy {
   std::vector<Rule> rules;
   Format fallback = Format::kF32;
   Activations activations = Activations::kAuto;
+  bool attention_bf16 = false;  // attention=bf16
   std::string spec;  // as given
   bool quantizes() const;  // some rule or the fallback is not fp32
 };

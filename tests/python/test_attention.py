@@ -19,6 +19,7 @@ in the last bits).
 """
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -225,3 +226,34 @@ def test_attention_blocks_use_the_programs_float32_gemm(tmp_path):
     assert att.manifest["options"]["sgemm"] == lin.manifest["options"]["sgemm"]
     np.testing.assert_allclose(att(q.numpy(), k.numpy(), v.numpy()), F.scaled_dot_product_attention(q, k, v).numpy(),
                                rtol=RTOL, atol=ATOL)
+
+
+def _has_amx():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return " amx_bf16" in f.read() and os.environ.get("CHROMA_NO_AMX", "0") in ("", "0")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not CPU, reason="attention=bf16 is a CPU option (the GPU kernels' attention is float32)")
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_in_bfloat16_on_request(tmp_path, mask):
+    # weights={"attention": "bf16"}: a float32 model's attention multiplies q, k, the weights
+    # and v rounded to bfloat16 (float32 sums) where the CPU has AMX. Bound: each operand
+    # rounded once (2^-9 relative) moves the output by a few 2^-9 of its scale; against the
+    # same attention in float64.
+    import chroma
+
+    q, k, v = _qkv(1, 3, 150, 600, 40, 24)
+    args = (q, k, v) + ((torch.randn(1, 1, 150, 600),) if mask else ())
+    exact = Sdpa()(*[a.double() for a in args]).numpy()
+    prog = chroma.compile(Sdpa(), args, out=str(tmp_path / "bf16"), weights={"attention": "bf16"}, threads=2)
+    assert prog.manifest["options"]["weights"]["attention"] == "bf16"
+    got = prog(*[a.numpy() for a in args])
+    err = np.abs(got - exact).max() / np.abs(exact).max()
+    assert err < 8 * 2.0 ** -9, err
+    exact32 = chroma.compile(Sdpa(), args, out=str(tmp_path / "fp32"), threads=2)(*[a.numpy() for a in args])
+    assert np.abs(exact32 - exact).max() / np.abs(exact).max() < 1e-5
+    if _has_amx():  # the bfloat16 path ran: not the float32 result
+        assert np.abs(got - exact32).max() / np.abs(exact).max() > 1e-5

@@ -45,6 +45,9 @@ def transformer_rules(variant: str) -> Optional[Dict[str, str]]:
         return None
     rules = {p: "bf16" for p in TRANSFORMER_KEEP_BF16}
     rules["default"] = variant
+    # Attention's products in bfloat16 too (where the CPU has AMX), as the products of the
+    # weights round their activations: the seed's port runs the whole transformer in bfloat16.
+    rules["attention"] = "bf16"
     return rules
 
 
@@ -104,7 +107,7 @@ def weight_format(name: str, role: str, numel: int, rules: Optional[Dict[str, st
     if not rules:
         return "fp32"
     for key, fmt in rules.items():
-        if key in ("default", "activations"):
+        if key in ("default", "activations", "attention"):
             continue
         if key == role or fnmatch.fnmatchcase(name, key):
             return fmt

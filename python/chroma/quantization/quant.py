@@ -26,7 +26,7 @@ __all__ = ["FORMATS", "weights_spec", "quantize", "dequantize", "accuracy_metric
 def weights_spec(weights: Any) -> str:
     """The compiler's policy string for a `weights=` argument ("" when every weight stays
     float32): a format name, or a dict {"default": fmt, "unembedding": fmt, pattern: fmt,
-    "activations": "auto" | "bf16" | "fp32"}."""
+    "activations": "auto" | "bf16" | "fp32", "attention": "bf16" | "fp32"}."""
     if weights is None or weights == "fp32" or weights == "":
         return ""
     if isinstance(weights, (list, tuple)):
@@ -41,10 +41,14 @@ def weights_spec(weights: Any) -> str:
         items = []
         for key, value in weights.items():
             if not isinstance(key, str) or not key or ";" in key or "=" in key:
-                raise ValueError(f"weights: bad rule key {key!r} (a pattern, 'default', 'unembedding' or 'activations')")
+                raise ValueError(f"weights: bad rule key {key!r} (a pattern, 'default', 'unembedding', 'activations' "
+                                 f"or 'attention')")
             if key == "activations":
                 if value not in ("auto", "bf16", "fp32"):
                     raise ValueError(f"weights: activations={value!r}: expected 'auto', 'bf16' or 'fp32'")
+            elif key == "attention":
+                if value not in ("bf16", "fp32"):
+                    raise ValueError(f"weights: attention={value!r}: expected 'bf16' or 'fp32'")
             elif value not in FORMATS:
                 raise ValueError(f"weights: {key}={value!r}: expected one of {', '.join(FORMATS)}")
             items.append(f"{key}={value}")

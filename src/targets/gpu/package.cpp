@@ -519,6 +519,7 @@ std::string GpuTarget::write(std::vector<CompiledEntry>& entries, const std::str
   // Reduced weights (Lowerer::reduced_weight) widen inside the kernels; activations stay float32.
   am["options"]["weights"] = describe_weights(entries, opts.weights);
   am["options"]["weights"]["activations"] = "fp32";
+  am["options"]["weights"]["attention"] = "fp32";  // the GPU kernels' attention is float32
   json es = json::array();
   for (const CompiledEntry& ce : entries) es.push_back(describe_entry(ce, weight_bytes, sl.bytes));
   for (const char* key : {"inputs", "outputs", "output_structure", "arena", "kernels", "stats"}) am[key] = es[0][key];
