@@ -32,8 +32,28 @@ Expr Lowerer::matmul_operand(Value v) {
   const size_t mark = fused_into_.size();
   Expr e = expr_of(v);
   if (e.kind == Expr::kLoad && blas_layout(e.layout)) return e;
-  // An expression, or a view BLAS cannot address: copy it into a contiguous buffer.
   fused_into_.resize(mark);
+  // A view of an expression not yet written (attention's q split into heads after its rotary
+  // embedding: [B, S, H, D] read as [B, H, S, D]): the expression written in its own order and
+  // the view read through strides, when BLAS can address them. Written in the view's order
+  // instead, each row of the kernel would read its sources a whole row of heads apart.
+  std::vector<const Node*> views;
+  Value src = v;
+  while (is_view(g_.node(src).op)) {
+    views.push_back(&g_.node(src));
+    src = g_.node(src).inputs[0];
+  }
+  if (!views.empty() && !buffer_of_.count(src) && (g_.node(src).op == Op::kMap || g_.node(src).op == Op::kCast)) {
+    std::optional<Layout> l = contiguous_layout(g_.type(src).shape);
+    for (size_t i = views.size(); l && i-- > 0;) l = apply_view(*views[i], *l);
+    if (l && blas_layout(*l)) {
+      buffer_load(src, Want::kContiguous);
+      e = expr_of(v);
+      if (e.kind == Expr::kLoad && blas_layout(e.layout)) return e;
+      fused_into_.resize(mark);
+    }
+  }
+  // An expression, or a view BLAS cannot address: copy it into a contiguous buffer.
   e = buffer_load(v, Want::kContiguous);
   blas_layout(e.layout);
   return e;

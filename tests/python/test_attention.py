@@ -78,6 +78,31 @@ def test_sdpa_mask_with_narrower_values_is_one_kernel(check):
     assert prog.stats["temporaries_bytes"] < 2 * 70 * 270 * 4, prog.stats
 
 
+class RotaryHeads(torch.nn.Module):
+    """q and k computed in [B, S, H, D] (a rotary embedding), split into heads by a transpose
+    for the attention, as FLUX's attention processor does."""
+
+    def forward(self, x, cos, sin):
+        b, s, hd = x.shape
+        q = x.view(b, s, 4, hd // 4)
+        rot = torch.stack([-q[..., 1::2], q[..., 0::2]], dim=-1).flatten(3)
+        q = q * cos + rot * sin
+        q = q.transpose(1, 2)
+        return F.scaled_dot_product_attention(q, q * 0.5, q)
+
+
+def test_heads_split_after_an_expression_are_read_in_place(check):
+    # The rotary expression is written once in its own order and the attention reads its
+    # heads through strides: no kernel writes it in the transposed order (each of its rows
+    # would read the sources a whole row of heads apart).
+    g = torch.Generator().manual_seed(0)
+    x, cos, sin = torch.randn(1, 200, 64, generator=g), torch.randn(200, 1, 16, generator=g), torch.randn(200, 1, 16, generator=g)
+    prog = check(RotaryHeads(), x, cos, sin, rtol=RTOL, atol=ATOL)
+    if CPU:
+        labels = [k["label"] for k in prog.manifest["kernels"]]
+        assert not any(lb.startswith("Permute") for lb in labels), labels
+
+
 def test_sdpa_boolean_key_mask_with_fully_masked_rows(check):
     # A key mask [B, 1, L, S] whose first rows mask every key: eager's CPU kernel gives zeros
     # there, and the rest attend to a subset of keys (hard masking of padded text tokens).
