@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 
+#include "chroma/cpu/dnnl_bf16.h"   // to_bf16 (rows)
 #include "chroma/cpu/gemm_quant.h"  // amx_ready, the tile configuration (quant/amx.h)
 #include "chroma/cpu/scalar.h"
 #include "chroma/cpu/threads.h"
@@ -258,11 +259,8 @@ inline void amx_gemm(int64_t rows, int64_t cols, int64_t kp, const uint16_t* a, 
   }
 }
 
-// x rounded to bfloat16 (nearest even): exact for a bfloat16 value.
-inline uint16_t to_bf16(float x) { return ::chroma::half_detail::f32_to_bf16(x); }
-
-// Rows [0, rows) of operand x (K columns) as bfloat16 rows `lda` apart, zero from K to lda
-// and for rows up to `padded`.
+// Rows [0, rows) of operand x (K columns) as bfloat16 rows `lda` apart (rounded to nearest
+// even: exact for bfloat16 values), zero from K to lda and for rows up to `padded`.
 inline void pack_rows(AttnOperand x, int64_t rows, int64_t K, uint16_t* dst, int64_t lda, int64_t padded) {
   for (int64_t r = 0; r < padded; ++r) {
     uint16_t* d = dst + r * lda;
@@ -270,12 +268,11 @@ inline void pack_rows(AttnOperand x, int64_t rows, int64_t K, uint16_t* dst, int
     if (r < rows) {
       const float* src = x.p + r * x.rs;
       if (x.cs == 1) {
-        for (; k + 32 <= K; k += 32) {
-          const __m512 lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
-          _mm512_storeu_si512(d + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-        }
+        ::chroma::et::to_bf16(src, d, K);
+      } else {
+        for (int64_t j = 0; j < K; ++j) d[j] = ::chroma::half_detail::f32_to_bf16(src[j * x.cs]);
       }
-      for (; k < K; ++k) d[k] = to_bf16(src[k * x.cs]);
+      k = K;
     }
     for (; k < lda; ++k) d[k] = 0;
   }
@@ -315,10 +312,6 @@ inline void pack_values(AttnOperand v, int64_t S, int64_t E, int64_t kpv, uint16
 }
 #endif
 
-}  // namespace attention_detail
-
-namespace attention_detail {
-
 // One row's scores s[0, n) of a key block: scaled, biased, folded into the row's running
 // maximum m and sum l, turned into the block's unnormalized weights exp(s - m); the row's
 // output so far (acc[0, E)) rescaled to the new maximum.
@@ -343,6 +336,13 @@ inline void softmax_row(float* s, int64_t n, float scale, bool divide, Bias&& bi
   *m = m_new;
   if (corr != 1.0f) {
     for (int64_t e = 0; e < E; ++e) acc[e] *= corr;
+  }
+}
+
+// out rows [0, rows) (E wide) = their accumulated sums (rows `ld` apart) / their softmax sums.
+inline void normalize_rows(float* o, int64_t rows, int64_t E, const float* acc, int64_t ld, const float* l) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t e = 0; e < E; ++e) o[r * E + e] = acc[r * ld + e] / l[r];
   }
 }
 
@@ -420,11 +420,7 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
         ad::amx_gemm(r16, ep, n32 / 2, w.pa.data(), n32, w.vb.data() + (j0 / 2) * 32, kpv * 32, w.acc.data(), ep, true);
       }
       _tile_release();
-      for (int64_t r = 0; r < rows; ++r) {
-        const float l = w.l[static_cast<size_t>(r)];
-        const float* acc = w.acc.data() + r * ep;
-        for (int64_t e = 0; e < E; ++e) o[r * E + e] = acc[e] / l;
-      }
+      ad::normalize_rows(o, rows, E, w.acc.data(), ep, w.l.data());
       return;
     }
 #endif
@@ -442,11 +438,7 @@ void attention(rt::ThreadPool* pool, int64_t batches, int64_t L, int64_t S, int6
       }
       ad::gemm<G>(rows, E, n, AttnOperand{w.s.data(), n, 1}, AttnOperand{v.p + j0 * v.rs, v.rs, v.cs}, w.acc.data(), E, 1.0f);
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const float l = w.l[static_cast<size_t>(r)];
-      const float* acc = w.acc.data() + r * E;
-      for (int64_t e = 0; e < E; ++e) o[r * E + e] = acc[e] / l;
-    }
+    ad::normalize_rows(o, rows, E, w.acc.data(), E, w.l.data());
   };
   const int64_t tasks = batches * blocks;
   if (pool && pool->size() > 1 && tasks > 1) {
