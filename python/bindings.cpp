@@ -106,6 +106,13 @@ NB_MODULE(_compiler, m) {
       },
       nb::arg("text"), nb::arg("passes"), nb::arg("max_depth") = 32,
       "Parses IR text, runs the passes (fold_constants, dce, cse, optimize, lower), returns the result as text.");
+#ifdef CHROMA_DNNL_LIBRARY
+  m.def("dnnl_library", [] { return std::string(CHROMA_DNNL_LIBRARY); },
+        "The oneDNN 3 library artifacts link (CMakeLists.txt), or '' when Chroma was built without it.");
+#else
+  m.def("dnnl_library", [] { return std::string(); },
+        "The oneDNN 3 library artifacts link (CMakeLists.txt), or '' when Chroma was built without it.");
+#endif
   m.def("target_names", &chroma::target_names, "Every registered target's name (src/targets/registry.cpp).");
   m.def(
       "gpu_kernel_sources",

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . scripts/debs.sh
-ensure_debs setup g++ cmake ninja-build libopenblas-dev libdnnl-dev libgtest-dev nlohmann-json3-dev libssl-dev
+ensure_debs setup g++ cmake ninja-build libopenblas-dev libgtest-dev nlohmann-json3-dev libssl-dev
 # WebGPU on the CPU: Chromium (headless tests; its SwiftShader Vulkan driver also serves Dawn
 # in Node) and Mesa's lavapipe (the `wgpu` Python package's adapter in the tests).
 ensure_debs setup chromium mesa-vulkan-drivers

@@ -90,9 +90,9 @@ def _openblas() -> Dict[str, Any]:
             "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}
 
 
-_DNNL_ISA = {0x0: "default", 0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0x407: "avx2_vnni", 0xc07: "avx2_vnni_2",
-             0x27: "avx512_core", 0x67: "avx512_core_vnni", 0xe7: "avx512_core_bf16", 0x1e7: "avx10_1_512",
-             0x3e7: "avx512_core_amx", 0x1fe7: "avx512_core_fp16", 0xffffffff: "all"}
+_DNNL_ISA = {0x0: "default", 0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0xf: "avx2_vnni", 0x1f: "avx2_vnni_2",
+             0x27: "avx512_core", 0x67: "avx512_core_vnni", 0xe7: "avx512_core_bf16", 0x1ef: "avx512_core_fp16",
+             0xfef: "avx512_core_amx", 0x1fef: "avx512_core_amx_fp16", 0xffffffff: "all"}  # oneDNN 3's dnnl_cpu_isa_t
 
 
 class _DnnlVersion(ctypes.Structure):
@@ -101,14 +101,19 @@ class _DnnlVersion(ctypes.Structure):
 
 
 def _onednn() -> Dict[str, Any]:
+    from chroma import _compiler  # the library artifacts link (CMakeLists.txt)
+    path = _compiler.dnnl_library()
+    if not path:
+        return {"library": None, "error": "Chroma was built without oneDNN 3 (requirements.txt: onednn-cpu-gomp)"}
     try:
-        lib = ctypes.CDLL("libdnnl.so.2")
+        lib = ctypes.CDLL(path)
     except OSError as e:
-        return {"library": None, "error": str(e)}
+        return {"library": None, "path": path, "error": str(e)}
     lib.dnnl_version.restype = ctypes.POINTER(_DnnlVersion)
     v = lib.dnnl_version().contents
     isa = lib.dnnl_get_effective_cpu_isa()
-    return {"library": "oneDNN", "version": f"{v.major}.{v.minor}.{v.patch}", "isa": _DNNL_ISA.get(isa, hex(isa))}
+    return {"library": "oneDNN", "version": f"{v.major}.{v.minor}.{v.patch}", "isa": _DNNL_ISA.get(isa, hex(isa)),
+            "path": path}
 
 
 def info() -> Dict[str, Any]:

@@ -149,7 +149,18 @@ Toolchain toolchain(const BuildOptions& opts) {
   }
   tc.flags.insert(tc.flags.end(), tc.env_flags.begin(), tc.env_flags.end());
   if (opts.blas) tc.libs.push_back("-lopenblas");
-  if (opts.dnnl) tc.libs.insert(tc.libs.end(), {"-ldnnl", "-lgomp"});
+#ifdef CHROMA_DNNL_LIBRARY
+  // oneDNN 3, the one Chroma was built with (CMakeLists.txt): its headers for every unit
+  // (chroma/cpu/kernels.h includes the oneDNN kernels under CHROMA_DNNL), and the library by
+  // its path with its directory as the run path, so the artifact loads the same library
+  // with no environment set. Both are part of the command, hence of the cache keys.
+  tc.flags.push_back("-DCHROMA_DNNL=1");
+  tc.flags.push_back("-I" CHROMA_DNNL_INCLUDE);
+  if (opts.dnnl) {
+    const std::string lib = CHROMA_DNNL_LIBRARY;
+    tc.libs.insert(tc.libs.end(), {lib, "-Wl,-rpath," + fs::path(lib).parent_path().string(), "-lgomp"});
+  }
+#endif
   if (opts.crypto) tc.libs.push_back("-lcrypto");  // chroma/detail/sha256.h
   tc.libs.insert(tc.libs.end(), opts.link_flags.begin(), opts.link_flags.end());
   return tc;

@@ -27,7 +27,7 @@
 #include "chroma/cpu/scalar.h"
 #include "chroma/cpu/threads.h"
 #include "chroma/half.h"
-#if __has_include(<oneapi/dnnl/dnnl.h>)
+#if defined(CHROMA_DNNL)
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -56,7 +56,7 @@ template <AttnGemm G>
 inline void gemm(int64_t m, int64_t n, int64_t k, AttnOperand a, AttnOperand b, float* c, int64_t ldc, float beta) {
   const bool ta = a.cs != 1, tb = b.cs != 1;
   const int64_t lda = ta ? a.cs : a.rs, ldb = tb ? b.cs : b.rs;
-#if __has_include(<oneapi/dnnl/dnnl.h>)
+#if defined(CHROMA_DNNL)
   if constexpr (G == AttnGemm::kDnnl) {
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
     if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a.p, std::max<int64_t>(lda, 1), b.p,

@@ -1,4 +1,4 @@
-// chroma::et::conv_dnnl: float32 convolutions through oneDNN (Debian's libdnnl), the library
+// chroma::et::conv_dnnl: float32 convolutions through oneDNN 3 (docs/cpu_kernels.md), the library
 // eager PyTorch also uses on the CPU. Built into an artifact when Chroma was built with
 // oneDNN's headers present and the program is compiled with blas=True; every other case
 // (float64, blas=False) runs chroma::et::conv (conv.h), and so does a geometry oneDNN refuses.
@@ -263,15 +263,14 @@ inline dnnl::convolution_forward::primitive_desc conv_primitive(const ConvDesc& 
                                                                 const dnnl::memory::desc& src,
                                                                 const dnnl::memory::desc& dst) {
   const auto any = dnnl::memory::format_tag::any;
-  const dnnl::memory::desc wei_any(c.wei, src.data_type(), any);
-  if (c.bias) {
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                         wei_any, c.bias_md, dst, c.strides, c.dil, c.pad_l, c.pad_r);
-    return dnnl::convolution_forward::primitive_desc(desc, c.attr, eng);
-  }
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                       wei_any, dst, c.strides, c.dil, c.pad_l, c.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, c.attr, eng);
+  const dnnl::memory::desc wei_any(c.wei, src.get_data_type(), any);
+  const auto prop = dnnl::prop_kind::forward_inference;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  if (c.bias)
+    return dnnl::convolution_forward::primitive_desc(eng, prop, alg, src, wei_any, c.bias_md, dst, c.strides, c.dil, c.pad_l,
+                                                     c.pad_r, c.attr);
+  return dnnl::convolution_forward::primitive_desc(eng, prop, alg, src, wei_any, dst, c.strides, c.dil, c.pad_l, c.pad_r,
+                                                   c.attr);
 }
 
 // The primitive for input src_md: oneDNN's direct kernel for the memory as it lies (bfloat16
@@ -288,10 +287,10 @@ inline dnnl::convolution_forward::primitive_desc choose_primitive(const ConvDesc
     // The input converted into a dense bfloat16 copy laid out as it lies (or as the
     // primitive wants it); the result float32 as it lies.
     try {
-      pd = conv_primitive(c, eng, dense_desc(src_md.dims(), dt::bf16, g.x_cl), y_md);
+      pd = conv_primitive(c, eng, dense_desc(src_md.get_dims(), dt::bf16, g.x_cl), y_md);
       direct = !is_reference(pd);
       if (!direct) {
-        pd = conv_primitive(c, eng, dnnl::memory::desc(src_md.dims(), dt::bf16, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
+        pd = conv_primitive(c, eng, dnnl::memory::desc(src_md.get_dims(), dt::bf16, any), dnnl::memory::desc(y_md.get_dims(), dt::f32, any));
         direct = !is_reference(pd);
       }
     } catch (const dnnl::error&) {
@@ -312,7 +311,7 @@ inline dnnl::convolution_forward::primitive_desc choose_primitive(const ConvDesc
     }
   }
   if (!direct || gemm_cl) {
-    auto own = conv_primitive(c, eng, dnnl::memory::desc(src_md.dims(), dt::f32, any), dnnl::memory::desc(y_md.dims(), dt::f32, any));
+    auto own = conv_primitive(c, eng, dnnl::memory::desc(src_md.get_dims(), dt::f32, any), dnnl::memory::desc(y_md.get_dims(), dt::f32, any));
     if (!direct || !is_reference(own)) pd = own;
   }
   return pd;
@@ -360,11 +359,11 @@ inline void bind_memories(const ConvGeom& g, const dnnl::convolution_forward::pr
   p->reorder_x = pd.src_desc() != x_md;
   // A channels-last slice is one dense block: converted by to_bf16 when the primitive takes it
   // as it lies (dense_desc), else reordered into the primitive's layout.
-  if (pd.src_desc().data_type() == dt::bf16 && g.x_cl && pd.src_desc() == dense_desc(x_md.dims(), dt::bf16, true)) {
+  if (pd.src_desc().get_data_type() == dt::bf16 && g.x_cl && pd.src_desc() == dense_desc(x_md.get_dims(), dt::bf16, true)) {
     p->convert_x = true;
     p->reorder_x = false;
     p->x_elems = 1;
-    for (int64_t v : x_md.dims()) p->x_elems *= v;
+    for (int64_t v : x_md.get_dims()) p->x_elems *= v;
   }
   p->reorder_y = pd.dst_desc() != y_md;
   p->xm = p->reorder_x || p->convert_x ? dnnl::memory(pd.src_desc(), p->eng) : p->x_user;

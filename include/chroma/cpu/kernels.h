@@ -17,7 +17,7 @@
 #include "chroma/cpu/gemm_packed.h"
 #include "chroma/cpu/gemm_quant.h"
 #include "chroma/cpu/runtime.h"
-#if __has_include(<oneapi/dnnl/dnnl.h>)
+#if defined(CHROMA_DNNL)
 #include "chroma/cpu/sgemm.h"
 #endif
 #include "chroma/cpu/threads.h"

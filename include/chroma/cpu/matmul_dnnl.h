@@ -61,8 +61,7 @@ inline std::unique_ptr<Part> make(int64_t r0, int64_t rows, int64_t N, int64_t K
   const dnnl::memory::desc y_md({rows, N}, dt::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::matmul::desc desc(xb_md, w_any, y_md);
-  dnnl::matmul::primitive_desc pd(desc, attr, p->eng);
+  dnnl::matmul::primitive_desc pd(p->eng, xb_md, w_any, y_md, attr);
   if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) throw dnnl::error(dnnl_unimplemented, "reference matmul only");
   p->mm = dnnl::matmul(pd);
   p->scratch = dnnl::memory(pd.scratchpad_desc(), p->eng);

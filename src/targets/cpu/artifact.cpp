@@ -39,7 +39,7 @@ std::string write_cpu_artifact(std::vector<CompiledEntry>& entries, const std::s
   // 128, 2 threads). CHROMA_SGEMM=openblas keeps the
   // products on OpenBLAS (a diagnostic: bench/gemm.cpp and docs/cpu_kernels.md, "Threads and
   // the product library", compare them).
-#if __has_include(<oneapi/dnnl/dnnl.hpp>)
+#ifdef CHROMA_DNNL_LIBRARY
   const char* sgemm_env = std::getenv("CHROMA_SGEMM");
   const bool sgemm_openblas = sgemm_env && std::string(sgemm_env) == "openblas";
   for (const CompiledEntry& e : entries) {

@@ -18,7 +18,7 @@ class CpuTarget final : public Target {
   LowerOptions lower_options(const CompileOptions& opts) const override {
     LowerOptions lo;
     lo.max_expression_depth = opts.max_expression_depth;
-#if __has_include(<oneapi/dnnl/dnnl.hpp>)
+#ifdef CHROMA_DNNL_LIBRARY
     lo.channels_last = opts.blas;  // float32 convolutions run on oneDNN
 #endif
     lo.weights = quant::parse_policy(opts.weights);
