@@ -262,3 +262,35 @@ class NarrowGroups(nn.Module):
 @pytest.mark.parametrize("batch", [1, 2])
 def test_narrow_groups(check, threads, batch):
     check(NarrowGroups().eval(), randn(batch, 128, 44, 38, seed=19), threads=threads, **TOL)
+
+
+class GroupNormAfterConv(nn.Module):
+    """A VAE's resnet block in small: a channels-last convolution whose result a group norm
+    reads row-major (Relayout.row_major), and a second convolution reading a row-major sum
+    (Relayout.channels_last). Odd sizes: the copies' rows are taken channel-fastest
+    (et::for_rows_in_order) and end mid cache line."""
+
+    def __init__(self, c):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+        self.norm = nn.GroupNorm(c // 8, c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        h = self.norm(self.conv(x))
+        return self.conv2(F.silu(h) + x.permute(0, 1, 3, 2).transpose(2, 3))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 40, 23, 37), (2, 24, 17, 19)])
+def test_relayouts_around_a_group_norm(check, threads, shape):
+    check(GroupNormAfterConv(shape[1]).eval(), randn(*shape, seed=7), threads=threads, **TOL)
+
+
+@pytest.mark.parametrize("perm", [(0, 3, 1, 2), (0, 2, 3, 1), (3, 1, 2, 0), (2, 0, 3, 1)])
+def test_transposing_copies(check, perm):
+    """Permutations whose copy reads (or writes) 16 or more elements apart along its rows and
+    one apart along another dimension: every value where eager puts it, 1 and 2 threads."""
+    for threads in (1, 2):
+        check(lambda x: x.permute(*perm).contiguous() * 2.0, randn(3, 21, 18, 33, seed=8), threads=threads, rtol=0, atol=0)

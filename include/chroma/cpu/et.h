@@ -229,6 +229,64 @@ template <class Sh, class F> inline void for_rows_in(int64_t r0, int64_t r1, F&&
   }
 }
 
+// Calls f(idx) for rows [r0, r1) of Sh numbered with row dimension K varying fastest, then
+// the others from the innermost out (K = Sh::kRank - 2 is for_rows_in's order).
+template <class Sh, int K, class F> inline void for_rows_in_order(int64_t r0, int64_t r1, F&& f) {
+  constexpr int R = Sh::kRank;
+  if constexpr (Sh::kNumel == 0) return;
+  int64_t idx[R] = {};
+  int64_t q = r0;
+  idx[K] = q % Sh::kDims[K];
+  q /= Sh::kDims[K];
+  for (int k = R - 2; k >= 0; --k) {
+    if (k == K) continue;
+    idx[k] = q % Sh::kDims[k];
+    q /= Sh::kDims[k];
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    f(static_cast<const int64_t*>(idx));
+    if (++idx[K] < Sh::kDims[K]) continue;
+    idx[K] = 0;
+    for (int k = R - 2; k >= 0; --k) {
+      if (k == K) continue;
+      if (++idx[k] < Sh::kDims[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+// A transposing copy: the row dimension along which a load of E (or the destination's
+// strides S) steps by one element while its last index steps by at least 16, so a row
+// touches a cache line per element. Rows taken in row-major order would leave each line for
+// a whole pass over the tensor before coming back for its next element (a channels-last ->
+// row-major relayout of 256 x 256 x 256 ran at 4 ns an element); taken with that dimension
+// fastest (for_rows_in_order), the next rows read the lines the last one brought in. -1: none
+// (or it is already the innermost row dimension).
+template <class S, int R> inline constexpr int kUnitStrideRowDim = [] {
+  if constexpr (S::kRank != R) {
+    return -1;
+  } else {
+    if ((S::kLast) < 16 && (S::kLast) > -16) return -1;
+    for (int k = R - 2; k >= 0; --k)
+      if (S::kS[k] == 1 || S::kS[k] == -1) return k;
+    return -1;
+  }
+}();
+template <class E, int R> struct TransposedRowDim {
+  static constexpr int value = -1;
+};
+template <class T, class S, int64_t Off, int R> struct TransposedRowDim<Load<T, S, Off>, R> {
+  static constexpr int value = kUnitStrideRowDim<S, R>;
+};
+
+template <class F, class T, class... E, int R> struct TransposedRowDim<Map<F, T, E...>, R> {
+  static constexpr int value = [] {
+    int v = -1;
+    ((v = v >= 0 ? v : TransposedRowDim<E, R>::value), ...);
+    return v;
+  }();
+};
+
 template <class Sh> inline constexpr int64_t kRows = Sh::kLast == 0 ? 0 : Sh::kNumel / Sh::kLast;
 
 // Kernels of at least this many elements split their rows over the pool.
@@ -262,17 +320,62 @@ template <class Sh, class S> inline constexpr bool kDistinct = [] {
 // source except element for element (in place): the arena planner gives buffers live in the
 // same kernel disjoint ranges, and the Python wrapper copies inputs that alias an out= array.
 // A destination with stride 0 along the row is left alone (the last write must win).
+// A transposing assign (TransposedRowDim: the destination's strides first, then E's loads)
+// is taken in groups of kTransposeRows rows along the unit-stride row dimension and in
+// chunks of kTransposeCols columns: a chunk of one row touches at most kTransposeCols lines,
+// which the group's next rows then read from L1. The dimension, or -1 where the plain row
+// order is as good (it is already the innermost row dimension and rows are short) or rows
+// may not be written in any order.
+inline constexpr int64_t kTransposeRows = 16, kTransposeCols = 256;
+template <class Sh, class D, class E> inline constexpr int kAssignRowDim = [] {
+  constexpr int R = Sh::kRank;
+  if constexpr (R < 2 || !kDistinct<Sh, typename D::Strides>) {
+    return -1;
+  } else {
+    int k = kUnitStrideRowDim<typename D::Strides, R>;
+    if (k < 0) k = TransposedRowDim<E, R>::value;
+    if (k < 0 || Sh::kDims[k] < 2) return -1;
+    return k != R - 2 || Sh::kLast > kTransposeCols ? k : -1;
+  }
+}();
+
 template <class Sh, class D, class E> CHROMA_ET_LOOP_ATTR inline void assign_rows(int64_t r0, int64_t r1, D d, E e) {
-  for_rows_in<Sh>(r0, r1, [&](const int64_t* idx) {
-    auto r = e.row(idx);
-    auto* w = d.row(idx);
-    if constexpr (D::kStrideLast != 0) {
+  if constexpr (kAssignRowDim<Sh, D, E> >= 0) {
+    using Row = decltype(e.row(static_cast<const int64_t*>(nullptr)));
+    using Dst = decltype(d.row(static_cast<const int64_t*>(nullptr)));
+    Row rows[kTransposeRows];
+    Dst dst[kTransposeRows];
+    int64_t n = 0;
+    auto flush = [&] {
+      for (int64_t j0 = 0; j0 < Sh::kLast; j0 += kTransposeCols) {
+        const int64_t j1 = std::min<int64_t>(Sh::kLast, j0 + kTransposeCols);
+        for (int64_t i = 0; i < n; ++i) {
+          const Row r = rows[i];
+          auto* w = dst[i];
 #pragma GCC ivdep
-      for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
-    } else {
-      for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
-    }
-  });
+          for (int64_t j = j0; j < j1; ++j) w[j * D::kStrideLast] = r(j);
+        }
+      }
+      n = 0;
+    };
+    for_rows_in_order<Sh, kAssignRowDim<Sh, D, E>>(r0, r1, [&](const int64_t* idx) {
+      rows[n] = e.row(idx);
+      dst[n] = d.row(idx);
+      if (++n == kTransposeRows) flush();
+    });
+    if (n) flush();
+  } else {
+    for_rows_in<Sh>(r0, r1, [&](const int64_t* idx) {
+      auto r = e.row(idx);
+      auto* w = d.row(idx);
+      if constexpr (D::kStrideLast != 0) {
+#pragma GCC ivdep
+        for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
+      } else {
+        for (int64_t j = 0; j < Sh::kLast; ++j) w[j * D::kStrideLast] = r(j);
+      }
+    });
+  }
 }
 template <class Sh, class D, class E> inline void assign(D d, E e) { assign_rows<Sh>(0, kRows<Sh>, d, e); }
 // The same, rows split over the pool when large (and no two rows write one element).
