@@ -261,7 +261,7 @@ def compile_entries(entries: Dict[str, Tuple[Any, Any]], *, out: Optional[str] =
 def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] = None, target: str = "cpu",
             blas: bool = True, jobs: int = 0, cache_dir: Optional[str] = None, max_depth: int = 32,
             threads: Optional[int] = None, keep_graph: bool = False, weights: Any = None,
-            weight_data: Any = None) -> Program:  # noqa: A001
+            weight_data: Any = None, batch: Any = None) -> Program:  # noqa: A001
     """Compiles a torch.nn.Module or a plain function of tensors for fixed example inputs.
 
     out:       artifact directory (a new temporary directory when None)
@@ -305,8 +305,18 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                with them read from files, e.g. safetensors_weights(paths); nothing runs the
                model eagerly then (no golden data for GPU packages, no accuracy report, and
                the finished-artifact cache is off: it fingerprints the weights)
+    batch:     a batch range, (lo, hi) or hi for (1, hi): dimension 0 of every input is the
+               batch, and the program answers any number of rows (chroma.batching: one
+               entry point per size of a ladder, weights stored once; a batch between the
+               compiled sizes is padded or split). The model must treat rows independently:
+               checked first (chroma.frontend.batch_rows), refused with the node otherwise.
+               Returns a chroma.batching.BatchedProgram. CPU target, one weights format
     """
     _check_target(target)
+    if batch is not None:
+        return _compile_batch_range(model_or_function, example_inputs, batch, out=out, target=target, blas=blas,
+                                    jobs=jobs, cache_dir=cache_dir, max_depth=max_depth, threads=threads,
+                                    keep_graph=keep_graph, weights=weights, weight_data=weight_data)
     if isinstance(weights, (list, tuple)):
 
         if _RUNTIME_TARGETS[target].gpu:
@@ -339,6 +349,21 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
         options["weights"] = spec
     return through_model_cache([("forward", model_or_function, tuple(example_inputs))], options, out, cache_dir,
                                 threads, build)
+
+
+def _compile_batch_range(model: Any, example_inputs: Any, batch: Any, *, out: Optional[str], target: str,
+                         weights: Any, weight_data: Any, **options: Any) -> Any:
+    from .batching import compile_batch_range
+
+    if target != "cpu":
+        raise ValueError(f"batch={batch!r}: batch ranges are built for the cpu target (not {target!r} yet)")
+    if isinstance(weights, (list, tuple)):
+        raise ValueError(f"batch={batch!r}: one weights format (not a list of variants)")
+    if weight_data is not None or _without_weights(model):
+        raise ValueError(f"batch={batch!r}: the row check runs the model: give it its weights (not weight_data)")
+    return compile_batch_range(compile_entries, model, _example_inputs(example_inputs), batch,
+                               out=out or tempfile.mkdtemp(prefix="chroma-"), target=target, weights=weights,
+                               **options)
 
 
 def _check_target(target: str) -> None:

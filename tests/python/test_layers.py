@@ -18,7 +18,7 @@ LAYERS = [
               "chroma._compiler"}),
     ("runtime", {"chroma.runtime"}),
     ("frontend/cache/quantization", {"chroma.frontend", "chroma.cache", "chroma.quantization"}),
-    ("api", {"chroma", "chroma.compiler", "chroma.jitting", "chroma.decoder", "chroma.cli", "chroma.demo",
+    ("api", {"chroma", "chroma.compiler", "chroma.batching", "chroma.jitting", "chroma.decoder", "chroma.cli", "chroma.demo",
              "chroma.pipelines", "chroma.__main__", "chroma.models", "chroma.webgpu", "chroma.cuda", "chroma.simt"}),
 ]
 

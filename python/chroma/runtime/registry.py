@@ -149,4 +149,16 @@ def load(directory: Union[str, os.PathLike], *, verify: bool = True, threads: Op
     runtime = runtime_module(manifest.get("target", "cpu"), bool(emulate), mpath)
     options = LoadOptions(verify=verify, threads=threads, emulate=emulate, reverse=reverse, device=device,
                           cuda_graph=cuda_graph)
-    return runtime.load_artifact(directory, manifest, mpath, options)
+    prog = runtime.load_artifact(directory, manifest, mpath, options)
+    if os.path.isfile(os.path.join(directory, "batching.json")):  # compiled for a batch range
+        from .batched import BatchedProgram, read_info
+
+        try:
+            info = read_info(directory)
+        except (ValueError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ArtifactError(str(e)) from None
+        try:
+            return BatchedProgram(prog, info)
+        except KeyError as e:
+            raise ArtifactError(f"{directory}/batching.json: {e.args[0]}") from None
+    return prog
