@@ -100,7 +100,7 @@ def cmd_compile(a):
         sys.path.insert(0, os.getcwd())
         model, inputs = getattr(importlib.import_module(mod_name), attr)()
         prog = compile_model(model, inputs, out=a.out, blas=not a.no_blas, target=a.target,
-                             weights=_weights_arg(a.weights))
+                             weights=_weights_arg(a.weights), batch=_batch_arg(a.batch))
     s = prog.stats
     if a.timings:
         _print_timings(prog)
@@ -114,6 +114,41 @@ def cmd_compile(a):
           f"build {'cached' if prog.manifest['build']['cached'] else 'fresh'}")
     if a.weights:
         _print_weights(prog.manifest)
+
+
+def _batch_arg(text):
+    """--batch HI or LO:HI -> None, hi or (lo, hi)."""
+    if not text:
+        return None
+    lo, _, hi = text.partition(":")
+    try:
+        return (int(lo), int(hi)) if hi else int(lo)
+    except ValueError:
+        sys.exit(f"chroma compile: --batch {text!r}: give HI or LO:HI (integers)")
+
+
+def cmd_serve(a):
+    """Serves an artifact on a Ray Serve instance (chroma/serve.py): a local one unless
+    --address names a cluster's head; blocks until interrupted."""
+    import ray
+    from ray import serve
+
+    from .serve import deployment
+
+    if not os.path.isfile(os.path.join(a.dir, "manifest.json")):
+        sys.exit(f"chroma serve: {a.dir}: not an artifact directory (no manifest.json)")
+    ray.init(address=a.address, include_dashboard=False)
+    serve.start(http_options={"host": a.host, "port": a.port})
+    app = deployment(a.dir, num_replicas=a.replicas, threads=a.threads, max_batch_size=a.max_batch_size,
+                     batch_wait_timeout_s=a.batch_wait_ms / 1000.0).bind()
+    serve.run(app, name="chroma", route_prefix="/", blocking=False)
+    print(f"serving {a.dir} on http://{a.host}:{a.port}/ with {a.replicas} replica(s) of {a.threads} thread(s); "
+          "POST / (JSON or application/x-safetensors), GET /health, /metadata; Ctrl-C stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
 
 
 _COMPILER_PHASES = ("import", "optimize", "lower", "weights", "codegen", "write", "build", "manifest")
@@ -283,6 +318,8 @@ def main(argv=None):
     c.add_argument("--weights", help="weight format: fp32 (default), bf16, q8, q6, q4, or rules "
                    "key=format,... (default=q4,unembedding=q8,*.gate.weight=fp32,activations=fp32); several formats "
                    "(q8,q4) build one artifact with a variant each")
+    c.add_argument("--batch", help="a batch range, HI or LO:HI: any number of rows from one artifact "
+                   "(dimension 0 of every input; docs/artifact_format.md, \"Batch ranges\")")
     c.set_defaults(fn=cmd_compile)
     r = sub.add_parser("run", help="run an artifact (a directory, or a .chroma-web package)")
     r.add_argument("dir")
@@ -302,6 +339,16 @@ def main(argv=None):
     o.add_argument("file")
     o.add_argument("passes", nargs="*")
     o.set_defaults(fn=cmd_opt)
+    sv = sub.add_parser("serve", help="serve an artifact over HTTP on Ray Serve (docs/serving.md)")
+    sv.add_argument("dir")
+    sv.add_argument("--replicas", type=int, default=1, help="replicas (processes), each loading the artifact once")
+    sv.add_argument("--threads", type=int, default=1, help="CPU threads per replica (and CPUs Ray reserves for it)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--address", default=None, help="a Ray cluster to join (HEAD:6379; default: start a local one)")
+    sv.add_argument("--max-batch-size", type=int, default=32, help="rows merged into one call at most")
+    sv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a call waits for more requests")
+    sv.set_defaults(fn=cmd_serve)
     from .pipelines.cli import add_parser as add_text_to_image
 
     add_text_to_image(sub)

@@ -117,6 +117,11 @@ class BatchedProgram:
         return self.program.manifest
 
     @property
+    def stats(self) -> Dict[str, Any]:
+        """The largest size's entry's stats (kernels, arena, weight bytes: shared)."""
+        return self.program.stats
+
+    @property
     def threads(self) -> int:
         return self.program.threads
 
