@@ -20,7 +20,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/pip install -q -r requirements.txt
+.venv/bin/pip install -q -r requirements.txt -r requirements-serve.txt
 if [ "${1:-}" = "--bench" ]; then
   echo "[setup] installing the benchmark peers (bench/requirements.txt)"
   .venv/bin/pip install -q -r bench/requirements.txt -c requirements.txt

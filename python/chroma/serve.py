@@ -276,12 +276,14 @@ def server_class() -> Any:
         return sum(int(it[0].shape[0]) for it in items)
 
     class ChromaServer:
-        def __init__(self, directory: str, threads: int = 1, max_batch_size: int = 32,
-                     batch_wait_timeout_s: float = 0.005, max_rows: Optional[int] = None, max_bytes: int = 64 << 20):
+        def __init__(self, directory: Optional[str], threads: int = 1, max_batch_size: int = 32,
+                     batch_wait_timeout_s: float = 0.005, max_rows: Optional[int] = None, max_bytes: int = 64 << 20,
+                     program_factory: Any = None):
             import chroma
 
             self.directory = directory
-            self.model = Model(chroma.load(directory, threads=threads), max_rows=max_rows, max_bytes=max_bytes)
+            prog = program_factory() if program_factory is not None else chroma.load(directory, threads=threads)
+            self.model = Model(prog, max_rows=max_rows, max_bytes=max_bytes)
             # A request larger than max_batch_size rows still runs (alone).
             self._batched_call.set_max_batch_size(int(max_batch_size))
             self._batched_call.set_batch_wait_timeout_s(float(batch_wait_timeout_s))
@@ -360,26 +362,34 @@ def server_class() -> Any:
     return ChromaServer
 
 
-def deployment(directory: str, *, num_replicas: int = 1, threads: int = 1, max_batch_size: int = 32,
+def deployment(directory: Optional[str], *, num_replicas: int = 1, threads: int = 1, max_batch_size: int = 32,
                batch_wait_timeout_s: float = 0.005, max_rows: Optional[int] = None, max_bytes: int = 64 << 20,
-               ray_actor_options: Optional[Dict[str, Any]] = None, name: str = "chroma") -> Any:
+               ray_actor_options: Optional[Dict[str, Any]] = None, name: str = "chroma",
+               program_factory: Any = None) -> Any:
     """A Ray Serve deployment of the artifact in `directory`; `.bind()` makes the application.
 
     threads: CPU threads of each replica's program (and the CPUs Ray reserves for it). A CUDA
-    artifact reserves one GPU per replica. Other arguments: module docstring."""
+    artifact reserves one GPU per replica. program_factory: instead of an artifact, a
+    picklable function each replica calls for its program (anything with `inputs`,
+    `outputs` and a call; with `sizes` and `range` it takes any number of rows): the
+    benchmark serves eager PyTorch and ONNX Runtime through the same code this way. Other
+    arguments: module docstring."""
     import json as _json
 
     from ray import serve
 
-    directory = os.path.abspath(directory)
-    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
-        target = _json.load(f).get("target", "cpu")
+    target = "cpu"
+    if program_factory is None:
+        directory = os.path.abspath(directory)
+        with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
+            target = _json.load(f).get("target", "cpu")
     opts = {"num_cpus": threads}
     if target == "cuda":
         opts["num_gpus"] = 1
     opts.update(ray_actor_options or {})
     cfg = dict(directory=directory, threads=threads, max_batch_size=max_batch_size,
-               batch_wait_timeout_s=batch_wait_timeout_s, max_rows=max_rows, max_bytes=max_bytes)
+               batch_wait_timeout_s=batch_wait_timeout_s, max_rows=max_rows, max_bytes=max_bytes,
+               program_factory=program_factory)
 
     class Replica(server_class()):
         def __init__(self):
