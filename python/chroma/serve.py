@@ -334,7 +334,11 @@ def server_class() -> Any:
             from starlette.responses import JSONResponse, Response
 
             t0 = time.perf_counter()
-            path = request.url.path.rstrip("/") or "/"
+            path = request.url.path
+            root = request.scope.get("root_path", "")  # the application's route prefix
+            if root and path.startswith(root):
+                path = path[len(root):]
+            path = path.rstrip("/") or "/"
             status = 200
             try:
                 if path == "/health" and request.method == "GET":
