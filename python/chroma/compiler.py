@@ -310,7 +310,8 @@ def compile(model_or_function: Any, example_inputs: Any, *, out: Optional[str] =
                entry point per size of a ladder, weights stored once; a batch between the
                compiled sizes is padded or split). The model must treat rows independently:
                checked first (chroma.frontend.batch_rows), refused with the node otherwise.
-               Returns a chroma.batching.BatchedProgram. CPU target, one weights format
+               Returns a chroma.batching.BatchedProgram. CPU, CUDA and Metal targets (a
+               WebGPU package holds one entry point); one weights format
     """
     _check_target(target)
     if batch is not None:
@@ -355,8 +356,9 @@ def _compile_batch_range(model: Any, example_inputs: Any, batch: Any, *, out: Op
                          weights: Any, weight_data: Any, **options: Any) -> Any:
     from .batching import compile_batch_range
 
-    if target != "cpu":
-        raise ValueError(f"batch={batch!r}: batch ranges are built for the cpu target (not {target!r} yet)")
+    if target == "webgpu":
+        raise ValueError(f"batch={batch!r}: a WebGPU package holds one entry point (its runtimes run one schedule), "
+                         "and a batch range is one entry per batch size: compile one package per size")
     if isinstance(weights, (list, tuple)):
         raise ValueError(f"batch={batch!r}: one weights format (not a list of variants)")
     if weight_data is not None or _without_weights(model):
