@@ -356,8 +356,8 @@ def _compile_batch_range(model: Any, example_inputs: Any, batch: Any, *, out: Op
                          weights: Any, weight_data: Any, **options: Any) -> Any:
     from .batching import compile_batch_range
 
-    if target == "webgpu":
-        raise ValueError(f"batch={batch!r}: a WebGPU package holds one entry point (its runtimes run one schedule), "
+    if not _RUNTIME_TARGETS[target].several_entries:
+        raise ValueError(f"batch={batch!r}: a {target} package holds one entry point (its runtimes run one schedule), "
                          "and a batch range is one entry per batch size: compile one package per size")
     if isinstance(weights, (list, tuple)):
         raise ValueError(f"batch={batch!r}: one weights format (not a list of variants)")

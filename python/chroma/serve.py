@@ -388,7 +388,9 @@ def deployment(directory: Optional[str], *, num_replicas: int = 1, threads: int 
         with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
             target = _json.load(f).get("target", "cpu")
     opts = {"num_cpus": threads}
-    if target == "cuda":
+    from .runtime.registry import target as target_runtime
+
+    if target_runtime(target).ray_gpu:
         opts["num_gpus"] = 1
     opts.update(ray_actor_options or {})
     cfg = dict(directory=directory, threads=threads, max_batch_size=max_batch_size,

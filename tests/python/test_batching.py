@@ -188,7 +188,7 @@ def test_bad_arguments_and_calls(tmp_path):
     m = nn.Linear(6, 3).eval()
     with pytest.raises(ValueError, match="lo <= hi"):
         chroma.compile(m, (torch.randn(2, 6),), batch=(5, 2))
-    with pytest.raises(ValueError, match="WebGPU package holds one entry point"):
+    with pytest.raises(ValueError, match="webgpu package holds one entry point"):
         chroma.compile(m, (torch.randn(2, 6),), batch=4, target="webgpu")
     p = chroma.compile(lambda a, b: a * b.sum(-1, keepdim=True), (torch.randn(2, 6), torch.randn(2, 3)), batch=4,
                        out=str(tmp_path / "p"))

@@ -29,6 +29,11 @@ class TargetRuntime:
     module: str
     emulator: Optional[str] = None
     package_suffix: str = ""
+    # Whether one artifact may hold several entry points (a decoder's prefill and step, a
+    # batch range's sizes): a WebGPU package runs one schedule.
+    several_entries: bool = True
+    # Whether a served replica of it needs one of Ray's GPUs (chroma.serve).
+    ray_gpu: bool = False
 
     @property
     def gpu(self) -> bool:
@@ -40,8 +45,8 @@ class TargetRuntime:
 # src/targets/registry.cpp, also has `null`, which writes nothing to load).
 TARGETS: Dict[str, TargetRuntime] = {
     "cpu": TargetRuntime("chroma.runtime.cpu"),
-    "webgpu": TargetRuntime("chroma.runtime.webgpu", package_suffix=".chroma-web"),
-    "cuda": TargetRuntime("chroma.runtime.native", "chroma.runtime.emulator", ".chroma-cuda"),
+    "webgpu": TargetRuntime("chroma.runtime.webgpu", package_suffix=".chroma-web", several_entries=False),
+    "cuda": TargetRuntime("chroma.runtime.native", "chroma.runtime.emulator", ".chroma-cuda", ray_gpu=True),
     "metal": TargetRuntime("chroma.runtime.native", "chroma.runtime.emulator", ".chroma-metal"),
 }
 
