@@ -378,15 +378,13 @@ def deployment(directory: Optional[str], *, num_replicas: int = 1, threads: int 
     `outputs` and a call; with `sizes` and `range` it takes any number of rows): the
     benchmark serves eager PyTorch and ONNX Runtime through the same code this way. Other
     arguments: module docstring."""
-    import json as _json
-
     from ray import serve
 
     target = "cpu"
     if program_factory is None:
         directory = os.path.abspath(directory)
         with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
-            target = _json.load(f).get("target", "cpu")
+            target = json.load(f).get("target", "cpu")
     opts = {"num_cpus": threads}
     from .runtime.registry import target as target_runtime
 

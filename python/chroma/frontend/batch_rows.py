@@ -145,7 +145,6 @@ def _check_node(node: Any, sym: Any) -> Optional[str]:
         return None
     if name in _MOVES:
         return None
-    schema = getattr(target, "_schema", None)
     if name in ("cat", "concat") and args and isinstance(args[0], (list, tuple)):
         dim = args[1] if len(args) > 1 else node.kwargs.get("dim", 0)
         for t in args[0]:
